@@ -1,0 +1,1 @@
+"""Training and rollout engines behind one small protocol each."""
