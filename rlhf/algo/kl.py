@@ -1,0 +1,141 @@
+"""KL estimators, KL placement (folded into the reward, or a loss term) and KL coefficient controllers.
+
+OpenRLHF: ``compute_approx_kl`` and ``compute_reward`` in ``openrlhf/models/utils.py``, controllers in
+``openrlhf/trainer/ppo_utils/kl_controller.py``. Estimators follow http://joschu.net/blog/kl-approx.html.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+import torch
+from torch import Tensor
+
+from rlhf.algo.aggregation import LossNormalizer, aggregate
+from rlhf.algo.registry import Registry
+
+#: Every estimate is clamped to [-KL_CLAMP, KL_CLAMP] (OpenRLHF), so one wild token cannot dominate reward or loss.
+KL_CLAMP = 10.0
+
+#: The reward clip range OpenRLHF applies by default (``--reward.clip_range``, always on).
+DEFAULT_REWARD_CLIP = (-10.0, 10.0)
+
+KL_ESTIMATORS: Registry[Callable[[Tensor], Tensor]] = Registry("KL estimator")
+
+
+@KL_ESTIMATORS.register("k1")
+def k1(log_ratio: Tensor) -> Tensor:
+    """``k1 = δ`` with ``δ = log π - log π_ref``: unbiased, high variance, can be negative per token."""
+    return log_ratio
+
+
+@KL_ESTIMATORS.register("k2")
+def k2(log_ratio: Tensor) -> Tensor:
+    """``k2 = δ² / 2``: non-negative, biased; its gradient is that of the true KL to first order (for use as a loss)."""
+    return log_ratio.pow(2) / 2.0
+
+
+@KL_ESTIMATORS.register("k3")
+def k3(log_ratio: Tensor) -> Tensor:
+    """``k3 = exp(-δ) - 1 + δ``: non-negative and unbiased for KL(π || π_ref) under samples from π."""
+    return torch.exp(-log_ratio) - 1.0 + log_ratio
+
+
+def compute_approx_kl(log_probs: Tensor, ref_log_probs: Tensor, estimator: str = "k1") -> Tensor:
+    """Per-token KL estimate ``clamp(k(log π - log π_ref), -10, 10)``, in fp32 (OpenRLHF ``compute_approx_kl``)."""
+    log_ratio = log_probs.float() - ref_log_probs.float()
+    return KL_ESTIMATORS.get(estimator)(log_ratio).clamp(-KL_CLAMP, KL_CLAMP)
+
+
+def compute_reward(
+    r: Tensor,
+    kl_coef: float,
+    kl: Tensor | None,
+    action_mask: Tensor,
+    reward_clip_range: tuple[float, float] | None = DEFAULT_REWARD_CLIP,
+) -> Tensor:
+    """Per-token rewards with the KL penalty folded in (OpenRLHF ``compute_reward``, the default KL placement):
+
+    ``reward_t = -max(kl_coef, 0) · kl_t + clamp(r, lo, hi) · 1[t == last action token]``.
+
+    ``r`` is the scalar reward per sample *after* any group baseline, so the clip also acts on group-normalised
+    rewards, as in OpenRLHF. The KL term is multiplied by the action mask (OpenRLHF leaves ``-kl_coef · kl`` on
+    padding, which only its logged ``return`` sees: every return and advantage masks the rewards first).
+
+    Args:
+        r: ``[B]`` scalar rewards.
+        kl_coef: KL coefficient; negative values count as 0.
+        kl: ``[B, T]`` per-token KL, or ``None`` when there is no reference model.
+        action_mask: ``[B, T]``.
+        reward_clip_range: ``(lo, hi)``, or ``None`` for no clip.
+    """
+    kl_coef = max(kl_coef, 0.0)
+    if reward_clip_range is not None:
+        r = r.clamp(min=reward_clip_range[0], max=reward_clip_range[1])
+    mask = action_mask.long()
+    # Index of the last 1 in each row: T-1 - (position of the first 1 in the flipped row).
+    last = mask.size(1) - 1 - mask.fliplr().argmax(dim=1, keepdim=True)
+    dtype = torch.float32 if kl is None else kl.dtype
+    rewards = torch.zeros(mask.shape, dtype=dtype, device=mask.device).scatter_(1, last, r.unsqueeze(1).to(dtype))
+    if kl is None:
+        return rewards
+    return rewards - kl_coef * kl * action_mask
+
+
+def kl_loss(
+    log_probs: Tensor,
+    ref_log_probs: Tensor,
+    action_mask: Tensor,
+    kl_coef: float,
+    estimator: str = "k3",
+    aggregation: str = "token_mean",
+    norm: LossNormalizer | None = None,
+) -> Tensor:
+    """The KL-in-loss term ``kl_coef · agg(KL(π_θ || π_ref))`` of the *current* policy (OpenRLHF ``--algo.kl.use_loss``,
+    in ``ActorPPOTrainer.training_step``), aggregated with the same normaliser as the policy loss. OpenRLHF warns when
+    this is used with ``k1``, whose gradient is not that of the KL; k2 or k3 are the sensible choices."""
+    return kl_coef * aggregate(compute_approx_kl(log_probs, ref_log_probs, estimator), action_mask, aggregation, norm)
+
+
+class KLController(Protocol):
+    """Holds the current KL coefficient; ``update`` is called once per training step."""
+
+    value: float
+
+    def update(self, current: float, n_steps: int) -> None: ...
+
+
+class FixedKLController:
+    """A constant KL coefficient (OpenRLHF ``FixedKLController``, the default)."""
+
+    def __init__(self, kl_coef: float) -> None:
+        self.value = kl_coef
+
+    def update(self, current: float, n_steps: int) -> None:
+        """Nothing to adapt."""
+
+
+class AdaptiveKLController:
+    """Adaptive KL coefficient of Ziegler et al. (arXiv 1909.08593), OpenRLHF ``AdaptiveKLController``:
+
+    ``e = clip(current / target - 1, -0.2, 0.2)``; ``β ← β · (1 + e · n_steps / horizon)``.
+    """
+
+    def __init__(self, init_kl_coef: float, target: float, horizon: float) -> None:
+        if target <= 0 or horizon <= 0:
+            raise ValueError(f"target and horizon must be > 0, got target={target}, horizon={horizon}")
+        self.value = init_kl_coef
+        self.target = target
+        self.horizon = horizon
+
+    def update(self, current: float, n_steps: int) -> None:
+        """Move β towards the coefficient that keeps the measured KL ``current`` near ``target``."""
+        error = min(max(current / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_steps / self.horizon
+
+
+def make_kl_controller(init_coef: float, target: float | None = None, horizon: float = 10000) -> KLController:
+    """Fixed controller when ``target`` is ``None`` (OpenRLHF default), adaptive otherwise."""
+    if target is None:
+        return FixedKLController(init_coef)
+    return AdaptiveKLController(init_coef, target, horizon)

@@ -1,0 +1,74 @@
+"""Log-probabilities, entropy and masked reductions (OpenRLHF ``openrlhf/models/utils.py``).
+
+All action-aligned tensors are ``[B, T-1]``; ``mask`` is 1 on tokens that count and 0 on prompt, padding and
+environment-feedback tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _at_least_fp32(logits: Tensor) -> Tensor:
+    # bf16/fp16 -> fp32 (a copy); fp32/fp64 are returned as the very same tensor object.
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
+def log_probs_from_logits(logits: Tensor, labels: Tensor, temperature: float = 1.0) -> Tensor:
+    """Log-probability of each label under ``softmax(logits / temperature)``, computed in fp32.
+
+    ``log p(y_t) = z_{t, y_t} / τ - logsumexp(z_t / τ)`` (OpenRLHF ``log_probs_from_logits``).
+
+    OpenRLHF divides the logits by the temperature *in place*, which silently changes the caller's tensor (and any
+    entropy computed from it afterwards). Here the caller's tensor is never modified: the division happens on our own
+    fp32 copy, or out of place when the logits already are fp32.
+
+    Args:
+        logits: ``[..., V]`` raw (untempered) logits, any float dtype.
+        labels: ``[...]`` token ids.
+        temperature: the rollout sampling temperature, so training log-probs match the sampler's.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    z = _at_least_fp32(logits)
+    if temperature != 1.0:
+        z = z / temperature if z is logits else z.div_(temperature)
+    return z.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, dim=-1)
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy of ``softmax(z)`` over the last axis, in fp32: ``H = logsumexp(z) - Σ_v softmax(z)_v · z_v``.
+
+    OpenRLHF ``compute_entropy``. Call it on the *untempered* logits: OpenRLHF computes it before the temperature
+    division, and our presets must log the same number.
+    """
+    z = _at_least_fp32(logits)
+    return torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
+
+
+def masked_sum(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """``Σ values · mask`` over ``dim`` (all axes when ``None``)."""
+    return (values * mask).sum(dim=dim)
+
+
+def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """``Σ values · mask / Σ mask`` over ``dim`` (OpenRLHF ``masked_mean``; NaN for an all-zero mask, as there)."""
+    return (values * mask).sum(dim=dim) / mask.sum(dim=dim)
+
+
+def masked_whiten(values: Tensor, mask: Tensor, *, divide_by_std: bool = True, eps: float = 1e-8) -> Tensor:
+    """Whiten over all masked entries: ``(x - μ) · rsqrt(clamp(σ², eps))``, or ``x - μ`` without std.
+
+    ``μ = Σ x·m / Σ m``, ``σ² = Σ (x-μ)²·m / Σ m`` (population variance), statistics in fp32, as OpenRLHF's
+    advantage normalisation in ``compute_advantages_and_returns``. Masked entries of the result are set to 0 (OpenRLHF
+    leaves ``-μ/σ`` there; every loss masks them out, so numbers that matter are the same).
+    """
+    x = values.float()
+    n = mask.sum()
+    mean = masked_sum(x, mask) / n
+    centered = x - mean
+    if divide_by_std:
+        var = masked_sum(centered.pow(2), mask) / n
+        centered = centered * var.clamp(min=eps).rsqrt()
+    return centered * mask

