@@ -224,7 +224,9 @@ class TrainerSpec:
 class DataSpec:
     """Datasets and how rows become tokens (OpenRLHF data.* flags)."""
 
-    train_files: list[str] = field(default_factory=list)  # json/jsonl/csv/parquet/arrow files, dataset dirs, builtin:NAME
+    train_files: list[str] = field(
+        default_factory=list
+    )  # json/jsonl/csv/parquet/arrow files, dataset dirs, builtin:NAME
     train_probs: list[float] | None = None  # mixing probabilities, one per train file
     train_split: str = "train"
     eval_files: list[str] = field(default_factory=list)

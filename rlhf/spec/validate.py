@@ -110,7 +110,7 @@ def _check_batches(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
         c.require(v >= 1, key, v, "must be >= 1")
     if t.global_batch < 1 or t.micro_batch_per_device < 1:
         return
-    for role, accum in d.grad_accum.items():
+    for role in d.grad_accum:
         dp = max(d.devices.get(role, 1), 1)
         per_step = t.micro_batch_per_device * dp
         c.require(
@@ -148,7 +148,9 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
         )
     crit = spec.placement.devices.critic
     if est in names.CRITIC_ESTIMATORS:
-        c.require(crit is None or crit >= 1, "placement.devices.critic", crit, "gae needs a critic: give it >= 1 device")
+        c.require(
+            crit is None or crit >= 1, "placement.devices.critic", crit, "gae needs a critic: give it >= 1 device"
+        )
     else:
         c.require(
             not crit,
@@ -198,7 +200,12 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
     c.require(len(clip) == 2 and clip[0] < clip[1], "reward.clip_range", list(clip), "need [low, high], low < high")
     spp = f.stop_properly_penalty_coef
     if spp is not None and spp >= 0:
-        c.require(spp <= 1, "algorithm.filters.stop_properly_penalty_coef", spp, "a scale must be in [0, 1] (< 0 sets a value)")
+        c.require(
+            spp <= 1,
+            "algorithm.filters.stop_properly_penalty_coef",
+            spp,
+            "a scale must be in [0, 1] (< 0 sets a value)",
+        )
     sources = reward_source(spec)
     c.require(
         len(sources) == 1,
@@ -323,7 +330,8 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
         if f.startswith("builtin:"):
             from rlhf.spec.paths import builtin_datasets
 
-            c.one_of(key, f, tuple(f"builtin:{n}" for n in builtin_datasets()))
+            known = builtin_datasets()
+            c.require(f[len("builtin:") :] in known, key, f, f"not a built-in dataset; built-ins: {', '.join(known)}")
         elif _looks_local(f):
             c.require(os.path.exists(os.path.expanduser(f)), key, f, "no such file or folder")
         else:

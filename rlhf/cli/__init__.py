@@ -1,0 +1,1 @@
+"""Entry points: rlhf-run (the Hydra app), rlhf-plan, rlhf-recipes."""

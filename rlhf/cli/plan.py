@@ -1,0 +1,76 @@
+"""rlhf-plan [--json] [+recipe=NAME] [key=value ...]: where every role runs and whether it fits in memory.
+
+Pure and fast (no Ray, torch or DeepSpeed): composes, validates and plans, then prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rlhf.cli.common import spec_or_fail, with_default_recipe
+from rlhf.launch.memory import GB
+from rlhf.launch.plan import Plan, plan
+
+
+def _gb(x: float) -> str:
+    return f"{x / GB:7.2f}"
+
+
+def render(p: Plan) -> str:
+    d = p.derived
+    lines = [f"plan for {p.spec_name}: {p.params / 1e9:.3f}B parameters, {d.total_devices} device(s)", ""]
+    lines.append("roles")
+    lines.append(f"  {'role':<10} {'group':>5} {'ranks':>5} {'share':>6}  nodes of its bundles")
+    for role, rp in p.roles.items():
+        g = p.groups[rp.group]
+        nodes = ",".join(str(n) for n in sorted(set(g.nodes)))
+        extra = f"  {rp.ranks} engine(s) x TP {rp.bundles_per_rank}" if role == "rollout" else ""
+        lines.append(f"  {role:<10} {rp.group:>5} {rp.ranks:>5} {rp.fraction:>6.2f}  {nodes}{extra}")
+    lines.append("")
+    lines.append("derived")
+    if d.samples_per_step:
+        lines.append(f"  samples per step            {d.samples_per_step}")
+        lines.append(f"  optimizer steps per rollout {d.optimizer_steps_per_rollout}")
+        lines.append(f"  effective gamma             {d.gamma}")
+    for role, ga in d.grad_accum.items():
+        lines.append(f"  gradient accumulation ({role}) {ga}")
+    lines.append(f"  reward source               {d.reward_source}")
+    lines.append(f"  max prompt tokens           {d.max_prompt_len}")
+    lines.append("")
+    lines.append("memory per device (GB)")
+    head = (
+        f"  {'group/role':<22}{'weights':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'rollout':>8}{'device':>8}{'host':>8}"
+    )
+    lines.append(head)
+    for m in p.memory:
+        for role, s in m.per_role.items():
+            lines.append(
+                f"  {role:<22}{_gb(s.weights)} {_gb(s.grads)} {_gb(s.optimizer)} {_gb(s.activations)}"
+                f" {_gb(s.rollout)} {_gb(s.device)} {_gb(s.host)}"
+            )
+        phases = f"train {m.train_phase_gb:.2f}"
+        if m.rollout_phase_gb:
+            phases += (
+                f", rollout {m.rollout_phase_gb:.2f} (KV cache {m.kv_cache_gb:.2f} GB ~ {m.kv_cache_tokens} tokens)"
+            )
+        verdict = "fits" if m.fits else f"OVERFLOWS by {m.overflow_gb:.2f} GB"
+        lines.append(f"  => {'+'.join(m.roles)}: peak {m.peak_gb:.2f} of {m.capacity_gb:.0f} GB ({phases}): {verdict}")
+    lines.append("")
+    for w in p.warnings:
+        lines.append(f"warning: {w}")
+    lines.append(f"verdict: {p.verdict()}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="rlhf-plan", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print the plan as JSON")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +recipe=grpo_llama3_8b trainer.zero_stage=3")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    p = plan(spec_or_fail(with_default_recipe(args.overrides)))
+    print(p.to_json() if args.json else render(p))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""rlhf-recipes ls | show NAME | cp NAME FILE | validate NAME|all — one small class per verb."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from rlhf.cli.common import EXIT_USER_ERROR, fail
+from rlhf.spec import SpecInvalid, build, check
+from rlhf.spec.store import find_recipes
+
+
+def _compose_with_choices(name: str):
+    from hydra import compose, initialize_config_dir
+
+    from rlhf.spec.build import PRIMARY_CONFIG
+    from rlhf.spec.paths import conf_dir
+    from rlhf.spec.store import register
+
+    register()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
+        cfg = compose(config_name=PRIMARY_CONFIG, overrides=[f"+recipe={name}"], return_hydra_config=True)
+    choices = dict(cfg.hydra.runtime.choices)
+    return cfg, choices
+
+
+def _known(name: str) -> None:
+    recipes = find_recipes()
+    if name not in recipes:
+        fail(f"no recipe {name!r}; `rlhf-recipes ls` lists {len(recipes)}: {', '.join(sorted(recipes))}")
+
+
+class Ls:
+    help = "list recipes: name, algorithm, model, hardware, placement, rollout, purpose"
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        pass
+
+    def run(self, args: argparse.Namespace) -> int:
+        rows = [("name", "algorithm", "model", "hardware", "placement", "rollout", "purpose")]
+        for name, info in sorted(find_recipes().items()):
+            _, ch = _compose_with_choices(name)
+            rows.append(
+                (name, ch["algorithm"], ch["model"], ch["hardware"], ch["placement"], ch["rollout"], info.purpose)
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(6)]
+        for r in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(r[:6], widths, strict=True)) + "  " + r[6])
+        return 0
+
+
+class Show:
+    help = "print a recipe's fully resolved config"
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("name")
+
+    def run(self, args: argparse.Namespace) -> int:
+        _known(args.name)
+        cfg, _ = _compose_with_choices(args.name)
+        OmegaConf.set_struct(cfg, False)
+        cfg.pop("hydra")
+        print(f"# {find_recipes()[args.name].path}")
+        print(OmegaConf.to_yaml(cfg), end="")
+        return 0
+
+
+class Cp:
+    help = "copy a recipe to FILE to edit; then run it with rlhf-run +recipe=FILE"
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("name")
+        p.add_argument("file")
+
+    def run(self, args: argparse.Namespace) -> int:
+        _known(args.name)
+        dest = Path(args.file)
+        if dest.is_dir():
+            dest = dest / f"{args.name}.yaml"
+        if dest.exists():
+            fail(f"{dest} exists; choose another file name")
+        shutil.copyfile(find_recipes()[args.name].path, dest)
+        print(f"copied {args.name} to {dest}; run it with: rlhf-run +recipe={dest}")
+        return 0
+
+
+class Validate:
+    help = "compose, validate and plan a recipe (or all); non-zero exit if any fails"
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("name", help="a recipe name, or all")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rlhf.launch.plan import plan
+        from rlhf.spec.build import compose
+
+        names = sorted(find_recipes()) if args.name == "all" else [args.name]
+        if args.name != "all":
+            _known(args.name)
+        failed = 0
+        for name in names:
+            try:
+                spec = build(compose([f"+recipe={name}"]))
+                check(spec)
+                p = plan(spec)
+                print(f"ok    {name}: {p.verdict()}")
+            except SpecInvalid as e:
+                failed += 1
+                print(f"FAIL  {name}: {e}")
+            except Exception as e:  # noqa: BLE001 - report compose errors per recipe and go on
+                failed += 1
+                print(f"FAIL  {name}: {type(e).__name__}: {e}")
+        print(f"{len(names) - failed} of {len(names)} recipe(s) valid")
+        return EXIT_USER_ERROR if failed else 0
+
+
+VERBS = {"ls": Ls(), "show": Show(), "cp": Cp(), "validate": Validate()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="rlhf-recipes", description=__doc__)
+    sub = ap.add_subparsers(dest="verb", required=True)
+    for name, verb in VERBS.items():
+        verb.add(sub.add_parser(name, help=verb.help, description=verb.help))
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    raise SystemExit(VERBS[args.verb].run(args))
+
+
+if __name__ == "__main__":
+    main()

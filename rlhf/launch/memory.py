@@ -1,0 +1,231 @@
+"""Memory estimate per device, a pure function of the spec. Formulas (bytes; P = parameter count):
+
+Parameter count (from the model card's dimensions)
+    embed = V*h; lm_head = V*h unless tied; per layer: attention h*(a*d) + 2*h*(k*d) + (a*d)*h (+ biases a*d + 2*k*d
+    for qwen2), MLP 3*h*I, two norms 2*h; final norm h.    (V vocab, h hidden, a heads, k kv heads, d head dim, I MLP)
+
+Trained roles (policy, critic) under DeepSpeed ZeRO with N data-parallel ranks, DeepSpeed's own accounting:
+    mixed precision (bf16/fp16): 2 (16-bit weights) + 2 (16-bit grads) + 4 (fp32 grads) + 4 (fp32 master) + 8 (Adam)
+    fp32:                       4 (weights) + 4 (grads) + 8 (Adam)
+    ZeRO-1 partitions master + Adam (/N), ZeRO-2 also the gradients, ZeRO-3 also the weights (+ 4 bytes x the largest
+    layer, the gathered-parameter buffer; no separate 16-bit gradient partition, so 18 bytes per parameter / N).
+    offload_optimizer moves master, fp32 grads and Adam to host memory; offload_params (ZeRO-3) the weights too.
+    LoRA: the base weights frozen (weights only), the adapters trained in full.
+    This is what deepspeed's estimate_zero{2,3}_model_states_mem_needs compute (tests compare the two).
+Frozen roles (reference, reward): weights only, sharded /N under ZeRO-3, 0 when offloaded.
+Activations (trained roles, per device, one micro-batch of T tokens = micro_batch_per_device x data.max_len):
+    no checkpointing: 34*T*h bytes per layer (Korthikanti et al. with flash/sdpa attention), x2 in fp32;
+    checkpointing:    2*T*h per layer + one layer's 34*T*h; plus the fp32 logits T*V*4 (log-probs need them).
+    trainer.activation_mb_per_token overrides this with a measured figure.
+Rollout (vLLM on GPU): rollout.gpu_memory_utilization x device memory, holding its weights (2P/TP) and the KV cache
+    (the rest; 2*layers*k*d*2 bytes per token). On CPU: weights + rollout.cpu_kv_cache_gb.
+    hf backend: weights + the KV cache of one batch of prompts_per_step*samples_per_prompt sequences of data.max_len.
+Colocated roles take turns when the rollout sleeps (rollout.enable_sleep): the device peak is the larger of the
+training phase (all DeepSpeed roles' states + activations) and the rollout phase (rollout memory + the resident
+16-bit weights of the DeepSpeed roles); without sleep the two add up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlhf.spec.derive import Derived
+from rlhf.spec.schema import ExperimentSpec, ModelSpec
+
+GB = 1024**3
+
+
+def param_count(m: ModelSpec) -> tuple[int, int]:
+    """(total parameters, parameters of the largest layer) from the model card's dimensions."""
+    h, a, k, d = m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim
+    attn = h * (a * d) + 2 * h * (k * d) + (a * d) * h
+    if m.architecture == "qwen2":
+        attn += a * d + 2 * k * d
+    mlp = 3 * h * m.intermediate_size
+    layer = attn + mlp + 2 * h
+    embed = m.vocab_size * h
+    head = 0 if m.tie_word_embeddings else m.vocab_size * h
+    total = embed + head + m.num_layers * layer + h
+    return total, max(layer, embed)
+
+
+def lora_param_count(m: ModelSpec) -> int:
+    """Adapter parameters of rank r on every linear layer (all-linear): r x (in + out) per matrix."""
+    r = m.lora.rank
+    if r <= 0:
+        return 0
+    h, a, k, d, inter = m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim, m.intermediate_size
+    per_layer = r * ((h + a * d) + 2 * (h + k * d) + (a * d + h) + 2 * (h + inter) + (inter + h))
+    return m.num_layers * per_layer
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per device of one role's model states, split by kind."""
+
+    weights: float = 0.0
+    grads: float = 0.0
+    optimizer: float = 0.0  # master weights + fp32 grads + Adam moments
+    activations: float = 0.0
+    rollout: float = 0.0  # rollout engine: weights + KV cache
+    host: float = 0.0  # offloaded to host memory (per device)
+
+    @property
+    def device(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations + self.rollout
+
+
+def trained_states(
+    params: int,
+    largest_layer: int,
+    dp: int,
+    zero_stage: int,
+    precision: str,
+    offload_optimizer: bool = False,
+    offload_params: bool = False,
+    trainable: int | None = None,
+) -> StateBytes:
+    """Model states of a DeepSpeed-trained role per device (see the module docstring)."""
+    trainable = params if trainable is None else trainable  # LoRA: only the adapters have grads and Adam states
+    mixed = precision in ("bf16", "fp16")
+    w_b, g_b = (2, 2) if mixed else (4, 4)
+    opt_b = (4 + 4 + 8) if mixed else 8  # fp32 grads + master + Adam, or Adam alone
+    weights = (params * w_b) / (dp if zero_stage >= 3 else 1)
+    if zero_stage >= 3:
+        weights += 4 * largest_layer
+    grads = trainable * g_b / (dp if zero_stage >= 2 else 1)
+    if zero_stage >= 3 and mixed:
+        # ZeRO-3 reduce-scatters 16-bit gradients straight into the fp32 gradient partition (counted in optimizer).
+        grads = 0.0
+    optimizer = trainable * opt_b / (dp if zero_stage >= 1 else 1)
+    host = 0.0
+    if offload_optimizer:
+        host += optimizer
+        optimizer = 0.0
+        if mixed:  # DeepSpeed keeps the 16-bit gradients on the host side of the CPU optimizer as well
+            host += grads
+            grads = 0.0
+    if offload_params and zero_stage >= 3:
+        host += weights - 4 * largest_layer
+        weights = 4 * largest_layer
+    return StateBytes(weights=weights, grads=grads, optimizer=optimizer, host=host)
+
+
+def frozen_states(params: int, dp: int, zero_stage: int, precision: str, offload: bool) -> StateBytes:
+    w_b = 2 if precision in ("bf16", "fp16") else 4
+    weights = params * w_b / (dp if zero_stage >= 3 else 1)
+    return StateBytes(weights=0.0, host=weights) if offload else StateBytes(weights=weights)
+
+
+def activation_bytes(spec: ExperimentSpec, micro_batch: int) -> float:
+    m, t = spec.model, spec.trainer
+    tokens = micro_batch * spec.data.max_len
+    if t.activation_mb_per_token is not None:
+        return tokens * t.activation_mb_per_token * 1024**2
+    scale = 1 if t.precision in ("bf16", "fp16") else 2
+    per_layer_full = 34 * tokens * m.hidden_size * scale
+    if t.gradient_checkpointing:
+        body = 2 * tokens * m.hidden_size * scale * m.num_layers + per_layer_full
+    else:
+        body = per_layer_full * m.num_layers
+    return body + tokens * m.vocab_size * 4
+
+
+def kv_bytes_per_token(m: ModelSpec, precision: str) -> int:
+    b = 2 if precision in ("bf16", "fp16") else 4
+    return 2 * m.num_layers * m.num_kv_heads * m.head_dim * b
+
+
+def rollout_bytes(spec: ExperimentSpec, params: int) -> tuple[float, float]:
+    """(device bytes the rollout engine holds per device, KV cache bytes within it)."""
+    ro, hw, m = spec.rollout, spec.hardware, spec.model
+    precision = "bf16" if hw.accelerator == "gpu" else "fp32"
+    weights = params * (2 if precision == "bf16" else 4) / ro.tensor_parallel_size
+    if ro.backend == "vllm" and hw.accelerator == "gpu":
+        total = ro.gpu_memory_utilization * hw.device_memory_gb * GB
+        return total, max(total - weights, 0.0)
+    if ro.backend == "vllm":
+        kv = ro.cpu_kv_cache_gb * GB
+        return weights + kv, kv
+    seqs = ro.prompts_per_step * ro.samples_per_prompt / max(ro.num_engines, 1)
+    kv = seqs * spec.data.max_len * kv_bytes_per_token(m, precision)
+    return weights + kv, kv
+
+
+@dataclass(frozen=True)
+class GroupMemory:
+    roles: tuple[str, ...]
+    per_role: dict[str, StateBytes] = field(default_factory=dict)
+    train_phase_gb: float = 0.0
+    rollout_phase_gb: float = 0.0
+    peak_gb: float = 0.0
+    capacity_gb: float = 0.0
+    kv_cache_gb: float = 0.0
+    kv_cache_tokens: int = 0
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_gb <= self.capacity_gb
+
+    @property
+    def overflow_gb(self) -> float:
+        return max(self.peak_gb - self.capacity_gb, 0.0)
+
+
+def estimate(spec: ExperimentSpec, derived: Derived) -> list[GroupMemory]:
+    """Per device group: bytes per device of each role, the phases' totals and the peak against capacity."""
+    t = spec.trainer
+    params, largest = param_count(spec.model)
+    lora = lora_param_count(spec.model)
+    out = []
+    for group in derived.groups:
+        per_role: dict[str, StateBytes] = {}
+        kv = 0.0
+        for role in group:
+            dp = max(derived.devices.get(role, 1), 1)
+            if role in ("policy", "critic"):
+                trainable = lora if (role == "policy" and lora) else None
+                s = trained_states(
+                    params + (lora if trainable else 0),
+                    largest,
+                    dp,
+                    t.zero_stage,
+                    t.precision,
+                    t.offload_optimizer,
+                    t.offload_params,
+                    trainable=trainable,
+                )
+                act = activation_bytes(spec, t.micro_batch_per_device)
+                per_role[role] = StateBytes(s.weights, s.grads, s.optimizer, act, 0.0, s.host)
+            elif role in ("reference", "reward"):
+                offload = spec.reference.offload if role == "reference" else spec.reward.offload
+                stage = 3 if t.zero_stage == 3 else 0
+                per_role[role] = frozen_states(params, dp, stage, t.precision, offload)
+            elif role == "rollout":
+                total, kv = rollout_bytes(spec, params)
+                per_role[role] = StateBytes(rollout=total)
+        train = sum(s.device for r, s in per_role.items() if r != "rollout")
+        ro = per_role.get("rollout")
+        if ro is None:
+            rollout_phase = 0.0
+            peak = train
+        elif spec.rollout.enable_sleep and len(group) > 1:
+            resident = sum(s.weights for r, s in per_role.items() if r != "rollout")
+            rollout_phase = ro.rollout + resident
+            peak = max(train, rollout_phase)
+        else:
+            rollout_phase = ro.rollout + train
+            peak = rollout_phase
+        out.append(
+            GroupMemory(
+                roles=group,
+                per_role=per_role,
+                train_phase_gb=train / GB,
+                rollout_phase_gb=rollout_phase / GB,
+                peak_gb=peak / GB,
+                capacity_gb=spec.hardware.device_memory_gb,
+                kv_cache_gb=kv / GB,
+                kv_cache_tokens=int(kv / max(kv_bytes_per_token(spec.model, "bf16"), 1)) if kv else 0,
+            )
+        )
+    return out
