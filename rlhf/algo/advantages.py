@@ -17,8 +17,8 @@ OpenRLHF ``compute_advantages_and_returns`` in ``openrlhf/trainer/ppo_utils/expe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor

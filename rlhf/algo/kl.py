@@ -6,7 +6,8 @@ OpenRLHF: ``compute_approx_kl`` and ``compute_reward`` in ``openrlhf/models/util
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -87,13 +88,15 @@ def kl_loss(
     ref_log_probs: Tensor,
     action_mask: Tensor,
     kl_coef: float,
-    estimator: str = "k3",
+    estimator: str,
     aggregation: str = "token_mean",
     norm: LossNormalizer | None = None,
 ) -> Tensor:
     """The KL-in-loss term ``kl_coef · agg(KL(π_θ || π_ref))`` of the *current* policy (OpenRLHF ``--algo.kl.use_loss``,
-    in ``ActorPPOTrainer.training_step``), aggregated with the same normaliser as the policy loss. OpenRLHF warns when
-    this is used with ``k1``, whose gradient is not that of the KL; k2 or k3 are the sensible choices."""
+    in ``ActorPPOTrainer.training_step``), aggregated with the same normaliser as the policy loss.
+
+    The estimator has no default: OpenRLHF's global default ``k1`` makes a poor loss (its gradient is not that of the
+    KL, and OpenRLHF warns about it), so the caller picks, usually k2 or k3."""
     return kl_coef * aggregate(compute_approx_kl(log_probs, ref_log_probs, estimator), action_mask, aggregation, norm)
 
 

@@ -6,8 +6,8 @@ OpenRLHF ``PolicyLoss`` and ``ValueLoss`` in ``openrlhf/models/loss.py``; the to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -132,14 +132,15 @@ def policy_loss(
         clip_eps_low, clip_eps_high: clip range ``[1 - ε_low, 1 + ε_high]`` (clip-higher when ε_high > ε_low).
         dual_clip: ``c > 1`` to bound the loss of negative-advantage tokens, or ``None``.
         rollout_log_probs: ``[B, T]`` the rollout engine's log-probs (needed by ``is_correction``).
-        is_correction: a name in ``IS_CORRECTIONS``, or ``None`` for none.
+        is_correction: a name in ``IS_CORRECTIONS``, or ``None`` / ``"none"`` for no correction.
         is_threshold: ``(low, high)`` band of the IS correction.
         aggregation, norm: how the per-token loss is reduced (see :mod:`rlhf.algo.aggregation`).
     """
     objective = POLICY_LOSSES.get(loss_type)
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
-    correct = IS_CORRECTIONS.get(is_correction) if is_correction is not None else None
+    # The spec spells "off" as the string "none"; None works too.
+    correct = None if is_correction in (None, "none") else IS_CORRECTIONS.get(is_correction)
     if correct is not None and rollout_log_probs is None:
         raise ValueError(f"IS correction {is_correction!r} needs the rollout engine's log-probs")
 

@@ -6,7 +6,8 @@ typo fails at validation time with the list of valid names, not deep inside a tr
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 

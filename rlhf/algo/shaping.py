@@ -6,7 +6,7 @@ filtering) and the reward model's ``(r - mean) / std`` under ``--reward.normaliz
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -52,5 +52,6 @@ def keep_group(scores: Sequence[float] | Tensor, score_range: tuple[float, float
 
 
 def normalize_rewards(rewards: Tensor, mean: float | Tensor, std: float | Tensor) -> Tensor:
-    """``(r - mean) / std`` with the statistics a reward model stored at training time (``--reward.normalize_enable``)."""
+    """``(r - mean) / std`` with the statistics a reward model stored when it was trained
+    (OpenRLHF ``--reward.normalize_enable``)."""
     return (rewards - mean) / std

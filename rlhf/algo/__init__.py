@@ -1,0 +1,67 @@
+"""Pure tensor math of RLHF: advantages, KL, policy/value losses, aggregation, SFT/RM/preference losses.
+
+Imports torch and the standard library only. The registries below are keyed by the exact strings the config uses;
+``REGISTRY.get(name)`` raises an error listing the valid names for an unknown one.
+"""
+
+from rlhf.algo.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageEstimator,
+    AdvantageOutput,
+    compute_advantages_and_returns,
+)
+from rlhf.algo.aggregation import LOSS_AGGREGATIONS, LossNormalizer, aggregate, step_loss_normalizer
+from rlhf.algo.kl import KL_ESTIMATORS, compute_approx_kl, compute_reward, kl_loss, make_kl_controller
+from rlhf.algo.logprobs import entropy_from_logits, log_probs_from_logits, masked_mean, masked_sum, masked_whiten
+from rlhf.algo.policy_loss import IS_CORRECTIONS, POLICY_LOSSES, entropy_bonus, policy_loss, value_loss
+from rlhf.algo.preference import (
+    PREFERENCE_LOSSES,
+    RM_LOSSES,
+    PreferenceInputs,
+    PreferenceLossOutput,
+    nll_regularizer,
+    preference_accuracy,
+)
+from rlhf.algo.registry import DuplicateNameError, Registry, UnknownNameError
+from rlhf.algo.shaping import keep_group, normalize_rewards, overlong_penalty, stop_properly_penalty
+from rlhf.algo.supervised import sft_loss
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "IS_CORRECTIONS",
+    "KL_ESTIMATORS",
+    "LOSS_AGGREGATIONS",
+    "POLICY_LOSSES",
+    "PREFERENCE_LOSSES",
+    "RM_LOSSES",
+    "AdvantageEstimator",
+    "AdvantageOutput",
+    "DuplicateNameError",
+    "LossNormalizer",
+    "PreferenceInputs",
+    "PreferenceLossOutput",
+    "Registry",
+    "UnknownNameError",
+    "aggregate",
+    "compute_advantages_and_returns",
+    "compute_approx_kl",
+    "compute_reward",
+    "entropy_bonus",
+    "entropy_from_logits",
+    "keep_group",
+    "kl_loss",
+    "log_probs_from_logits",
+    "make_kl_controller",
+    "masked_mean",
+    "masked_sum",
+    "masked_whiten",
+    "nll_regularizer",
+    "normalize_rewards",
+    "overlong_penalty",
+    "policy_loss",
+    "preference_accuracy",
+    "sft_loss",
+    "step_loss_normalizer",
+    "stop_properly_penalty",
+    "value_loss",
+]

@@ -1,0 +1,78 @@
+"""Registries: duplicate names fail, unknown names list the valid ones, and the config strings are pinned."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+import rlhf.algo as algo
+from rlhf.algo.registry import DuplicateNameError, Registry, UnknownNameError
+
+
+def test_register_returns_the_object_and_get_finds_it() -> None:
+    reg: Registry[object] = Registry("thing")
+
+    @reg.register("a")
+    def a() -> None: ...
+
+    assert reg.get("a") is a
+    assert "a" in reg and "b" not in reg
+
+
+def test_duplicate_registration_fails() -> None:
+    reg: Registry[int] = Registry("thing")
+    reg.add("x", 1)
+    with pytest.raises(DuplicateNameError, match="'x' is already registered"):
+        reg.add("x", 2)
+    with pytest.raises(ValueError):
+        reg.register("x")(3)
+    assert reg.get("x") == 1  # the first definition survives
+
+
+def test_unknown_name_lists_valid_names_and_is_both_key_and_value_error() -> None:
+    reg: Registry[int] = Registry("thing")
+    reg.add("beta", 1)
+    reg.add("alpha", 2)
+    with pytest.raises(UnknownNameError) as info:
+        reg.get("gamma")
+    assert str(info.value) == "unknown thing 'gamma'; valid: alpha, beta"
+    assert isinstance(info.value, KeyError) and isinstance(info.value, ValueError)
+
+
+def test_real_registry_unknown_name_lists_every_estimator() -> None:
+    with pytest.raises(KeyError, match="valid: dr_grpo, gae, group_norm, reinforce, reinforce_baseline, rloo"):
+        algo.ADVANTAGE_ESTIMATORS.get("grpo")
+
+
+@pytest.mark.parametrize(
+    ("registry", "names"),
+    [
+        (algo.ADVANTAGE_ESTIMATORS, {"gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo"}),
+        (algo.POLICY_LOSSES, {"ppo", "gspo"}),
+        (algo.KL_ESTIMATORS, {"k1", "k2", "k3"}),
+        (algo.LOSS_AGGREGATIONS, {"token_mean", "seq_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"}),
+        (algo.IS_CORRECTIONS, {"tis", "icepop", "seq_mask_tis"}),
+        (algo.PREFERENCE_LOSSES, {"dpo", "cdpo", "ipo", "kto", "simpo", "orpo"}),
+        (algo.RM_LOSSES, {"sigmoid", "logexp"}),
+    ],
+)
+def test_registry_names_are_the_config_strings(registry: Registry[object], names: set[str]) -> None:
+    assert set(registry.names()) == names
+
+
+def test_algo_imports_only_torch_and_the_standard_library() -> None:
+    allowed = set(sys.stdlib_module_names) | {"torch", "rlhf", "__future__"}
+    for path in Path(algo.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                roots = {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                roots = {(node.module or "").split(".")[0]}
+            else:
+                continue
+            assert roots <= allowed, f"{path.name} imports {roots - allowed}"
+            if "rlhf" in roots and isinstance(node, ast.ImportFrom):
+                assert node.module.startswith("rlhf.algo"), f"{path.name} imports {node.module}"
