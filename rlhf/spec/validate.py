@@ -146,6 +146,12 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             ro.samples_per_prompt,
             f"the group estimator {est} needs at least 2 samples per prompt",
         )
+        c.require(
+            a.advantage.gamma == 1.0,
+            "algorithm.advantage.gamma",
+            a.advantage.gamma,
+            f"the group estimator {est} uses gamma 1 (its baseline is over whole sequences); remove the override",
+        )
     crit = spec.placement.devices.critic
     if est in names.CRITIC_ESTIMATORS:
         c.require(

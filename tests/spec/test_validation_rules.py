@@ -29,6 +29,7 @@ def test_shipped_base_recipes_are_valid():
         (GPU_RL + ["trainer.global_batch=2048"], "trainer.global_batch"),
         # group estimators need samples_per_prompt >= 2
         (GPU_RL + ["rollout.samples_per_prompt=1", "trainer.global_batch=128"], "rollout.samples_per_prompt"),
+        (GPU_RL + ["algorithm.advantage.gamma=0.9"], "algorithm.advantage.gamma"),
         # gae needs a critic; group estimators run without one
         (GPU_RL + ["placement.devices.critic=2"], "placement.devices.critic"),
         (["+recipe=ppo_llama3_8b", "placement.devices.critic=0"], "placement.devices.critic"),
