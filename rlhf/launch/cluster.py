@@ -1,0 +1,80 @@
+"""Starting a private local Ray cluster on 127.0.0.1, or attaching to an existing one (``ray.address``).
+
+A private cluster lives as long as this process (Ray ties its processes to the driver's); an attached cluster is
+left running. A Ray already initialised in this process (a notebook, the test session) is reused as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from rlhf.spec.schema import RaySpec
+
+log = logging.getLogger(__name__)
+
+# Set in every worker process: quiet tokenizers fork warnings; keep DeepSpeed's and Ray's chatter down.
+WORKER_ENV = {
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_DEDUP_LOGS": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+}
+# Passed through to workers when set on the driver (a private cluster inherits them anyway; an attached one not).
+PASS_THROUGH_ENV = ("RLHF_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "RLHF_VLLM_PYTHON")
+
+
+@dataclass
+class Cluster:
+    """The Ray cluster this job runs on."""
+
+    address: str
+    started_here: bool  # a private cluster (shut down with the job) vs an attached/pre-existing one
+    node_ip: str  # this driver's node ip
+
+    def shutdown(self) -> None:
+        import ray
+
+        if self.started_here and ray.is_initialized():
+            ray.shutdown()
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(WORKER_ENV)
+    env.update({k: os.environ[k] for k in PASS_THROUGH_ENV if k in os.environ})
+    env.update(extra or {})
+    return env
+
+
+def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus: int | None = None) -> Cluster:
+    """Attach to ``ray_spec.address`` when set, else start a private cluster on 127.0.0.1 with ``num_cpus``
+    logical CPUs (``ray.num_cpus`` wins; at least the machine's count, so Ray never starves our bundles)."""
+    import ray
+
+    if ray.is_initialized():
+        ctx = ray.get_runtime_context()
+        return Cluster(address=ctx.gcs_address, started_here=False, node_ip=ray.util.get_node_ip_address())
+    runtime_env = {"env_vars": worker_env(dict(ray_spec.runtime_env))}
+    if ray_spec.address:
+        log.info("attaching to the Ray cluster at %s", ray_spec.address)
+        ray.init(address=ray_spec.address, runtime_env=runtime_env, log_to_driver=True)
+        return Cluster(
+            address=ray.get_runtime_context().gcs_address, started_here=False, node_ip=ray.util.get_node_ip_address()
+        )
+    # Keep a private cluster on the loopback interface: nothing listens on the external one (machine.md).
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    cpus = ray_spec.num_cpus or max(num_cpus or 1, os.cpu_count() or 1)
+    store = int(ray_spec.object_store_gb * 1024**3) if ray_spec.object_store_gb else None
+    ray.init(
+        address="local",
+        num_cpus=cpus,
+        num_gpus=num_gpus,
+        object_store_memory=store,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        runtime_env=runtime_env,
+        log_to_driver=True,
+        configure_logging=True,
+        logging_level=logging.WARNING,
+    )
+    return Cluster(address=ray.get_runtime_context().gcs_address, started_here=True, node_ip="127.0.0.1")

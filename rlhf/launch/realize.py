@@ -1,0 +1,326 @@
+"""From the pure Plan to Ray: the cluster, one placement group per device group, and actor groups per role.
+
+Bundles are mapped to ranks sorted by node (rank r runs on the r-th bundle in node order), so the ranks of one node
+are contiguous and LOCAL_RANK counts within the node. Colocated roles share the bundles with fractional resources
+(the plan's ``fraction``). Waiting for a placement group is bounded: a cluster without the resources fails with the
+roles and the missing resources named, never a silent hang.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rlhf.errors import UserError
+from rlhf.launch.cluster import Cluster, start_or_attach
+from rlhf.launch.plan import DeviceGroup, Plan, RolePlacement
+from rlhf.spec.schema import ExperimentSpec
+
+log = logging.getLogger(__name__)
+
+LOCAL_PG_TIMEOUT_S = 30.0  # a private cluster has its resources at once, or never
+ATTACHED_PG_TIMEOUT_S = 300.0  # an existing cluster may autoscale
+
+
+class PlacementError(UserError):
+    """The cluster cannot hold a device group's bundles."""
+
+
+class WorkerError(RuntimeError):
+    """A worker of a role failed or died; the message names the role and rank."""
+
+
+@dataclass
+class GroupSlots:
+    """One placement group and the order its bundles are handed to ranks (sorted by node)."""
+
+    group: DeviceGroup
+    pg: Any  # ray.util.placement_group.PlacementGroup
+    bundle_order: list[int]  # bundle index of rank r
+    node_ips: list[str]  # node ip of rank r's bundle
+
+    def local_ranks(self) -> list[int]:
+        seen: dict[str, int] = {}
+        out = []
+        for ip in self.node_ips:
+            out.append(seen.get(ip, 0))
+            seen[ip] = out[-1] + 1
+        return out
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _node_ip_and_port() -> tuple[str, int]:
+    import ray
+
+    return ray.util.get_node_ip_address(), _free_port()
+
+
+def _missing_resources(bundles: list[dict[str, float]]) -> str:
+    import ray
+
+    need: dict[str, float] = {}
+    for b in bundles:
+        for k, v in b.items():
+            need[k] = need.get(k, 0.0) + v
+    avail, total = ray.available_resources(), ray.cluster_resources()
+    parts = [f"{k}: need {v:g}, available {avail.get(k, 0):g} of {total.get(k, 0):g}" for k, v in sorted(need.items())]
+    return "; ".join(parts)
+
+
+def _create_placement_group(group: DeviceGroup, timeout_s: float) -> GroupSlots:
+    import ray
+    from ray.util.placement_group import placement_group, placement_group_table
+
+    bundles = [dict(group.bundle) for _ in range(group.size)]
+    pg = placement_group(bundles, strategy="PACK", name=f"rlhf-{'+'.join(group.roles)}")
+    try:
+        ray.get(pg.ready(), timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        missing = _missing_resources(bundles)
+        ray.util.remove_placement_group(pg)
+        raise PlacementError(
+            f"roles {'+'.join(group.roles)}: the Ray cluster cannot place {group.size} bundle(s) of {group.bundle} "
+            f"within {timeout_s:.0f} s ({missing}); lower hardware.devices_per_node/placement.devices, or give "
+            f"the cluster more resources (ray.num_cpus for a local cluster)"
+        ) from None
+    table = placement_group_table(pg)
+    bundle_node = table["bundles_to_node_id"]
+    ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    node_rank = {node: i for i, node in enumerate(sorted(set(bundle_node.values()), key=lambda n: ips.get(n, n)))}
+    order = sorted(range(group.size), key=lambda b: (node_rank[bundle_node[b]], b))
+    return GroupSlots(group=group, pg=pg, bundle_order=order, node_ips=[ips.get(bundle_node[b], "") for b in order])
+
+
+class RoleGroup:
+    """N Ray actors of one class for one role, one per rank, in the role's bundles.
+
+    Each actor gets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the rank-0 node) and MASTER_PORT in its environment,
+    so ``deepspeed.init_distributed`` (or torch's env:// init) forms the group without further arguments.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        actor_cls: type,
+        slots: GroupSlots,
+        placement: RolePlacement,
+        *args: Any,
+        num_actors: int | None = None,
+        env: dict[str, str] | None = None,
+        accelerator: str = "cpu",
+        driver_ip: str = "127.0.0.1",
+        **kwargs: Any,
+    ) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.role = role
+        world = num_actors or placement.ranks
+        if world > len(slots.bundle_order):
+            raise PlacementError(
+                f"role {role}: {world} ranks but its device group has {len(slots.bundle_order)} bundles"
+            )
+        bundle = slots.group.bundle
+        cpus = bundle.get("CPU", 1.0) * placement.fraction
+        gpus = bundle.get("GPU", 0.0) * placement.fraction
+        master_addr, master_port = self._master(slots, driver_ip)
+        remote_cls = actor_cls if hasattr(actor_cls, "remote") else ray.remote(actor_cls)
+        local_ranks = slots.local_ranks()
+        self.actors = []
+        for rank in range(world):
+            rank_env = {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world),
+                "LOCAL_RANK": str(local_ranks[rank]),
+                "LOCAL_WORLD_SIZE": str(slots.node_ips.count(slots.node_ips[rank])),
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(master_port),
+                "RLHF_ROLE": role,
+                # Threads per rank: its share of the bundle's CPUs (at least one).
+                "OMP_NUM_THREADS": str(max(int(cpus), 1)),
+                **(env or {}),
+            }
+            if accelerator == "gpu" and gpus < 1:
+                # Colocated roles share a GPU: let each see the whole device, not only a Ray-assigned slice.
+                rank_env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
+            options = {
+                "num_cpus": cpus,
+                "num_gpus": gpus,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    placement_group=slots.pg, placement_group_bundle_index=slots.bundle_order[rank]
+                ),
+                "runtime_env": {"env_vars": rank_env},
+                "name": None,
+                "max_restarts": 0,
+            }
+            self.actors.append(remote_cls.options(**options).remote(*args, **kwargs))
+
+    @staticmethod
+    def _master(slots: GroupSlots, driver_ip: str) -> tuple[str, int]:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        rank0_ip = slots.node_ips[0]
+        if rank0_ip in (driver_ip, "127.0.0.1", ""):
+            return (rank0_ip or "127.0.0.1"), _free_port()
+        # Rank 0 lives on another node: ask that node for a free port.
+        probe = ray.remote(num_cpus=0)(_node_ip_and_port).options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=slots.pg, placement_group_bundle_index=slots.bundle_order[0]
+            )
+        )
+        return ray.get(probe.remote())
+
+    def __len__(self) -> int:
+        return len(self.actors)
+
+    # -- calling methods -----------------------------------------------------------------------------------------
+    def async_run_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """ObjectRefs of ``method(*args, **kwargs)`` on every rank."""
+        return [getattr(a, method).remote(*args, **kwargs) for a in self.actors]
+
+    def async_run_per_rank(self, method: str, per_rank: Sequence[Any], **kwargs: Any) -> list[Any]:
+        """ObjectRefs of ``method(per_rank[r], **kwargs)`` on rank r (a tuple is spread as positional args)."""
+        if len(per_rank) != len(self.actors):
+            raise ValueError(f"role {self.role}: {len(per_rank)} per-rank arguments for {len(self.actors)} ranks")
+        refs = []
+        for actor, arg in zip(self.actors, per_rank, strict=True):
+            args = arg if isinstance(arg, tuple) else (arg,)
+            refs.append(getattr(actor, method).remote(*args, **kwargs))
+        return refs
+
+    def run_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        return self.get(self.async_run_all(method, *args, **kwargs), method)
+
+    def run_per_rank(self, method: str, per_rank: Sequence[Any], **kwargs: Any) -> list[Any]:
+        return self.get(self.async_run_per_rank(method, per_rank, **kwargs), method)
+
+    def get(self, refs: list[Any], what: str = "call") -> list[Any]:
+        """Results in rank order. The first failure raises at once (naming role and rank), so a dead rank never
+        leaves us waiting on the survivors stuck in a collective."""
+        import ray
+
+        pending = {ref: r for r, ref in enumerate(refs)}
+        results: dict[int, Any] = {}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            ref = done[0]
+            rank = pending.pop(ref)
+            try:
+                results[rank] = ray.get(ref)
+            except ray.exceptions.RayActorError as e:
+                raise WorkerError(f"role {self.role} rank {rank} died during {what}: {e}") from e
+            except ray.exceptions.RayTaskError as e:
+                cause = e.as_instanceof_cause() if hasattr(e, "as_instanceof_cause") else e
+                if isinstance(cause, UserError) or isinstance(getattr(e, "cause", None), UserError):
+                    raise e.cause from None
+                raise WorkerError(f"role {self.role} rank {rank} failed in {what}:\n{e}") from e
+        return [results[r] for r in range(len(refs))]
+
+    def kill(self) -> None:
+        """Leave the process group cleanly where possible, then end the actors."""
+        import ray
+
+        try:
+            ray.get([a.shutdown.remote() for a in self.actors], timeout=30)
+        except Exception:  # noqa: BLE001 - a dead or wedged actor is killed below anyway
+            pass
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
+        self.actors = []
+
+
+@dataclass
+class Realized:
+    """The cluster and placement groups of a plan; ``create_group`` starts a role's actors."""
+
+    spec: ExperimentSpec
+    plan: Plan
+    cluster: Cluster
+    slots: dict[int, GroupSlots]
+    role_groups: list[RoleGroup] = field(default_factory=list)
+
+    def placement(self, role: str) -> RolePlacement:
+        try:
+            return self.plan.roles[role]
+        except KeyError:
+            raise PlacementError(f"role {role} is not in the plan (roles: {', '.join(self.plan.roles)})") from None
+
+    def colocated(self, a: str, b: str) -> bool:
+        """Whether roles a and b share the same bundles (the same device group)."""
+        return self.placement(a).group == self.placement(b).group
+
+    def can_fuse(self, role: str, other: str) -> bool:
+        """Whether ``other`` can live in ``role``'s processes: same bundles, same number of ranks."""
+        a, b = self.placement(role), self.placement(other)
+        return a.group == b.group and a.ranks == b.ranks and b.bundles_per_rank == 1
+
+    def create_group(
+        self,
+        role: str,
+        actor_cls: type,
+        *args: Any,
+        fused: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> RoleGroup:
+        """One actor per rank of ``role`` (``actor_cls(*args, **kwargs)``), in the role's bundles. Roles in
+        ``fused`` run inside the same actors (see :meth:`can_fuse`); their resource shares are added to role's."""
+        placement = self.placement(role)
+        for other in fused:
+            if not self.can_fuse(role, other):
+                raise PlacementError(f"role {other} cannot share {role}'s processes (different devices or ranks)")
+            placement = replace(placement, fraction=placement.fraction + self.placement(other).fraction)
+        group = RoleGroup(
+            role,
+            actor_cls,
+            self.slots[placement.group],
+            placement,
+            *args,
+            env=env,
+            accelerator=self.spec.hardware.accelerator,
+            driver_ip=self.cluster.node_ip,
+            **kwargs,
+        )
+        self.role_groups.append(group)
+        return group
+
+    def shutdown(self) -> None:
+        """Kill the actor groups, remove the placement groups, stop a private cluster."""
+        import ray
+
+        for g in self.role_groups:
+            g.kill()
+        self.role_groups.clear()
+        if ray.is_initialized():
+            for s in self.slots.values():
+                try:
+                    ray.util.remove_placement_group(s.pg)
+                except Exception:  # noqa: BLE001 - already gone with its cluster
+                    pass
+        self.cluster.shutdown()
+
+
+def realize(spec: ExperimentSpec, plan: Plan, *, timeout_s: float | None = None) -> Realized:
+    """Start or attach to the Ray cluster and create one placement group per device group of ``plan``."""
+    need_cpus = sum(int(g.bundle.get("CPU", 0)) * g.size for g in plan.groups)
+    need_gpus = sum(int(g.bundle.get("GPU", 0)) * g.size for g in plan.groups)
+    cluster = start_or_attach(spec.ray, num_cpus=need_cpus, num_gpus=need_gpus if need_gpus else None)
+    timeout = timeout_s or (ATTACHED_PG_TIMEOUT_S if spec.ray.address else LOCAL_PG_TIMEOUT_S)
+    slots: dict[int, GroupSlots] = {}
+    try:
+        for g in plan.groups:
+            slots[g.index] = _create_placement_group(g, timeout)
+    except BaseException:
+        Realized(spec, plan, cluster, slots).shutdown()
+        raise
+    log.info("placement groups ready: %s", ", ".join("+".join(s.group.roles) for s in slots.values()))
+    return Realized(spec, plan, cluster, slots)

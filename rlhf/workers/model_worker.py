@@ -1,0 +1,206 @@
+"""The Ray actor that hosts DeepSpeed engines for one rank: at most one trained model and any number of frozen
+ones. Colocated roles (policy + reference) can be fused into one process this way, which saves a process, a
+framework import and a copy of the CUDA context per rank.
+
+Thin by design: building models and engines, moving batches in and results out. What a step computes is the
+``loss_fn`` / ``fn`` the pipeline sends (module-level functions or ``functools.partial`` of them, pickled by name).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from rlhf.spec.schema import ExperimentSpec
+from rlhf.workers.base import BaseWorker
+
+MODEL_KINDS = ("causal_lm", "reward", "critic")
+
+
+class EngineWorker(BaseWorker):
+    def __init__(self, spec: ExperimentSpec, role: str) -> None:
+        super().__init__(spec, role)
+        self.trained = None  # DeepSpeedTrainEngine
+        self.frozen: dict[str, Any] = {}  # name -> DeepSpeedEvalEngine
+        self.tokenizer = None
+        self._hf_ds_config = None  # kept alive: transformers builds models inside zero.Init while it exists
+
+    # -- building ------------------------------------------------------------------------------------------------
+    def _zero3(self, ds_config: dict[str, Any]) -> None:
+        if ds_config["zero_optimization"]["stage"] == 3 and self._hf_ds_config is None:
+            from transformers.integrations import HfDeepSpeedConfig
+
+            self._hf_ds_config = HfDeepSpeedConfig(ds_config)
+
+    def _load(
+        self, kind: str, path: str | None, *, train: bool, init_value_head: bool = False, normalize_reward: bool = False
+    ):
+        from rlhf.models.loading import load_causal_lm, resolve_model_path, tokenizer_for
+        from rlhf.models.value_head import load_value_model
+
+        if kind not in MODEL_KINDS:
+            raise ValueError(f"role {self.role}: model kind {kind!r} is not one of {', '.join(MODEL_KINDS)}")
+        m = self.spec.model
+        path = path or resolve_model_path(m)
+        if self.tokenizer is None:
+            self.tokenizer = tokenizer_for(m, path)
+        t = self.spec.trainer
+        lora = m.lora if train else None
+        gc = t.gradient_checkpointing and train
+        if kind == "causal_lm":
+            return load_causal_lm(
+                path,
+                precision=t.precision,
+                attn=m.attn_implementation,
+                trust_remote_code=m.trust_remote_code,
+                gradient_checkpointing=gc,
+                lora=lora,
+            )
+        return load_value_model(
+            path,
+            kind,
+            precision=t.precision,
+            attn=m.attn_implementation,
+            value_head_prefix=self.spec.reward.value_head_prefix,
+            init_value_head=init_value_head,
+            normalize_reward=normalize_reward,
+            trust_remote_code=m.trust_remote_code,
+            gradient_checkpointing=gc,
+            lora=lora,
+        )
+
+    def init_trained(
+        self,
+        *,
+        kind: str = "causal_lm",
+        model_path: str | None = None,
+        lr: float | None = None,
+        total_steps: int = 1,
+        init_value_head: bool = False,
+    ) -> dict[str, Any]:
+        """Build the trained model and its DeepSpeed engine (optimizer, schedule over ``total_steps``)."""
+        import torch
+
+        from rlhf.engines.deepspeed_engine import DeepSpeedTrainEngine
+        from rlhf.engines.ds_config import train_ds_config
+
+        self.init_distributed()
+        t = self.spec.trainer
+        per_step = t.micro_batch_per_device * self.world_size
+        if t.global_batch % per_step:
+            raise ValueError(
+                f"role {self.role}: trainer.global_batch={t.global_batch} is not a multiple of "
+                f"micro_batch_per_device x ranks = {per_step}"
+            )
+        cfg = train_ds_config(
+            t,
+            micro_batch=t.micro_batch_per_device,
+            grad_accum=t.global_batch // per_step,
+            dp_size=self.world_size,
+            accelerator=self.spec.hardware.accelerator,
+        )
+        self._zero3(cfg)
+        torch.manual_seed(self.spec.seed)  # same head init on every rank (ZeRO-3 broadcasts rank 0's anyway)
+        model = self._load(kind, model_path, train=True, init_value_head=init_value_head)
+        self.trained = DeepSpeedTrainEngine(model, cfg, trainer=t, lr=lr or t.lr, total_steps=total_steps)
+        trainable = sum(
+            p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters() if p.requires_grad
+        )
+        return {"grad_accum": self.trained.grad_accum, "trainable_params": trainable, "pid": os.getpid()}
+
+    def init_frozen(
+        self,
+        name: str,
+        *,
+        kind: str = "causal_lm",
+        model_path: str | None = None,
+        offload: bool = False,
+        normalize_reward: bool = False,
+    ) -> None:
+        """Build a frozen model (``name``: reference, reward, ...) under ZeRO-3 if training uses stage 3, else 0."""
+        from rlhf.engines.deepspeed_engine import DeepSpeedEvalEngine
+        from rlhf.engines.ds_config import eval_ds_config
+
+        self.init_distributed()
+        t = self.spec.trainer
+        cfg = eval_ds_config(
+            zero_stage=t.zero_stage,
+            precision=t.precision,
+            offload=offload,
+            dp_size=self.world_size,
+            accelerator=self.spec.hardware.accelerator,
+        )
+        self._zero3(cfg)
+        model = self._load(kind, model_path, train=False, normalize_reward=normalize_reward)
+        self.frozen[name] = DeepSpeedEvalEngine(model, cfg)
+
+    # -- computing -----------------------------------------------------------------------------------------------
+    def _trained(self):
+        if self.trained is None:
+            raise RuntimeError(f"role {self.role} rank {self.rank}: init_trained was not called")
+        return self.trained
+
+    def _frozen(self, name: str):
+        try:
+            return self.frozen[name]
+        except KeyError:
+            raise RuntimeError(
+                f"role {self.role} rank {self.rank}: no frozen model {name!r} "
+                f"(have: {', '.join(self.frozen) or 'none'})"
+            ) from None
+
+    def train_step(
+        self,
+        micro_batches: list[dict[str, Any]],
+        loss_fn: Callable,
+        mask_key: str | None = "action_mask",
+        norm_constant: float | None = None,
+    ) -> dict[str, float]:
+        """One optimizer step (see DeepSpeedTrainEngine.step)."""
+        return self._trained().step(micro_batches, loss_fn, mask_key=mask_key, norm_constant=norm_constant)
+
+    def forward(self, fn: Callable, batches: list[dict[str, Any]], name: str | None = None) -> list[Any]:
+        """``fn(model, batch)`` without gradients on each batch, with the trained model (``name=None``) or the
+        frozen model ``name``; results moved to CPU."""
+        engine = self._frozen(name) if name else self._trained()
+        run = engine.forward if name else engine.forward_no_grad
+        return [_to_cpu(run(fn, b)) for b in batches]
+
+    # -- weights and checkpoints ---------------------------------------------------------------------------------
+    def named_weights(self) -> list[tuple[str, Any]] | None:
+        """Full HF-named weights of the trained model (gathered, LoRA merged) on rank 0; None on other ranks."""
+        out = [(n, t.cpu()) for n, t in self._trained().named_weights()]
+        return out if self.rank == 0 else None
+
+    def save_checkpoint(self, path: str, client_state: dict[str, Any] | None = None) -> None:
+        self._trained().save(path, client_state)
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        client = self._trained().load(path)
+        return {
+            k: v
+            for k, v in client.items()
+            if k not in ("param_shapes", "frozen_param_shapes", "ds_config", "shared_params", "frozen_param_fragments")
+        }
+
+    def save_hf(self, path: str, config_updates: dict[str, Any] | None = None) -> None:
+        self._trained().save_hf(path, tokenizer=self.tokenizer, config_updates=config_updates)
+
+    def offload_states(self) -> None:
+        self._trained().offload_states()
+
+    def reload_states(self) -> None:
+        self._trained().reload_states()
+
+
+def _to_cpu(x: Any) -> Any:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu()
+    if isinstance(x, dict):
+        return {k: _to_cpu(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_cpu(v) for v in x)
+    return x
