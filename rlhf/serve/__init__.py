@@ -1,0 +1,1 @@
+"""Standalone services: the reward-model HTTP server behind ``rlhf-serve-rm``."""
