@@ -30,7 +30,7 @@ from typing import Any
 from rlhf.agents.batching import LockstepBatcher
 from rlhf.agents.errors import AgentError, AgentProblem, RolloutEngineError
 from rlhf.agents.results import rollout_from_result
-from rlhf.agents.sampling import SamplingParams
+from rlhf.agents.sampling import SamplingParams, coerce_sampling_params
 from rlhf.engines.protocol import Rollout, SamplingSpec
 
 DEFAULT_STEP_TIMEOUT_S = 300.0
@@ -74,7 +74,7 @@ class CompletionOutput:
 class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
-    rollout: Rollout = field(repr=False, default=None)  # ours: the engine's result as it came
+    rollout: Rollout | None = field(repr=False, default=None)  # ours: the engine's result as it came
 
 
 class EpisodeEngine:
@@ -92,9 +92,7 @@ class EpisodeEngine:
 
     async def generate(self, prompt_token_ids: Sequence[int], sampling_params: Any = None, **_: Any) -> RequestOutput:
         params = sampling_params if sampling_params is not None else SamplingParams()
-        if not isinstance(params, SamplingParams):
-            from rlhf.agents.sampling import coerce_sampling_params
-
+        if not isinstance(params, SamplingParams):  # a dict, a SamplingSpec or a real vllm.SamplingParams
             params = coerce_sampling_params(params, SamplingParams())
         ids = [int(t) for t in prompt_token_ids]
         limit = params.max_tokens if params.max_tokens is not None else self._max_length - len(ids)
