@@ -316,7 +316,10 @@ class LoggingSpec:
 class AgentSpec:
     path: str = ""  # python file with an AgentInstance class (multi_turn) or run_agent function (openai)
     executor: str = "single_turn"  # single_turn | multi_turn | openai
-    max_turns: int = 8
+    max_turns: int = 8  # an episode not done after this many turns is an error naming the agent file and sample
+    step_timeout_s: float = 300.0  # one reset()/step() call
+    call_timeout_s: float = 300.0  # openai: one chat completion
+    run_timeout_s: float = 900.0  # openai: one run_agent() call
 
 
 @dataclass(frozen=True)

@@ -204,6 +204,13 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
         )
     clip = spec.reward.clip_range
     c.require(len(clip) == 2 and clip[0] < clip[1], "reward.clip_range", list(clip), "need [low, high], low < high")
+    if f.overlong_buffer_len is not None:
+        c.require(
+            0 < f.overlong_buffer_len <= ro.max_new_tokens,
+            "algorithm.filters.overlong_buffer_len",
+            f.overlong_buffer_len,
+            f"must be in [1, rollout.max_new_tokens={ro.max_new_tokens}] (the last tokens of the budget)",
+        )
     spp = f.stop_properly_penalty_coef
     if spp is not None and spp >= 0:
         c.require(
