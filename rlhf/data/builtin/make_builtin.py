@@ -1,0 +1,123 @@
+"""Writes the builtin datasets next to this file (deterministic: run it again and the files are identical).
+
+    python -m rlhf.data.builtin.make_builtin
+
+All of them are single-digit tasks a byte-level tiny model can learn on a CPU in minutes:
+    copy   "Repeat the digit: 7"  -> "7"
+    add    "2+5="                 -> "7"   (sums of at most 9, so every answer is one digit)
+    next   "What comes after 4?"  -> "5"
+
+Files (column names are the defaults of DataSpec, so recipes need to name only what differs):
+    arith, arith_eval            RL prompts: input, label, datasource (the task name; eval metrics per task)
+    sft_tiny, sft_tiny_eval      SFT pairs: input, output
+    prefs_tiny, prefs_tiny_eval  preference pairs: chosen, rejected, each a two-message conversation whose
+                                 user turn is the prompt (no data.prompt_key needed with a chat template);
+                                 rejected is a wrong digit half of the time and a non-answer otherwise
+    kto_tiny                     unpaired: input, output, label (true: the correct answer)
+
+Why arith is learnable from random weights by GRPO in a few minutes: every answer is one digit and the
+``exact`` verifier reads only the response's first token, so a random policy is right by chance now and then,
+and the verifier's small credit for *any* number in first position (FORMAT_CREDIT) gives most groups of 8
+samples a reward spread early on; once the policy emits digits, one in ten is right by chance, and copying a
+digit from a fixed place in the prompt is a pattern two attention layers pick up quickly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SEED = 1234
+TASK_WEIGHTS = {"copy": 0.6, "add": 0.2, "next": 0.2}
+NON_ANSWERS = ("x", "?", "no", "I don't know", "maybe", "ten", "a", "idk")
+
+
+def make_task(rng: random.Random, task: str) -> tuple[str, str]:
+    """One (prompt, answer) of the given task."""
+    if task == "copy":
+        d = rng.randrange(10)
+        return f"Repeat the digit: {d}", str(d)
+    if task == "add":
+        a = rng.randrange(10)
+        b = rng.randrange(10 - a)
+        return f"{a}+{b}=", str(a + b)
+    if task == "next":
+        d = rng.randrange(9)
+        return f"What comes after {d}?", str(d + 1)
+    raise ValueError(task)
+
+
+def tasks(rng: random.Random, n: int) -> list[tuple[str, str, str]]:
+    names = list(TASK_WEIGHTS)
+    weights = [TASK_WEIGHTS[t] for t in names]
+    out = []
+    for _ in range(n):
+        task = rng.choices(names, weights)[0]
+        prompt, answer = make_task(rng, task)
+        out.append((task, prompt, answer))
+    return out
+
+
+def wrong_answer(rng: random.Random, answer: str) -> str:
+    if rng.random() < 0.5:
+        return rng.choice([d for d in "0123456789" if d != answer])
+    return rng.choice(NON_ANSWERS)
+
+
+def arith(rng: random.Random, n: int) -> list[dict]:
+    return [{"input": p, "label": a, "datasource": t} for t, p, a in tasks(rng, n)]
+
+
+def sft(rng: random.Random, n: int) -> list[dict]:
+    return [{"input": p, "output": a} for _, p, a in tasks(rng, n)]
+
+
+def prefs(rng: random.Random, n: int) -> list[dict]:
+    rows = []
+    for _, p, a in tasks(rng, n):
+        user = {"role": "user", "content": p}
+        rows.append(
+            {
+                "chosen": [user, {"role": "assistant", "content": a}],
+                "rejected": [user, {"role": "assistant", "content": wrong_answer(rng, a)}],
+            }
+        )
+    return rows
+
+
+def kto(rng: random.Random, n: int) -> list[dict]:
+    rows = []
+    for _, p, a in tasks(rng, n):
+        good = rng.random() < 0.5
+        rows.append({"input": p, "output": a if good else wrong_answer(rng, a), "label": good})
+    return rows
+
+
+DATASETS = {  # name: (generator, rows); each file has its own seeded stream, so files are independent
+    "arith": (arith, 500),
+    "arith_eval": (arith, 50),
+    "sft_tiny": (sft, 1000),
+    "sft_tiny_eval": (sft, 100),
+    "prefs_tiny": (prefs, 1000),
+    "prefs_tiny_eval": (prefs, 100),
+    "kto_tiny": (kto, 500),
+}
+
+
+def write_all(out_dir: Path = HERE) -> list[Path]:
+    written = []
+    for i, (name, (make, n)) in enumerate(DATASETS.items()):
+        rng = random.Random(SEED * 100 + i)
+        path = out_dir / f"{name}.jsonl"
+        with path.open("w", encoding="utf-8") as f:
+            for row in make(rng, n):
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for p in write_all():
+        print(p)

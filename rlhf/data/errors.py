@@ -1,0 +1,34 @@
+"""Data errors: every message names the file, the row and the key, and says how to fix it."""
+
+from __future__ import annotations
+
+from rlhf.errors import UserError
+
+SOURCE_COLUMN = "_source"  # the file (or dataset name) a row was read from
+ROW_COLUMN = "_row"  # the row's 0-based index within that file
+
+
+class DataError(UserError):
+    """A dataset that cannot be read or a row that cannot be used; the message names file, row, key and fix."""
+
+
+class BadRow(Exception):
+    """Raised by a row encoder for a row it cannot use; the driver adds the file and row and either raises a
+    :class:`DataError` (``data.on_bad_row=error``) or counts a skip (``skip``)."""
+
+    def __init__(self, key: str, problem: str, fix: str = "") -> None:
+        super().__init__(problem)
+        self.key = key
+        self.problem = problem
+        self.fix = fix
+
+
+def where(source: str, row: int) -> str:
+    """``file.jsonl, row 17 (line 18)``: rows are 0-based; for JSON Lines files the line number is given too."""
+    line = f" (line {row + 1})" if source.endswith(".jsonl") else ""
+    return f"{source}, row {row}{line}"
+
+
+def bad_row_error(source: str, row: int, bad: BadRow) -> DataError:
+    fix = bad.fix or "fix the row, or set data.on_bad_row=skip to skip such rows (they are counted and reported)"
+    return DataError(f"{where(source, row)}: key {bad.key!r}: {bad.problem}; {fix}")
