@@ -1,0 +1,102 @@
+"""Python reward files (OpenRLHF protocol): a file defining
+
+    def reward_func(queries: list[str], prompts: list[str], labels: list[str], **kwargs):
+        return {"rewards": tensor_or_list, "scores": ..., "extra_logs": {"name": per_sample_values}}
+        # or just the rewards
+
+``queries`` are prompt + response texts, ``prompts`` the prompt texts, ``labels`` the data labels. We call it once
+per batch with every sample (OpenRLHF calls it per sample), and pass ``responses=`` too when the function accepts
+that keyword or ``**kwargs``. An ``async def reward_func`` is awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import inspect
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlhf.rewards.result import RewardError, RewardResult, coerce_result
+
+FUNCTION_NAME = "reward_func"
+
+
+def load_reward_func(path: str | Path) -> Callable[..., Any]:
+    """Import ``path`` as a fresh module and return its ``reward_func``; a RewardError names what is wrong."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise RewardError(f"reward function file {path} does not exist; set reward.function to a .py file")
+    name = "rlhf_reward_func_" + hashlib.sha1(str(p.resolve()).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise RewardError(f"reward function file {path} cannot be imported (is it a .py file?)")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise RewardError(f"reward function file {path} failed to import: {type(e).__name__}: {e}") from e
+    fn = getattr(module, FUNCTION_NAME, None)
+    if fn is None:
+        raise RewardError(f"reward function file {path} defines no {FUNCTION_NAME}(queries, prompts, labels)")
+    if not callable(fn):
+        raise RewardError(f"reward function file {path}: {FUNCTION_NAME} is {type(fn).__name__}, not a function")
+    return fn
+
+
+def _accepts_responses(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind is p.VAR_KEYWORD or p.name == "responses" for p in params)
+
+
+def _run_coroutine(coro: Any) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    # Already inside an event loop (e.g. an async Ray actor): run it on a private loop in a thread.
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as e:  # handed back to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class FunctionReward:
+    """A :class:`~rlhf.rewards.source.RewardSource` over a reward_func file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self.fn = load_reward_func(path)
+        self._pass_responses = _accepts_responses(self.fn)
+
+    def score(
+        self, queries: Sequence[str], prompts: Sequence[str], responses: Sequence[str], labels: Sequence[str]
+    ) -> RewardResult:
+        kwargs = {"responses": list(responses)} if self._pass_responses else {}
+        try:
+            out = self.fn(list(queries), list(prompts), list(labels), **kwargs)
+            if inspect.isawaitable(out):
+                out = _run_coroutine(out)
+        except RewardError:
+            raise
+        except Exception as e:
+            raise RewardError(
+                f"reward function {self.path} raised {type(e).__name__}: {e} (on a batch of {len(queries)} samples)"
+            ) from e
+        return coerce_result(out, len(queries), f"reward function {self.path}")

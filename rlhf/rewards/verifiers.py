@@ -1,0 +1,104 @@
+"""Built-in verifiers (``reward.verifier``): rule-based rewards computed from the response and the label.
+
+Each verifier scores one sample and returns ``(reward, score, logs)``; :func:`verify` maps it over a batch.
+``score`` is strict correctness (0/1), which pass@k and dynamic filtering read; ``reward`` is what training
+optimises, and may add a small credit for the right *form* of answer so that a policy that starts random finds
+the answer space (the same reason R1-style recipes add a format reward).
+
+    exact   1 if the stripped response equals the label, or its first token does ("7" for label "7" in
+            "7 because ..."); else FORMAT_CREDIT when the label is a number and the first token is one too.
+    math    1 if the final answer (last \\boxed{}, "#### x", "answer is x", or last number) equals the label's
+            (numerically or after normalisation); see rlhf.rewards.math_answer.
+    format  1 if the response matches a format regex (default: R1's <think>...</think><answer>...</answer>).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from rlhf.rewards.math_answer import answers_equal, extract_answer, gold_answer, to_number
+from rlhf.rewards.result import RewardError, RewardResult
+
+Outcome = tuple[float, float, dict[str, float]]  # reward, score, per-sample logs
+Verifier = Callable[..., Outcome]
+
+PARTIAL_CREDIT = 0.5  # a wrong number in first position, for a numeric label, earns PARTIAL_CREDIT / (1 + |error|)
+R1_FORMAT = r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$"
+# Special tokens a decoded response may end with (eos, end of turn), ignored by the string comparisons.
+_TRAILING_SPECIAL = re.compile(r"(?:\s*(?:<\|[^<>|]*\|>|</s>|<eos>|<end_of_turn>))+\s*$")
+_FIRST_TOKEN = re.compile(r"\s*([^\s<>,;:!?()\[\]{}\"'`]+)")
+
+
+def strip_special(text: str) -> str:
+    return _TRAILING_SPECIAL.sub("", text).strip()
+
+
+def first_token(text: str) -> str:
+    """The first whitespace/punctuation-delimited token ("7" in " 7. Done"), "" if none."""
+    m = _FIRST_TOKEN.match(text)
+    return m.group(1).rstrip(".") if m else ""
+
+
+def _needs_label(name: str, label: str) -> str:
+    if not label.strip():
+        raise RewardError(
+            f"verifier {name!r} needs a label for every sample and got an empty one; set data.label_key to the "
+            "column holding the reference answer"
+        )
+    return label.strip()
+
+
+def exact_verifier(response: str, label: str, partial_credit: float = PARTIAL_CREDIT) -> Outcome:
+    gold = _needs_label("exact", label)
+    text = strip_special(response)
+    token = first_token(text)
+    full, first = text == gold, token == gold
+    reward = 1.0 if full or first else 0.0
+    if not reward and partial_credit:
+        want, got = to_number(gold), to_number(token)
+        if want is not None and got is not None:
+            reward = partial_credit / (1.0 + abs(got - want))
+    return reward, float(full or first), {"exact_match": float(full), "first_token_match": float(first)}
+
+
+def math_verifier(response: str, label: str) -> Outcome:
+    gold = gold_answer(_needs_label("math", label))
+    predicted = extract_answer(strip_special(response))
+    correct = float(answers_equal(predicted, gold))
+    return correct, correct, {"answer_found": float(predicted is not None)}
+
+
+def format_verifier(response: str, label: str, pattern: str = R1_FORMAT) -> Outcome:
+    ok = float(re.match(pattern, strip_special(response), flags=re.DOTALL) is not None)
+    return ok, ok, {"format_ok": ok}
+
+
+VERIFIERS: dict[str, Verifier] = {"exact": exact_verifier, "math": math_verifier, "format": format_verifier}
+
+
+def verify(
+    name: str,
+    queries: Sequence[str],
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    labels: Sequence[str | None],
+    **options: float | str,
+) -> RewardResult:
+    """Score a batch with the built-in verifier ``name`` (``options`` go to it, e.g. ``pattern=`` for format).
+
+    ``queries`` and ``prompts`` are accepted for the common reward signature; the verifiers read the responses
+    and labels only.
+    """
+    if name not in VERIFIERS:
+        raise RewardError(f"reward.verifier={name!r}: unknown verifier; use one of {', '.join(sorted(VERIFIERS))}")
+    if not len(responses) == len(labels) == len(queries) == len(prompts):
+        raise ValueError("verify: queries, prompts, responses and labels must have the same length")
+    fn = VERIFIERS[name]
+    outcomes = [fn(r, "" if lab is None else str(lab), **options) for r, lab in zip(responses, labels, strict=True)]
+    keys = list(dict.fromkeys(k for _, _, logs in outcomes for k in logs))
+    return RewardResult(
+        rewards=[o[0] for o in outcomes],
+        scores=[o[1] for o in outcomes],
+        extra_logs={k: [o[2].get(k, 0.0) for o in outcomes] for k in keys},
+    )
