@@ -1,0 +1,273 @@
+"""The ``hf`` rollout engine: transformers ``generate`` with a KV cache, behind :class:`RolloutEngine`.
+
+No extra dependency and no separate process: the CPU default, and a fallback wherever vLLM is missing.
+
+What it returns (one :class:`Rollout` per sample, the ``n`` samples of a prompt contiguous):
+    output_ids      the sampled tokens, cut after the first eos / stop token (kept) or stop string (kept)
+    logprobs        log-softmax(logits / temperature) at each sampled token, from the raw model logits of the
+                    same forward that sampled it (before top-k/top-p/min-tokens masking), which is what the
+                    trainer recomputes with ``rlhf.algo.logprobs.log_probs_from_logits``; temperature 0 (greedy)
+                    reports the untempered log-probs
+    finish_reason   "stop" (eos, stop token or stop string) or "length" (max_new_tokens reached)
+Sampling is reproducible given ``SamplingSpec.seed`` (the global RNG is forked, not disturbed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+
+from rlhf.engines.protocol import Rollout, SamplingSpec
+
+_DTYPES = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+}
+
+
+class _LogprobRecorder(LogitsProcessor):
+    """Records log p(sampled token) per step without keeping every step's logits.
+
+    ``generate`` calls processors before sampling, so the token sampled from step t's logits is first visible at
+    step t+1 (as ``input_ids[:, -1]``); the recorder keeps one step of log-softmax and gathers it then. It sits
+    first among our processors, ahead of the sampling warpers ``generate`` appends, so it sees raw logits.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.prev: Tensor | None = None
+        self.steps: list[Tensor] = []
+
+    def _take(self, tokens: Tensor) -> None:
+        assert self.prev is not None
+        self.steps.append(self.prev.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.prev is not None:
+            self._take(input_ids[:, -1])
+        self.prev = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, generated: Tensor) -> Tensor:
+        """``[B, steps]`` log-probs aligned with ``generated`` (the new tokens)."""
+        if self.prev is not None and len(self.steps) < generated.shape[1]:
+            self._take(generated[:, -1])
+        self.prev = None
+        if not self.steps:
+            return torch.zeros(generated.shape, dtype=torch.float32)
+        return torch.stack(self.steps, dim=1)
+
+
+class _MinNewTokens(LogitsProcessor):
+    """Forbids the stop tokens until ``min_new`` tokens exist (ours rather than transformers' so that it runs
+    after the recorder and the recorded log-probs stay those of the unmasked model)."""
+
+    def __init__(self, stop_ids: Sequence[int], prompt_width: int, min_new: int) -> None:
+        self.stop_ids = list(stop_ids)
+        self.prompt_width = prompt_width
+        self.min_new = min_new
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[1] - self.prompt_width < self.min_new:
+            scores = scores.clone()
+            scores[:, self.stop_ids] = -float("inf")
+        return scores
+
+
+def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+class HFEngine:
+    """A :class:`~rlhf.engines.protocol.RolloutEngine` over an already-loaded causal LM.
+
+    Args:
+        model: a transformers causal LM (``generate`` and ``state_dict`` are used); put in eval mode.
+        pad_token_id, eos_token_id: the tokenizer's ids (eos always stops a sample).
+        tokenizer: needed only for stop strings (they are matched on decoded text).
+        max_batch_size: sequences per ``generate`` call; larger requests are split into chunks in order.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        pad_token_id: int,
+        eos_token_id: int,
+        tokenizer: Any = None,
+        max_batch_size: int = 512,
+    ) -> None:
+        self.model = model.eval()
+        self.pad_token_id = int(pad_token_id)
+        self.eos_token_id = int(eos_token_id)
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.device = next(model.parameters()).device
+        self._asleep = False
+
+    @classmethod
+    def from_path(
+        cls, path: str, dtype: str | torch.dtype = "float32", device: str = "cpu", tokenizer_path: str | None = None
+    ) -> HFEngine:
+        """Load model and tokenizer with ``from_pretrained`` (pad falls back to eos, as OpenRLHF does)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch_dtype = _DTYPES[dtype] if isinstance(dtype, str) else dtype
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or path)
+        eos = tokenizer.eos_token_id
+        if eos is None:
+            raise ValueError(f"the tokenizer at {tokenizer_path or path} has no eos token")
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+        return cls(model, pad, eos, tokenizer)
+
+    # -- generation ---------------------------------------------------------------------------------------------
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
+        """``len(prompts) * sampling.n`` rollouts, prompt-major (the n samples of a prompt are contiguous)."""
+        if sampling.n < 1 or sampling.max_new_tokens < 1:
+            raise ValueError(f"need n >= 1 and max_new_tokens >= 1, got n={sampling.n}, {sampling.max_new_tokens}")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        if sampling.stop and self.tokenizer is None:
+            raise ValueError("stop strings need the tokenizer; pass tokenizer= to HFEngine")
+        self.wake()
+        expanded = [list(p) for p in prompts for _ in range(sampling.n)]
+        chunks = [expanded[i : i + self.max_batch_size] for i in range(0, len(expanded), self.max_batch_size)]
+        devices = [self.device] if self.device.type == "cuda" else []
+        out: list[Rollout] = []
+        with torch.inference_mode(), torch.random.fork_rng(devices=devices, enabled=sampling.seed is not None):
+            if sampling.seed is not None:
+                torch.manual_seed(sampling.seed)
+            for chunk in chunks:
+                out += self._generate_chunk(chunk, sampling)
+        return out
+
+    def _stop_ids(self, sampling: SamplingSpec) -> list[int]:
+        return list(dict.fromkeys([self.eos_token_id, *sampling.stop_token_ids]))
+
+    def _generation_config(self, sampling: SamplingSpec, stop_ids: list[int]) -> GenerationConfig:
+        greedy = sampling.temperature <= 0
+        kwargs: dict[str, Any] = {}
+        if not greedy:
+            # top_k=0 switches transformers' top-k off (its default is 50); -1 is our "off".
+            kwargs = {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": max(sampling.top_k, 0)}
+        return GenerationConfig(
+            max_new_tokens=sampling.max_new_tokens,
+            do_sample=not greedy,
+            eos_token_id=stop_ids,
+            pad_token_id=self.pad_token_id,
+            stop_strings=list(sampling.stop) or None,
+            use_cache=True,
+            **kwargs,
+        )
+
+    def _generate_chunk(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
+        ids, mask = _left_pad(prompts, self.pad_token_id, self.device)
+        stop_ids = self._stop_ids(sampling)
+        recorder = _LogprobRecorder(sampling.temperature if sampling.temperature > 0 else 1.0)
+        processors = LogitsProcessorList([recorder])
+        if sampling.min_new_tokens > 0:
+            processors.append(_MinNewTokens(stop_ids, ids.shape[1], sampling.min_new_tokens))
+        sequences = self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            generation_config=self._generation_config(sampling, stop_ids),
+            logits_processor=processors,
+            tokenizer=self.tokenizer if sampling.stop else None,
+        )
+        generated = sequences[:, ids.shape[1] :]
+        logprobs = recorder.finish(generated).cpu().tolist()
+        rows = generated.cpu().tolist()
+        out = []
+        for prompt, row, lps in zip(prompts, rows, logprobs, strict=True):
+            end, reason = self._cut(row, set(stop_ids), sampling.stop)
+            out.append(
+                Rollout(
+                    prompt_ids=prompt,
+                    output_ids=row[:end],
+                    action_mask=[1] * end,
+                    logprobs=lps[:end] if sampling.logprobs else [0.0] * end,
+                    finish_reason=reason,
+                )
+            )
+        return out
+
+    def _cut(self, row: list[int], stop_ids: set[int], stop: Sequence[str]) -> tuple[int, str]:
+        """Where the sample ends (exclusive) and why; tokens after the end are generate's padding."""
+        for j, tok in enumerate(row):
+            if tok in stop_ids:
+                return j + 1, "stop"
+        if stop:
+            end = self._stop_string_end(row, stop)
+            if end is not None:
+                return end, "stop"
+        return len(row), "length"
+
+    def _stop_string_end(self, row: list[int], stop: Sequence[str]) -> int | None:
+        """The shortest prefix whose text contains a stop string (binary search: containment only grows)."""
+
+        def hit(k: int) -> bool:
+            text = self.tokenizer.decode(row[:k], skip_special_tokens=False)
+            return any(s in text for s in stop)
+
+        if not hit(len(row)):
+            return None
+        lo, hi = 1, len(row)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if hit(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # -- weights and memory -----------------------------------------------------------------------------------
+
+    def _targets(self) -> dict[str, Tensor]:
+        # Tied weights appear under every name (lm_head.weight and the embedding), so either may be sent.
+        targets = dict(self.model.named_parameters(remove_duplicate=False))
+        targets.update(dict(self.model.named_buffers(remove_duplicate=False)))
+        return targets
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Copy the given tensors into the model in place (names as in the HF state dict). Every name must exist
+        and match in shape; nothing is copied when one does not. Names not given keep their values."""
+        targets = self._targets()
+        items = list(named_tensors)
+        unknown = [n for n, _ in items if n not in targets]
+        if unknown:
+            raise KeyError(f"load_weights: unknown parameter names {unknown[:5]}{'...' if len(unknown) > 5 else ''}")
+        wrong = [f"{n} {tuple(t.shape)} vs {tuple(targets[n].shape)}" for n, t in items if t.shape != targets[n].shape]
+        if wrong:
+            raise ValueError(f"load_weights: shape mismatch (given vs model): {wrong[:5]}")
+        with torch.no_grad():
+            for name, tensor in items:
+                target = targets[name]
+                target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+
+    def sleep(self) -> None:
+        """Move the model to host memory between rollouts (accelerators only; a no-op on CPU)."""
+        if self.device.type != "cpu" and not self._asleep:
+            self.model.to("cpu")
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            self._asleep = True
+
+    def wake(self) -> None:
+        if self._asleep:
+            self.model.to(self.device)
+            self._asleep = False
