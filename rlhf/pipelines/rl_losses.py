@@ -1,0 +1,111 @@
+"""What the RL loop asks the ranks to compute: forward functions (log-probs, values, rewards) and the actor and
+critic losses. Module-level functions (with ``functools.partial`` of frozen settings) so Ray pickles them by name;
+all math comes from rlhf.algo.
+
+Micro-batches are dicts of the experience tensors (rlhf.pipelines.experience.TENSOR_FIELDS) plus ``kl_coef``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rlhf.algo import entropy_bonus, kl_loss, masked_mean, policy_loss, value_loss
+from rlhf.models.forward import causal_lm_log_probs, value_model_rewards, value_model_values
+from rlhf.spec.schema import ExperimentSpec
+
+
+@dataclass(frozen=True)
+class ActorLossSettings:
+    loss_type: str
+    clip_eps_low: float
+    clip_eps_high: float
+    dual_clip: float | None
+    aggregation: str
+    temperature: float
+    entropy_coef: float | None
+    kl_in_loss: bool
+    kl_estimator: str
+    is_correction: str
+    is_threshold: tuple[float, float]
+
+    @classmethod
+    def from_spec(cls, spec: ExperimentSpec) -> ActorLossSettings:
+        a = spec.algorithm
+        return cls(
+            loss_type=a.policy_loss.type,
+            clip_eps_low=a.policy_loss.eps_clip_low,
+            clip_eps_high=a.policy_loss.eps_clip_high,
+            dual_clip=a.policy_loss.dual_clip,
+            aggregation=a.policy_loss.aggregation,
+            temperature=spec.rollout.temperature or 1.0,
+            entropy_coef=a.policy_loss.entropy_coef,
+            kl_in_loss=a.kl.placement == "loss" and a.kl.coef > 0,
+            kl_estimator=a.kl.estimator,
+            is_correction=a.is_correction.type,
+            is_threshold=(a.is_correction.low, a.is_correction.high),
+        )
+
+
+def policy_logprobs_fn(model, batch: dict[str, Tensor], *, temperature: float) -> Tensor:
+    """``[B, T-1]`` log-probs of the sequence under the policy (old log-probs) or the reference."""
+    return causal_lm_log_probs(model, batch["sequences"], batch["attention_mask"], temperature=temperature)
+
+
+def critic_values_fn(model, batch: dict[str, Tensor]) -> Tensor:
+    return value_model_values(model, batch["sequences"], batch["attention_mask"]).float()
+
+
+def reward_model_fn(model, batch: dict[str, Tensor]) -> Tensor:
+    return value_model_rewards(model, batch["sequences"], batch["attention_mask"]).float()
+
+
+def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -> tuple[Tensor, dict[str, Tensor]]:
+    """``L_pg + kl_coef·agg(KL) [KL as loss] − entropy_coef·agg(H)`` on one micro-batch (OpenRLHF
+    ActorPPOTrainer.training_step), aggregated over the whole optimizer step by ``norm``."""
+    mask = mb["action_mask"]
+    want_entropy = s.entropy_coef is not None
+    out = causal_lm_log_probs(
+        model, mb["sequences"], mb["attention_mask"], temperature=s.temperature, return_entropy=want_entropy
+    )
+    log_probs, entropy = out if want_entropy else (out, None)
+    pl = policy_loss(
+        log_probs,
+        mb["old_logprobs"],
+        mb["advantages"],
+        mask,
+        loss_type=s.loss_type,
+        clip_eps_low=s.clip_eps_low,
+        clip_eps_high=s.clip_eps_high,
+        dual_clip=s.dual_clip,
+        rollout_log_probs=mb.get("rollout_logprobs"),
+        is_correction=s.is_correction,
+        is_threshold=s.is_threshold,
+        aggregation=s.aggregation,
+        norm=norm,
+    )
+    loss = pl.loss
+    metrics: dict[str, Tensor] = {"policy_loss": pl.loss.detach(), "ppo_clip_ratio": pl.clip_ratio, "ppo_kl": pl.ppo_kl}
+    if pl.rollout_kl is not None:
+        metrics["rollout_kl"] = pl.rollout_kl
+    if s.kl_in_loss:
+        kl_coef = float(mb["kl_coef"].reshape(-1)[0])
+        kl_term = kl_loss(log_probs, mb["ref_logprobs"], mask, kl_coef, s.kl_estimator, s.aggregation, norm)
+        loss = loss + kl_term
+        metrics["kl_loss"] = kl_term.detach()
+    if entropy is not None:
+        with torch.no_grad():
+            metrics["entropy_loss"] = masked_mean(entropy, mask)
+        if s.entropy_coef:
+            loss = loss + entropy_bonus(entropy, mask, s.entropy_coef, s.aggregation, norm)
+    return loss, metrics
+
+
+def critic_loss_fn(model, mb: dict[str, Tensor], norm, *, clip: float | None) -> tuple[Tensor, dict[str, Tensor]]:
+    values = value_model_values(model, mb["sequences"], mb["attention_mask"]).float()
+    loss = value_loss(values, mb["values"], mb["returns"], mb["action_mask"], clip_eps=clip, norm=norm)
+    with torch.no_grad():
+        v = masked_mean(values, mb["action_mask"])
+    return loss, {"critic_loss": loss.detach(), "values": v}

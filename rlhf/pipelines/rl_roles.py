@@ -1,0 +1,213 @@
+"""The RL roles as Ray actor groups, placed by the plan, and the few collective operations the loop needs.
+
+policy      EngineWorker ranks with the trained causal LM (the reference fused into the same processes when the
+            plan colocates them with equal ranks)
+reference   frozen causal LM (own group unless fused)
+critic      EngineWorker ranks with the trained value model (gae only); the reward model fused in when colocated
+reward      frozen reward model (only when the reward comes from a model)
+rollout     rollout engines: HFRolloutWorker (hf) or VLLMRolloutActor in the vllm venv (vllm)
+
+Heavy tensors travel as Ray object references: the policy's gathered weights go from its rank 0 straight to the
+rollout actors without a copy through the driver (hf); vLLM actors get them packed into one byte buffer.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+from rlhf.pipelines.experience import ExperienceBatch, micro_batches, split
+from rlhf.pipelines.rl_losses import (
+    ActorLossSettings,
+    actor_loss_fn,
+    critic_loss_fn,
+    critic_values_fn,
+    policy_logprobs_fn,
+    reward_model_fn,
+)
+from rlhf.pipelines.rollout_engines import RolloutEngines
+from rlhf.spec.schema import ExperimentSpec
+
+
+def _threads(spec: ExperimentSpec) -> dict[str, str]:
+    # Colocated roles take turns on the same cores, so each may use all of its bundle's threads.
+    hw = spec.hardware
+    return {"OMP_NUM_THREADS": str(max(hw.cpus_per_node // hw.devices_per_node, 1))}
+
+
+class RLWorkers:
+    def __init__(self, spec: ExperimentSpec, realized: Any, policy_path: str, total_steps: int) -> None:
+        from rlhf.workers import ModelWorker, TrainerWorker
+
+        self.spec = spec
+        self.roles = set(realized.plan.roles)
+        env = _threads(spec) if spec.hardware.accelerator == "cpu" else None
+        self.temperature = spec.rollout.temperature or 1.0
+        fuse_ref = "reference" in self.roles and realized.can_fuse("policy", "reference")
+        self.policy = realized.create_group(
+            "policy", TrainerWorker, spec, "policy", fused=("reference",) if fuse_ref else (), env=env
+        )
+        self.reference = None
+        if "reference" in self.roles and not fuse_ref:
+            self.reference = realized.create_group("reference", ModelWorker, spec, "reference", env=env)
+        self.critic = None
+        self.reward = None
+        fuse_rm = "critic" in self.roles and "reward" in self.roles and realized.can_fuse("critic", "reward")
+        if "critic" in self.roles:
+            self.critic = realized.create_group(
+                "critic", TrainerWorker, spec, "critic", fused=("reward",) if fuse_rm else (), env=env
+            )
+        if "reward" in self.roles and not fuse_rm:
+            self.reward = realized.create_group("reward", ModelWorker, spec, "reward", env=env)
+
+        # Build every model before waiting on any: the groups initialise in parallel.
+        pending = [(self.policy, self.policy.async_run_all("init_trained", kind="causal_lm", total_steps=total_steps))]
+        ref_path = spec.reference.model_path or policy_path
+        if self.reference is not None:
+            refs = self.reference.async_run_all(
+                "init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload
+            )
+            pending.append((self.reference, refs))
+        rm_path = spec.reward.model_path or None
+        if self.critic is not None:
+            critic_path = spec.critic.model_path or rm_path or policy_path
+            refs = self.critic.async_run_all(
+                "init_trained",
+                kind="critic",
+                model_path=critic_path,
+                lr=spec.trainer.critic_lr,
+                total_steps=total_steps,
+                init_value_head=critic_path == policy_path,
+            )
+            pending.append((self.critic, refs))
+        if self.reward is not None:
+            refs = self.reward.async_run_all(
+                "init_frozen", "reward", kind="reward", model_path=rm_path, normalize_reward=spec.reward.normalize
+            )
+            pending.append((self.reward, refs))
+        self.rollout = RolloutEngines(spec, realized, policy_path, env)
+        for group, refs in pending:
+            group.get(refs, "init")
+        if fuse_ref:
+            self.policy.run_all("init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload)
+            self.reference = self.policy
+        if fuse_rm:
+            self.critic.run_all(
+                "init_frozen", "reward", kind="reward", model_path=rm_path, normalize_reward=spec.reward.normalize
+            )
+            self.reward = self.critic
+        self.actor_settings = ActorLossSettings.from_spec(spec)
+        self.kl_coef = spec.algorithm.kl.coef  # the KL controller's current value, set by the loop
+
+    def sync_weights(self) -> float:
+        """Policy weights (ZeRO-3 gathered, LoRA merged) into every rollout engine; returns seconds. Rank 0's list
+        goes to the engines as an object ref, not through the driver."""
+        t0 = time.perf_counter()
+        refs = self.policy.async_run_all("named_weights")
+        self.rollout.load_weights(refs[0])
+        self.policy.get(refs, "named_weights")
+        return time.perf_counter() - t0
+
+    # -- experience ----------------------------------------------------------------------------------------------
+    def _forward(self, group: Any, fn: Any, exp: ExperienceBatch, name: str | None) -> list[Any]:
+        """``fn`` over the batch: equal contiguous shares per rank, in micro-batches; results in sample order."""
+        mb = self.spec.rollout.micro_batch_per_device
+        per_rank = [[m.tensors() for m in micro_batches(shard, mb)] for shard in split(exp, len(group))]
+        results = group.run_per_rank("forward", [(fn, batches, name) for batches in per_rank])
+        return [x for rank in results for x in rank]
+
+    def _stitch(self, parts: list[Any], width: int) -> Any:
+        import torch
+
+        return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts])
+
+    def make_experience(self, exp: ExperienceBatch) -> dict[str, float]:
+        """Fill old (policy) and reference log-probs, critic values and reward-model rewards in place."""
+        width = exp.action_mask.shape[1]
+        timing = {}
+        t0 = time.perf_counter()
+        fn = partial(policy_logprobs_fn, temperature=self.temperature)
+        exp.old_logprobs = self._stitch(self._forward(self.policy, fn, exp, None), width) * exp.action_mask
+        if self.reference is not None:
+            name = "reference"
+            exp.ref_logprobs = self._stitch(self._forward(self.reference, fn, exp, name), width) * exp.action_mask
+        if self.critic is not None:
+            exp.values = self._stitch(self._forward(self.critic, critic_values_fn, exp, None), width) * exp.action_mask
+        timing["timing/logprobs"] = time.perf_counter() - t0
+        return timing
+
+    def reward_model_scores(self, exp: ExperienceBatch) -> list[float]:
+        import torch
+
+        parts = self._forward(self.reward, reward_model_fn, exp, "reward")
+        return torch.cat(parts).tolist()
+
+    # -- training ------------------------------------------------------------------------------------------------
+    def _steps(self, group: Any, exp: ExperienceBatch, fields: tuple[str, ...], seed: int) -> list[list[list[dict]]]:
+        """Optimizer steps of one epoch: a seeded shuffle, cut into global batches, each split over the ranks and
+        into micro-batches. Returns step -> rank -> micro-batches."""
+        import torch
+
+        t = self.spec.trainer
+        g = torch.Generator().manual_seed(seed)
+        order = torch.randperm(len(exp), generator=g)
+        ranks = len(group)
+        steps = []
+        for start in range(0, len(exp) - t.global_batch + 1, t.global_batch):
+            batch = exp.select(order[start : start + t.global_batch])
+            per_rank = []
+            for shard in split(batch, ranks):
+                mbs = []
+                for m in micro_batches(shard, t.micro_batch_per_device):
+                    tensors = {k: v for k, v in m.tensors().items() if k in fields}
+                    tensors["kl_coef"] = torch.tensor([self.kl_coef])
+                    mbs.append(tensors)
+                per_rank.append(mbs)
+            steps.append(per_rank)
+        return steps
+
+    def train_critic(self, exp: ExperienceBatch, step: int) -> dict[str, float]:
+        fields = ("sequences", "attention_mask", "action_mask", "values", "returns")
+        fn = partial(critic_loss_fn, clip=self.spec.critic.value_clip)
+        return self._train(self.critic, exp, fields, fn, step, "critic")
+
+    def train_actor(self, exp: ExperienceBatch, step: int) -> dict[str, float]:
+        fields = (
+            "sequences",
+            "attention_mask",
+            "action_mask",
+            "old_logprobs",
+            "advantages",
+            "rollout_logprobs",
+            "ref_logprobs",
+        )
+        fn = partial(actor_loss_fn, s=self.actor_settings)
+        return self._train(self.policy, exp, fields, fn, step, "actor")
+
+    def _train(self, group: Any, exp: ExperienceBatch, fields: tuple, fn: Any, step: int, prefix: str) -> dict:
+        pl = self.spec.algorithm.policy_loss
+        norm_constant = None
+        if pl.aggregation == "seq_mean_token_sum_norm":
+            norm_constant = float(pl.aggregation_norm or self.spec.rollout.max_new_tokens)
+        sums: dict[str, float] = {}
+        count = 0
+        for epoch in range(self.spec.trainer.epochs_per_rollout):
+            for per_rank in self._steps(group, exp, fields, seed=self.spec.seed * 1000003 + step * 101 + epoch):
+                args = [(mbs, fn, "action_mask", norm_constant) for mbs in per_rank]
+                result = group.run_per_rank("train_step", args)[0]
+                for k, v in result.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                count += 1
+        out = {}
+        for k, v in sums.items():
+            key = {"grad_norm": f"{prefix}_grad_norm", "lr": f"{prefix}_lr"}.get(k, k)
+            out[key] = v / max(count, 1)
+        return out
+
+    # -- checkpoints ----------------------------------------------------------------------------------------------
+    def trained_groups(self) -> dict[str, Any]:
+        groups = {"policy": self.policy}
+        if self.critic is not None:
+            groups["critic"] = self.critic
+        return groups
