@@ -166,13 +166,13 @@ class DeepSpeedTrainEngine(_EngineBase):
         micro_batches: list[dict[str, Any]],
         loss_fn: LossFn,
         *,
-        mask_key: str | None = "loss_mask",
+        mask_key: str | None = "action_mask",
         norm_constant: float | None = None,
     ) -> dict[str, float]:
         """One optimizer step over exactly ``grad_accum`` micro-batches. ``loss_fn`` gets the step-window normaliser
         built from ``micro_batch[mask_key]`` of every micro-batch on every rank (``None`` when ``mask_key`` is None,
         for sequence-level losses). Returns the metrics averaged over micro-batches and ranks, plus ``grad_norm``
-        (before clipping) and ``lr``."""
+        (before clipping) and the ``lr`` the step used."""
         if len(micro_batches) != self.grad_accum:
             raise ValueError(
                 f"an optimizer step takes {self.grad_accum} micro-batches per rank (gradient accumulation derived "
@@ -189,6 +189,7 @@ class DeepSpeedTrainEngine(_EngineBase):
                 all_reduce=dist.all_reduce if self.world_size > 1 else None,
                 constant=norm_constant,
             )
+        lr = float(self.scheduler.get_last_lr()[0])  # the rate this step uses (the scheduler moves on after it)
         sums: dict[str, float] = {}
         for mb in batches:
             loss, metrics = loss_fn(self.engine, mb, norm)
@@ -199,7 +200,7 @@ class DeepSpeedTrainEngine(_EngineBase):
         out = mean_over_ranks({k: v / len(batches) for k, v in sums.items()})
         grad_norm = self.engine.get_global_grad_norm()
         out["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
-        out["lr"] = float(self.scheduler.get_last_lr()[0])
+        out["lr"] = lr
         self.global_step += 1
         return out
 

@@ -63,6 +63,11 @@ def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus:
         )
     # Keep a private cluster on the loopback interface: nothing listens on the external one (machine.md).
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0":
+        # Ray reads the variable once, at import; this process may have imported ray before we set it.
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
     cpus = ray_spec.num_cpus or max(num_cpus or 1, os.cpu_count() or 1)
     store = int(ray_spec.object_store_gb * 1024**3) if ray_spec.object_store_gb else None
     ray.init(
