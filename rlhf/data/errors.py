@@ -30,5 +30,8 @@ def where(source: str, row: int) -> str:
 
 
 def bad_row_error(source: str, row: int, bad: BadRow) -> DataError:
-    fix = bad.fix or "fix the row, or set data.on_bad_row=skip to skip such rows (they are counted and reported)"
-    return DataError(f"{where(source, row)}: key {bad.key!r}: {bad.problem}; {fix}")
+    fix = f"{bad.fix}; " if bad.fix else ""
+    return DataError(
+        f"{where(source, row)}: key {bad.key!r}: {bad.problem}; {fix}or set data.on_bad_row=skip to skip such rows "
+        "(they are counted and reported)"
+    )

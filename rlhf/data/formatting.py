@@ -8,7 +8,8 @@ not, and tokenised segment by segment, so that loss masks and prompt lengths lin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlhf.data.errors import BadRow, DataError
@@ -33,6 +34,9 @@ class Formatter:
     apply_chat_template: bool = True
     input_template: str | None = None
     chat_template: str | None = None
+    # Renders of recent conversations: a preference pair renders its prompt twice, and templating is the
+    # slowest step of building a dataset.
+    _renders: dict[tuple[str, bool], str] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.apply_chat_template and not (self.chat_template or getattr(self.tokenizer, "chat_template", None)):
@@ -55,10 +59,15 @@ class Formatter:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def chat(self, msgs: Messages, add_generation_prompt: bool) -> str:
-        kwargs = {"chat_template": self.chat_template} if self.chat_template else {}
-        return self.tokenizer.apply_chat_template(
-            msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
-        )
+        key = (json.dumps(msgs, sort_keys=True), add_generation_prompt)
+        if key not in self._renders:
+            if len(self._renders) >= 64:
+                self._renders.clear()
+            kwargs = {"chat_template": self.chat_template} if self.chat_template else {}
+            self._renders[key] = self.tokenizer.apply_chat_template(
+                msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+            )
+        return self._renders[key]
 
     def prompt(self, value: TextOrMessages, key: str) -> str:
         """The prompt text a policy continues from."""
@@ -115,15 +124,15 @@ class Formatter:
         """Token ids, a token-aligned loss mask (1: the token is a training target) and the prompt length (tokens
         before the first trainable segment). Trailing newlines of the last segment are dropped and eos appended
         when missing (OpenRLHF SFT: ``rstrip("\\n")`` + eos). ``mask[0]`` is 0: nothing predicts the first token."""
+        texts = [seg.rstrip("\n") if j == len(segments) - 1 else seg for j, (seg, _) in enumerate(segments)]
+        # One batched call: the per-call overhead of a transformers tokenizer dwarfs the tokenising itself.
+        encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
         ids: list[int] = []
         mask: list[int] = []
         prompt_len = None
-        for j, (seg, train) in enumerate(segments):
-            if j == len(segments) - 1:
-                seg = seg.rstrip("\n")
+        for (_, train), toks in zip(segments, encoded, strict=True):
             if train and prompt_len is None:
                 prompt_len = len(ids)
-            toks = self.encode(seg)
             ids += toks
             mask += [int(train)] * len(toks)
         if not ids or ids[-1] != self.eos_id:

@@ -57,7 +57,7 @@ def normalize(answer: str) -> str:
     s = re.sub(r"\\(?:mathrm|mathbf)\{([^{}]*)\}", r"\1", s)
     for token in ("\\left", "\\right", "\\!", "\\,", "\\;", "\\ ", "$", "^\\circ", "^{\\circ}"):
         s = s.replace(token, "")
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = s.replace("\\%", "%").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = re.sub(r"\s+", "", s).rstrip(".")
     s = re.sub(r"^[a-zA-Z]=", "", s)  # "x=5" -> "5"
     return s

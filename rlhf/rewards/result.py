@@ -59,7 +59,7 @@ def _floats(value: Any, n: int, what: str, origin: str, allow_scalar: bool = Fal
         raise RewardError(f"{origin}: {what} has {len(items)} values for {n} samples; return one per sample")
     out = []
     for i, x in enumerate(items):
-        if isinstance(x, bool) or not isinstance(x, (int, float)):
+        if not isinstance(x, (int, float)):  # bools count as 0/1 (a comparison tensor is a fine score)
             raise RewardError(f"{origin}: {what}[{i}] is {type(x).__name__} {x!r}; expected a number")
         out.append(float(x))
     return out
