@@ -14,7 +14,8 @@ per source and to the total).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import datasets
@@ -78,10 +79,23 @@ def _load_source(source: str, split: str) -> Dataset:
         raise DataError(f"{source}: not a local file or folder, and loading it from the hub failed: {e}") from e
 
 
+@contextmanager
+def _quiet_progress() -> Iterator[None]:
+    # "Generating train split" bars for every small local file drown the data report the pipeline prints.
+    was_disabled = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            datasets.enable_progress_bars()
+
+
 def load_source(source: str, split: str = "train", max_samples: int | None = None) -> Dataset:
     """One source as a Dataset with ``_source`` and ``_row`` columns (see the module docstring)."""
     try:
-        ds = _load_source(source, split)
+        with _quiet_progress():
+            ds = _load_source(source, split)
     except DataError:
         raise
     except Exception as e:  # a parse error inside the file: name the file

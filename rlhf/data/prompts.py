@@ -17,6 +17,7 @@ from datasets import Dataset
 
 from rlhf.data import fields
 from rlhf.data.encode import DROPPED, OK, TRUNCATED, Encoded, encode_rows
+from rlhf.data.errors import BadRow
 from rlhf.data.formatting import Formatter
 from rlhf.data.report import DataReport
 from rlhf.data.tokenized import TokenizedDataset
@@ -42,6 +43,8 @@ def build_prompts(spec: ExperimentSpec, tokenizer: Any, rows: Dataset, name: str
     def encode(row: dict[str, Any]) -> Encoded:
         text = fmt.prompt(fields.text_or_messages(row, d.input_key, "data.input_key"), d.input_key)
         ids = fmt.encode(text)
+        if not ids:
+            raise BadRow(d.input_key, "is empty; a prompt needs at least one token")
         status = OK
         if len(ids) > limit:
             if d.on_too_long == "drop":

@@ -207,15 +207,14 @@ class HFEngine:
         return out
 
     def _cut(self, row: list[int], stop_ids: set[int], stop: Sequence[str]) -> tuple[int, str]:
-        """Where the sample ends (exclusive) and why; tokens after the end are generate's padding."""
-        for j, tok in enumerate(row):
-            if tok in stop_ids:
-                return j + 1, "stop"
+        """Where the sample ends (exclusive) and why; tokens after the end are generate's padding (which may
+        be the eos id, so a stop string is looked for only before the first stop token)."""
+        end = next((j + 1 for j, tok in enumerate(row) if tok in stop_ids), None)
         if stop:
-            end = self._stop_string_end(row, stop)
-            if end is not None:
-                return end, "stop"
-        return len(row), "length"
+            by_string = self._stop_string_end(row[:end] if end else row, stop)
+            if by_string is not None:
+                return by_string, "stop"
+        return (end, "stop") if end else (len(row), "length")
 
     def _stop_string_end(self, row: list[int], stop: Sequence[str]) -> int | None:
         """The shortest prefix whose text contains a stop string (binary search: containment only grows)."""

@@ -62,6 +62,11 @@ def test_wrong_type_is_named(spec, tokenizer, write_jsonl):
         build(spec, tokenizer, write_jsonl([{"input": 7}]))
 
 
+def test_empty_prompt_is_a_bad_row(spec, tokenizer, write_jsonl):
+    with pytest.raises(DataError, match=r"row 0 .*'input': is empty"):
+        build(spec, tokenizer, write_jsonl([{"input": ""}]), apply_chat_template=False)
+
+
 def test_missing_label_is_a_bad_row_when_a_label_key_is_set(spec, tokenizer, write_jsonl):
     with pytest.raises(DataError, match=r"row 0 .*'label'"):
         build(spec, tokenizer, write_jsonl([{"input": "a"}]), label_key="label")

@@ -144,12 +144,16 @@ def test_min_new_tokens_holds_back_stop_tokens_but_not_their_logprobs(engine, pr
     torch.testing.assert_close(torch.tensor(held.logprobs), want, atol=1e-4, rtol=1e-4)
 
 
-def test_stop_strings_cut_after_the_string_and_keep_it(engine, tokenizer, prompts):
-    full = greedy(engine, prompts[:1], max_new_tokens=16, min_new_tokens=16)[0].output_ids
+@pytest.mark.parametrize("pad_is_eos", [False, True])
+def test_stop_strings_cut_after_the_string_and_keep_it(engine, tokenizer, prompts, pad_is_eos):
+    # With pad == eos (OpenRLHF's fallback) the rows that stopped early are filled with eos after the string.
+    pad = tokenizer.eos_token_id if pad_is_eos else tokenizer.pad_token_id
+    eng = HFEngine(engine.model, pad, tokenizer.eos_token_id, tokenizer)
+    full = greedy(eng, prompts[:1], max_new_tokens=16, min_new_tokens=16)[0].output_ids
     pieces = [tokenizer.decode([t]) for t in full]
     # The first generated token that is a printable character seen for the first time there.
     k = next(i for i, p in enumerate(pieces) if len(p) == 1 and p.isprintable() and p not in "".join(pieces[:i]))
-    out = greedy(engine, prompts[:1], max_new_tokens=16, stop=(pieces[k],))[0]
+    out = greedy(eng, prompts, max_new_tokens=16, stop=(pieces[k],))[0]
     assert out.output_ids == full[: k + 1] and out.finish_reason == "stop"
     assert tokenizer.decode(out.output_ids).endswith(pieces[k])
 
