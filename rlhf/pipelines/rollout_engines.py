@@ -38,7 +38,13 @@ class RolloutEngines:
         else:
             self.group = None
             self.actors = self._start_vllm(realized, model_path)
-        self.info = ray.get([a.ready.remote() for a in self.actors])
+        self.info = []
+        for i, actor in enumerate(self.actors):
+            try:
+                self.info.append(ray.get(actor.ready.remote()))
+            except ray.exceptions.RayActorError as e:
+                cause = str(e).strip().splitlines()[-1]
+                raise RuntimeError(f"role rollout: {self.backend} engine {i} failed to start: {cause}") from e
 
     def _start_vllm(self, realized: Any, model_path: str) -> list[Any]:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -63,7 +69,7 @@ class RolloutEngines:
                 "dtype": "float32" if cpu else "bfloat16",
             }
             if cpu:
-                kwargs["cpu_kv_cache_gb"] = ro.cpu_kv_cache_gb
+                kwargs["cpu_kvcache_gib"] = float(ro.cpu_kv_cache_gb)
             actors.append(
                 start_vllm_rollout_actor(
                     model_path,

@@ -34,7 +34,7 @@ def test_shipped_base_recipes_are_valid():
         (GPU_RL + ["placement.devices.critic=2"], "placement.devices.critic"),
         (["+recipe=ppo_llama3_8b", "placement.devices.critic=0"], "placement.devices.critic"),
         # colocate_all: policy devices = engines x TP
-        (GPU_RL + ["rollout.num_engines=2"], "rollout.num_engines"),
+        (GPU_RL + ["rollout.num_engines=2", "placement.devices.policy=8"], "rollout.num_engines"),
         # every role's devices fit the hardware
         (["+recipe=ppo_llama3_70b", "placement.devices.policy=40"], "placement.devices"),
         # a tensor-parallel group fits in one node
@@ -97,7 +97,9 @@ def test_error_message_names_value_and_fix():
 
 
 def test_vllm_on_cpu_needs_a_cpu_build(monkeypatch):
-    import rlhf.spec.validate as v
+    import importlib
+
+    v = importlib.import_module("rlhf.spec.validate")  # the package re-exports a function of the same name
 
     monkeypatch.setattr(v, "vllm_cpu_available", lambda: False)
     assert "rollout.backend" in error_keys(CPU_RL + ["rollout=vllm"])
