@@ -6,7 +6,7 @@ optimises, and may add a small credit for the right *form* of answer so that a p
 the answer space (the same reason R1-style recipes add a format reward).
 
     exact   1 if the stripped response equals the label, or its first token does ("7" for label "7" in
-            "7 because ..."); else FORMAT_CREDIT when the label is a number and the first token is one too.
+            "7 because ..."); FORMAT_CREDIT (0.1) for a wrong number where the label is a number (score 0).
     math    1 if the final answer (last \\boxed{}, "#### x", "answer is x", or last number) equals the label's
             (numerically or after normalisation); see rlhf.rewards.math_answer.
     format  1 if the response matches a format regex (default: R1's <think>...</think><answer>...</answer>).
@@ -23,7 +23,7 @@ from rlhf.rewards.result import RewardError, RewardResult
 Outcome = tuple[float, float, dict[str, float]]  # reward, score, per-sample logs
 Verifier = Callable[..., Outcome]
 
-PARTIAL_CREDIT = 0.5  # a wrong number in first position, for a numeric label, earns PARTIAL_CREDIT / (1 + |error|)
+FORMAT_CREDIT = 0.1  # reward for a wrong number in first position when the label is a number (score stays 0)
 R1_FORMAT = r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$"
 # Special tokens a decoded response may end with (eos, end of turn), ignored by the string comparisons.
 _TRAILING_SPECIAL = re.compile(r"(?:\s*(?:<\|[^<>|]*\|>|</s>|<eos>|<end_of_turn>))+\s*$")
@@ -49,17 +49,15 @@ def _needs_label(name: str, label: str) -> str:
     return label.strip()
 
 
-def exact_verifier(response: str, label: str, partial_credit: float = PARTIAL_CREDIT) -> Outcome:
+def exact_verifier(response: str, label: str, format_credit: float = FORMAT_CREDIT) -> Outcome:
     gold = _needs_label("exact", label)
     text = strip_special(response)
     token = first_token(text)
     full, first = text == gold, token == gold
-    reward = 1.0 if full or first else 0.0
-    if not reward and partial_credit:
-        want, got = to_number(gold), to_number(token)
-        if want is not None and got is not None:
-            reward = partial_credit / (1.0 + abs(got - want))
-    return reward, float(full or first), {"exact_match": float(full), "first_token_match": float(first)}
+    correct = full or first
+    right_form = not correct and to_number(gold) is not None and to_number(token) is not None
+    reward = 1.0 if correct else (format_credit if right_form else 0.0)
+    return reward, float(correct), {"exact_match": float(full), "first_token_match": float(first)}
 
 
 def math_verifier(response: str, label: str) -> Outcome:

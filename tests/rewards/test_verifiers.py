@@ -1,4 +1,4 @@
-"""Built-in verifiers: answer extraction, equivalence, first-token matching, partial credit, format."""
+"""Built-in verifiers: answer extraction, equivalence, first-token matching, format credit, format."""
 
 from __future__ import annotations
 
@@ -16,23 +16,21 @@ from rlhf.rewards.verifiers import exact_verifier, first_token, format_verifier,
         ("  7 ", "7", 1.0, 1.0),
         ("7<|end|>", "7", 1.0, 1.0),  # a trailing eos / end-of-turn token is not part of the answer
         ("7. Because 3+4=7", "7", 1.0, 1.0),  # first-token match
-        ("77", "7", 0.25, 0.0),  # a different number: partial credit 0.5 / (1 + |77 - 7|)... see below
-        ("6", "7", 0.25, 0.0),  # off by one: 0.5 / 2
-        ("3", "7", 0.1, 0.0),  # off by four: 0.5 / 5
+        ("77", "7", 0.1, 0.0),  # a number, but another one: format credit only
+        ("3<|end|>", "7", 0.1, 0.0),
         ("seven", "7", 0.0, 0.0),  # not a number: nothing
+        ("x7", "7", 0.0, 0.0),
         ("Paris", "Paris", 1.0, 1.0),
-        ("paris", "Paris", 0.0, 0.0),
+        ("paris", "Paris", 0.0, 0.0),  # no format credit for words
     ],
 )
-def test_exact_matches_whole_or_first_token_with_partial_credit_for_numbers(response, label, reward, score):
-    if response == "77":
-        reward = 0.5 / 71
+def test_exact_matches_whole_or_first_token_with_format_credit_for_numbers(response, label, reward, score):
     got = exact_verifier(response, label)
-    assert got[0] == pytest.approx(reward) and got[1] == score
+    assert got[:2] == (reward, score)
 
 
-def test_exact_partial_credit_can_be_switched_off_and_logs_both_match_kinds():
-    assert exact_verifier("6", "7", partial_credit=0.0)[0] == 0.0
+def test_exact_format_credit_can_be_switched_off_and_logs_both_match_kinds():
+    assert exact_verifier("6", "7", format_credit=0.0)[0] == 0.0
     assert exact_verifier("7 ok", "7")[2] == {"exact_match": 0.0, "first_token_match": 1.0}
 
 
