@@ -5,7 +5,8 @@ model as the user message (the server applies the chat template, so set ``data.a
 reply contains ``calc(<expression>)`` the agent evaluates it and answers with ``calc: <result>`` as the next user
 message, at most MAX_TOOL_CALLS times; the final reply should start with the answer.
 
-Reward: 1.0 when the final answer equals the label, 0.2 for a wrong answer after a well-formed tool call, else 0.
+Reward: 1.0 when the final answer equals the label, 0.2 for a wrong answer after a well-formed tool call, 0.1 for
+a wrong number without one (so that a model which starts from noise, like the tiny one, sees some signal), else 0.
 Every chat call of an episode becomes one action range of a single trajectory (the tool results are masked out of
 the loss).
 """
@@ -69,8 +70,9 @@ async def run_agent(prompt: str, label: str, session) -> dict:
             break
         tool_calls += 1
         messages.append({"role": "user", "content": f"calc: {calculate(call.group(1))}"})
-    correct = final_answer(text) == str(label).strip()
-    reward = 1.0 if correct else (0.2 if tool_calls else 0.0)
+    answer = final_answer(text)
+    correct = answer == str(label).strip()
+    reward = 1.0 if correct else 0.2 if tool_calls else 0.1 if answer is not None else 0.0
     return {
         "reward": reward,
         "scores": float(correct),
