@@ -1,0 +1,134 @@
+"""GRPO trains on rewards from a reward model served by ``rlhf-serve-rm`` in another process (real HTTP on
+127.0.0.1), through real Ray, the hf rollout engine and DeepSpeed.
+
+The reward model is the tiny policy's body with a random value head, saved the way RM training saves one
+(rlhf.models.value_head: sequence-classification layout), so the server loads it through the ordinary path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlhf.launch.plan import plan
+from rlhf.pipelines import rl
+from rlhf.pipelines import run as run_pipeline
+from rlhf.spec.build import load_spec
+from rlhf.tracking.tracker import read_metrics
+
+pytestmark = pytest.mark.slow
+
+STEPS, PROMPTS, SAMPLES = 2, 4, 4
+SMALL = [
+    f"trainer.max_steps={STEPS}",
+    f"rollout.prompts_per_step={PROMPTS}",
+    f"rollout.samples_per_prompt={SAMPLES}",
+    "trainer.global_batch=16",
+    "trainer.micro_batch_per_device=8",
+    "logging.mlflow=false",
+    "logging.progress=false",
+]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    from rlhf.launch.cluster import start_or_attach
+    from rlhf.spec.schema import RaySpec
+
+    started = not ray.is_initialized()
+    start_or_attach(RaySpec(num_cpus=4))
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def reward_model_dir(tmp_path_factory) -> Path:
+    """The tiny policy as a reward model: its body plus a value head with random weights (rewards of order 1)."""
+    from rlhf.models.loading import resolve_model_path, tokenizer_for
+    from rlhf.models.value_head import load_value_model
+
+    model_spec = load_spec(["+recipe=grpo_tiny_cpu"]).model
+    base = resolve_model_path(model_spec)
+    model = load_value_model(base, "reward")
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model.score.weight.normal_(0.0, model.config.hidden_size**-0.5)
+    out = tmp_path_factory.mktemp("served_rm")
+    model.save_pretrained(out)
+    tokenizer_for(model_spec, base).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def served_rm(reward_model_dir):
+    """``python -m rlhf.cli.serve_rm --port 0`` in a subprocess; yields the URL it prints."""
+    cmd = [sys.executable, "-m", "rlhf.cli.serve_rm", "--model", str(reward_model_dir), "--port", "0",
+           "--device", "cpu", "--batch-size", "16"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 180
+        while not any("serving" in line for line in lines):
+            assert proc.poll() is None, f"rlhf-serve-rm exited: {''.join(lines)}"
+            assert time.monotonic() < deadline, f"rlhf-serve-rm did not start: {''.join(lines)}"
+            time.sleep(0.1)
+        yield next(line for line in lines if "serving" in line).split(" at ")[1].strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def health(url: str) -> dict:
+    with urllib.request.urlopen(url.replace("/get_reward", "/health"), timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_grpo_trains_on_rewards_from_a_served_reward_model(ray_cluster, served_rm, reward_model_dir, tmp_path,
+                                                         monkeypatch):
+    from rlhf.models.loading import resolve_model_path, tokenizer_for
+    from rlhf.serve.reward_server import RewardModelScorer
+
+    assert served_rm.startswith("http://127.0.0.1:")
+    before = health(served_rm)["queries"]
+    scored_steps = []
+    original = rl.make_experience
+
+    def spy(spec, workers, scored, pad_id, kl_coef):
+        scored_steps.append(scored)
+        return original(spec, workers, scored, pad_id, kl_coef)
+
+    monkeypatch.setattr(rl, "make_experience", spy)
+    spec = load_spec(["+recipe=grpo_tiny_cpu", "reward.verifier=", f"reward.urls=['{served_rm}']", *SMALL])
+    assert spec.reward.urls == [served_rm] and not spec.reward.verifier
+    result = run_pipeline(spec, plan(spec), tmp_path / "run")
+
+    assert result["steps"] == STEPS
+    served = health(served_rm)
+    assert served["queries"] - before == STEPS * PROMPTS * SAMPLES  # every sample scored by the server, once
+    assert served["batches"] >= 1
+    metrics = read_metrics(tmp_path / "run")
+    assert [int(m["step"]) for m in metrics if "train/policy_loss" in m] == list(range(1, STEPS + 1))
+    assert all(math.isfinite(m["train/policy_loss"]) and math.isfinite(m["train/reward"]) for m in metrics)
+
+    # The rewards trained on are the served model's scores of prompt + response, recomputed here without HTTP.
+    tok = tokenizer_for(spec.model, resolve_model_path(spec.model))
+    local = RewardModelScorer.from_path(str(reward_model_dir), device="cpu")
+    assert len(scored_steps) == STEPS
+    for scored, m in zip(scored_steps, metrics, strict=True):
+        queries = [row["prompt"] + tok.decode(r.output_ids, skip_special_tokens=False)
+                   for row, r in zip(scored.rows, scored.rollouts, strict=True)]
+        assert scored.rewards == pytest.approx(local.score(queries), abs=1e-4)
+        assert len(set(scored.rewards)) > 1  # a real model's scores, not a constant
+        assert m["train/reward"] == pytest.approx(sum(scored.rewards) / len(scored.rewards), abs=1e-5)
