@@ -39,15 +39,21 @@ def loss_kwargs(p: PreferenceSpec) -> dict[str, Any]:
 
 
 def _sequence_logps(model, parts: list[tuple[Tensor, Tensor, Tensor]]) -> tuple[list[Tensor], list[Tensor]]:
-    """One forward over the concatenated ``(input_ids, attention_mask, action_mask)`` parts (padded to one width by
-    the collate function); per part: summed response log-probs ``[B]`` and response lengths ``[B]``."""
-    ids = torch.cat([p[0] for p in parts])
-    mask = torch.cat([p[1] for p in parts])
-    action = torch.cat([p[2] for p in parts]).float()
+    """One forward over the concatenated ``(input_ids, attention_mask, action_mask)`` parts (right-padded to one
+    width); per part: summed response log-probs ``[B]`` and response lengths ``[B]``."""
+    width = max(p[0].shape[1] for p in parts)
+    ids = torch.cat([_right_pad(p[0], width) for p in parts])
+    mask = torch.cat([_right_pad(p[1], width) for p in parts])
+    action = torch.cat([_right_pad(p[2], width - 1) for p in parts]).float()
     logps = causal_lm_log_probs(model, ids, mask)
     sums, lengths = (logps * action).sum(-1), action.sum(-1)
     sizes = [p[0].shape[0] for p in parts]
     return list(sums.split(sizes)), list(lengths.split(sizes))
+
+
+def _right_pad(t: Tensor, width: int) -> Tensor:
+    # Padded positions are masked out of attention and loss, so the pad value does not matter.
+    return torch.nn.functional.pad(t, (0, width - t.shape[1])) if t.shape[1] < width else t
 
 
 def _pair_parts(batch: dict[str, Tensor]) -> list[tuple[Tensor, Tensor, Tensor]]:

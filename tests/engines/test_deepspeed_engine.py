@@ -58,15 +58,17 @@ def _trainer(stage: int, **kw) -> TrainerSpec:
     )
 
 
-def _engine(stage: int, lora: int = 0) -> DeepSpeedTrainEngine:
-    t = _trainer(stage)
+def _engine(stage: int, lora: int = 0, **trainer: object) -> DeepSpeedTrainEngine:
+    t = _trainer(stage, **trainer)
     cfg = train_ds_config(t, micro_batch=2, grad_accum=2, dp_size=1)
     keep = None
     if stage == 3:
         from transformers.integrations import HfDeepSpeedConfig
 
         keep = HfDeepSpeedConfig(cfg)  # noqa: F841 - models built while it lives are partitioned at load
-    model = load_causal_lm(resolve_model_path(SPEC), lora=LoraSpec(rank=lora))
+    model = load_causal_lm(
+        resolve_model_path(SPEC), lora=LoraSpec(rank=lora), gradient_checkpointing=t.gradient_checkpointing
+    )
     engine = DeepSpeedTrainEngine(model, cfg, trainer=t, lr=t.lr, total_steps=10)
     del keep
     return engine
@@ -170,3 +172,15 @@ def test_cosine_schedule_warms_up_and_ends_at_min_lr():
         opt.step()
         sched.step()
     assert lrs[0] == 0.0 and lrs[2] == pytest.approx(1.0) and lrs[-1] == pytest.approx(0.1, abs=0.02)
+
+
+def test_optimizer_offload_and_gradient_checkpointing_train_the_same():
+    plain = _engine(2)
+    tuned = _engine(2, offload_optimizer=True, gradient_checkpointing=True)
+    assert tuned.ds_config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    for s in range(2):
+        a, b = plain.step(_batches(s), loss_fn), tuned.step(_batches(s), loss_fn)
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    w_plain, w_tuned = dict(plain.named_weights()), dict(tuned.named_weights())
+    for k, v in w_plain.items():
+        torch.testing.assert_close(w_tuned[k], v, atol=1e-5, rtol=1e-4)
