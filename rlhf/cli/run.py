@@ -74,10 +74,10 @@ def task(cfg) -> None:
     print(f"rlhf-run: {spec.recipe or '(no recipe)'} [{spec.algorithm.name}] -> {run_dir}")
     if not p.fits:
         print(f"warning: the memory plan says this {p.verdict()} (rlhf-plan shows the table)", file=sys.stderr)
-    from rlhf.pipelines import run as run_pipeline
+    from rlhf.launch.job import run as run_job
 
     try:
-        run_pipeline(spec, p, run_dir)
+        run_job(spec, p, run_dir)
     except UserError as e:
         fail(str(e), code=1)
 

@@ -12,21 +12,13 @@ from typing import Any
 from rlhf.spec.schema import ExperimentSpec
 
 
-def _default_realize(spec: ExperimentSpec, plan: Any) -> Any:
-    # The launcher's realize is passed in by rlhf.launch callers; the CLI hands us only the plan, so fall back to
-    # it here (imported lazily: launch sits above pipelines in the import order).
-    from rlhf.launch.realize import realize
-
-    return realize(spec, plan)
-
-
 def run(
-    spec: ExperimentSpec, plan: Any, run_dir: Path, realize: Callable[[ExperimentSpec, Any], Any] | None = None
+    spec: ExperimentSpec, plan: Any, run_dir: Path, realize: Callable[[ExperimentSpec, Any], Any]
 ) -> dict[str, Any]:
     """Run the pipeline of ``spec.algorithm.family``; returns a summary (model_dir, steps, final metrics, MLflow
-    run id, ...). ``realize(spec, plan)`` starts the Ray placement (default: rlhf.launch.realize.realize)."""
+    run id, ...). ``realize(spec, plan)`` starts the Ray placement: the launcher passes rlhf.launch.realize.realize
+    (rlhf.launch.job.run does), so pipelines never import the layer above them."""
     family = spec.algorithm.family
-    realize = realize or _default_realize
     run_dir = Path(run_dir)
     if family in ("sft", "rm", "dpo"):
         from importlib import import_module
@@ -42,5 +34,5 @@ def run(
             if e.name != "rlhf.pipelines.rl":
                 raise
             raise NotImplementedError("the RL pipeline lands with issue 6") from None
-        return run_rl(spec, plan, run_dir)
+        return run_rl(spec, plan, run_dir, realize)
     raise ValueError(f"algorithm.family={family!r}: must be one of sft, rm, dpo, rl")

@@ -304,9 +304,11 @@ def evaluate(spec: ExperimentSpec, gen: Generator, workers: RLWorkers, evalset: 
     return eval_metrics(scored.scores, [r["datasource"] for r in scored.rows], lengths, truncated, n)
 
 
-def run(spec: ExperimentSpec, plan: Any, run_dir: Path) -> dict[str, Any]:
+def run(
+    spec: ExperimentSpec, plan: Any, run_dir: Path, realize: Callable[[ExperimentSpec, Any], Any]
+) -> dict[str, Any]:
+    """Train ``spec`` (an RL algorithm); ``realize(spec, plan)`` gives the Ray placement (from the launcher)."""
     from rlhf.data import build_datasets
-    from rlhf.launch.realize import realize
     from rlhf.models.loading import resolve_model_path, tokenizer_for
     from rlhf.pipelines.supervised import _artifacts
     from rlhf.tracking import Progress, Tracker, summary_lines

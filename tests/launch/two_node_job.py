@@ -18,10 +18,10 @@ def main(run_dir: str) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
+    from rlhf.launch.job import run
     from rlhf.launch.plan import plan
     from rlhf.launch.realize import realize
     from rlhf.models.loading import resolve_model_path
-    from rlhf.pipelines import run
     from rlhf.pipelines.rl_roles import RLWorkers
     from rlhf.spec import check
     from rlhf.spec.build import load_spec

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from rlhf.launch.job import run
 from rlhf.launch.plan import plan
-from rlhf.pipelines import run
 from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.tracking.tracker import read_metrics
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from rlhf.launch.job import run
 from rlhf.launch.plan import plan
-from rlhf.pipelines import run
 from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics

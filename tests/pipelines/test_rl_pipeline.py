@@ -26,7 +26,7 @@ SMALL = ["rollout.prompts_per_step=8", "trainer.global_batch=32", "trainer.micro
 
 
 def train(run_dir: Path, recipe: str, *overrides: str) -> tuple[dict, list[dict]]:
-    from rlhf.pipelines import run
+    from rlhf.launch.job import run
 
     spec = load_spec([f"+recipe={recipe}", "trainer.max_steps=2", *QUIET, *overrides])
     check(spec)
@@ -94,7 +94,10 @@ def test_two_ranks_colocated_with_two_engines(ray_cluster, tmp_path):
 def test_async_mode_samples_are_one_update_stale(ray_cluster, tmp_path):
     """Step 2's samples were generated before step 1's update reached the engines, so the engine's log-probs
     differ from the trainer's; synchronously they agree."""
-    base = [*SMALL, "trainer.lr=1e-2", "algorithm.kl.coef=0"]
+    # A reward with spread (sequence-length parity) so the first update really changes the policy.
+    f = tmp_path / "parity.py"
+    f.write_text("def reward_func(queries, prompts, labels, **kw):\n    return [float(len(q) % 2) for q in queries]\n")
+    base = [*SMALL, "trainer.lr=1e-2", "algorithm.kl.coef=0", "reward.verifier=", f"reward.function={f}"]
     _, sync_steps = train(tmp_path / "sync", "rloo_tiny_cpu", *base)
     result, async_steps = train(tmp_path / "async", "rloo_tiny_cpu", *base, "rollout.async_mode=true")
     assert_trained(result, async_steps)

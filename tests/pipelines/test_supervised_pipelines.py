@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
+from rlhf.launch.job import run
 from rlhf.launch.plan import plan
-from rlhf.pipelines import run
 from rlhf.tracking.tracker import read_metrics
 
 pytestmark = pytest.mark.slow
