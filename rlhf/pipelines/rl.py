@@ -93,6 +93,11 @@ class Scorer:
             queries = [p + resp for p, resp in zip(prompts, responses, strict=True)]
             res = self.source.score(queries, prompts, responses, labels)
             return Scored(rollouts, rows, list(res.rewards), list(res.scores), dict(res.extra_logs))
+        if self.workers.reward is None:
+            raise UserError(
+                f"agent file {self.spec.agent.path}: episodes came back with reward None and no reward.* source is "
+                "set; return rewards from step()/run_agent() or set reward.verifier, reward.function or reward.urls"
+            )
         exp = from_rollouts(rollouts, self.tokenizer.pad_token_id)
         rm = self.workers.reward_model_scores(exp)
         return Scored(rollouts, rows, rm, list(rm), {})
@@ -223,7 +228,11 @@ def shaped_rewards(spec: ExperimentSpec, scored: Scored, exp: ExperienceBatch) -
     lengths = torch.tensor(exp.info["response_length"])
     truncated = torch.tensor(exp.info["truncated"]) > 0
     if f.overlong_buffer_len:
-        r = overlong_penalty(r, lengths, spec.rollout.max_new_tokens, f.overlong_buffer_len, f.overlong_penalty_factor)
+        budget = spec.rollout.max_new_tokens
+        if spec.agent.executor != "single_turn":
+            # A multi-turn episode's budget is the whole sequence (data.max_len), not one turn's new tokens.
+            lengths, budget = torch.tensor(exp.info["total_length"]), spec.data.max_len
+        r = overlong_penalty(r, lengths, budget, f.overlong_buffer_len, f.overlong_penalty_factor)
     if f.stop_properly_penalty_coef is not None:
         r = stop_properly_penalty(r, truncated, f.stop_properly_penalty_coef)
     return r

@@ -45,8 +45,8 @@ def reward_source(spec: ExperimentSpec) -> list[str]:
         found.append("remote")
     if r.verifier:
         found.append("verifier")
-    if spec.agent.executor != "single_turn" and spec.agent.path:
-        found.append("agent")
+    if spec.agent.executor != "single_turn" and spec.agent.path and not found:
+        found.append("agent")  # an agent may also leave scoring to one of the sources above (reward None)
     return found
 
 

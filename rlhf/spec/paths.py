@@ -37,6 +37,15 @@ def recipe_dirs() -> list[Path]:
     return dirs
 
 
+def examples_dir() -> Path:
+    """examples/ (agents, SLURM script): RLHF_EXAMPLES, else the installed copy, else the checkout's. Recipes name it
+    as ${rlhf.examples:}."""
+    env = os.environ.get("RLHF_EXAMPLES")
+    if env:
+        return Path(env).expanduser()
+    return _first_existing(_PKG / "_examples", _PKG.parent / "examples")
+
+
 def builtin_data_dir() -> Path:
     return _PKG / "data" / "builtin"
 

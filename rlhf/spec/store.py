@@ -14,7 +14,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from rlhf.spec.paths import recipe_dirs
+from rlhf.spec.paths import examples_dir, recipe_dirs
 from rlhf.spec.schema import ExperimentSpec
 
 SCHEMA_NAME = "rlhf_schema"
@@ -76,6 +76,8 @@ def register() -> None:
     global _registered
     if _registered:
         return
+    # ${rlhf.examples:} in a recipe: the examples folder wherever the package runs from (checkout or wheel).
+    OmegaConf.register_new_resolver("rlhf.examples", lambda: str(examples_dir()), replace=True)
     schema = OmegaConf.structured(ExperimentSpec)
     _unfreeze(schema)
     ConfigStore.instance().store(name=SCHEMA_NAME, node=schema)

@@ -71,3 +71,12 @@ def test_roles_follow_from_the_algorithm():
     assert derive(load_spec(["+recipe=sft_tiny_cpu"])).roles == ("policy",)
     assert derive(load_spec(["+recipe=dpo_tiny_cpu"])).roles == ("policy", "reference")
     assert derive(load_spec(["+recipe=dpo_tiny_cpu", "algorithm=simpo"])).roles == ("policy",)
+
+
+def test_an_agent_may_leave_scoring_to_a_reward_source():
+    from rlhf.spec import validate
+
+    spec = load_spec(["+recipe=agent_arith_tiny_cpu", "reward.verifier=exact"])
+    assert validate(spec) == []
+    assert derive(spec).reward_source == "verifier"
+    assert derive(load_spec(["+recipe=agent_arith_tiny_cpu"])).reward_source == "agent"
