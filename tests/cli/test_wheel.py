@@ -17,7 +17,18 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_installed_wheel_plans_a_shipped_recipe(tmp_path):
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
         check=True,
         capture_output=True,
         timeout=300,
