@@ -55,8 +55,9 @@ class VLLMEngine:
 
     On CPU it runs the engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): measured here to start in
     ~5 s instead of 26-44 s and to generate ~1.8x faster than vLLM's default separate engine process. Run it in a
-    process of its own (a Ray actor): the CPU worker binds OpenMP threads and replaces ``torch.set_num_threads``
-    process-wide.
+    process of its own (a Ray actor): the CPU worker replaces ``torch.set_num_threads`` process-wide with a no-op,
+    and OpenMP reads OMP_NUM_THREADS / OMP_WAIT_POLICY only at process start. ``in_process=False`` (or
+    tensor_parallel_size > 1) uses vLLM's engine/worker processes instead; weights then cross as bytes.
     """
 
     def __init__(
@@ -323,7 +324,8 @@ def vllm_runtime_env(
     if omp_wait_policy:
         # OpenMP threads otherwise spin-wait after every parallel region (one per decode step). When the cores are
         # shared (trainer and rollout colocated, async mode, a busy CI box) the spinning threads starve the one doing
-        # work: measured with 2 threads on an oversubscribed 2-core machine, default policy 60 tok/s, PASSIVE 560.
+        # work: measured with 2 threads on an oversubscribed 2-core machine, default policy 60-160 tok/s, PASSIVE
+        # 540-700. When the engine has both cores to itself PASSIVE costs ~15% (1180 vs 1390 tok/s): pass None then.
         env["OMP_WAIT_POLICY"] = omp_wait_policy
     runtime_env: dict[str, Any] = {"py_executable": str(exe), "env_vars": env}
     root = _source_root()
