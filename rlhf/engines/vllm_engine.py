@@ -350,7 +350,9 @@ def start_vllm_rollout_actor(
     import ray
 
     if runtime_env is None:
-        cpu_threads = int(num_cpus) if not num_gpus and num_cpus >= 1 else None
+        # A fractional CPU share (colocated roles) still needs an explicit thread count: unset, OpenMP takes every
+        # core of the machine.
+        cpu_threads = max(1, int(num_cpus)) if not num_gpus else None
         runtime_env = vllm_runtime_env(cpu_threads=cpu_threads)
     actor_cls = ray.remote(VLLMRolloutActor)
     opts: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "runtime_env": runtime_env}
