@@ -12,8 +12,48 @@ from rlhf.spec.schema import ExperimentSpec
 PRIMARY_CONFIG = "config"
 
 
+# Keys holding local paths, made absolute against the directory the command started from: Ray workers (on any
+# node) run elsewhere, and a relative path would mean something else to them.
+PATH_KEYS = (
+    ("model", "path"),
+    ("model", "tokenizer_path"),
+    ("reward", "model_path"),
+    ("reward", "function"),
+    ("critic", "model_path"),
+    ("reference", "model_path"),
+    ("agent", "path"),
+)
+
+
+def _absolute(path: str) -> str:
+    if not path or path.startswith("builtin:") or Path(path).is_absolute():
+        return path
+    p = Path(path).expanduser()
+    return str(p.resolve()) if p.exists() or path.startswith(("./", "../")) else path  # else: a hub name
+
+
+def absolute_paths(spec: ExperimentSpec) -> ExperimentSpec:
+    """The spec with its local paths absolute (hub names and builtin: datasets unchanged)."""
+    from dataclasses import replace
+
+    for section, key in PATH_KEYS:
+        part = getattr(spec, section)
+        part = replace(part, **{key: _absolute(getattr(part, key))})
+        spec = replace(spec, **{section: part})
+    data = replace(
+        spec.data,
+        train_files=[_absolute(f) for f in spec.data.train_files],
+        eval_files=[_absolute(f) for f in spec.data.eval_files],
+    )
+    resume = spec.checkpoint.resume
+    if resume not in ("auto", "never"):
+        spec = replace(spec, checkpoint=replace(spec.checkpoint, resume=_absolute(resume)))
+    return replace(spec, data=data)
+
+
 def build(cfg: DictConfig) -> ExperimentSpec:
-    """Convert a composed config (already type-checked by the schema) into frozen dataclasses."""
+    """Convert a composed config (already type-checked by the schema) into frozen dataclasses, local paths made
+    absolute."""
     cfg = cfg.copy()
     with_struct = OmegaConf.is_struct(cfg)
     OmegaConf.set_struct(cfg, False)
@@ -22,7 +62,7 @@ def build(cfg: DictConfig) -> ExperimentSpec:
     spec = OmegaConf.to_object(cfg)
     if not isinstance(spec, ExperimentSpec):
         raise TypeError(f"composed config is a {type(spec).__name__}, expected ExperimentSpec")
-    return spec
+    return absolute_paths(spec)
 
 
 def rewrite_recipe_paths(overrides: Sequence[str]) -> list[str]:
