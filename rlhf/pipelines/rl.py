@@ -386,8 +386,11 @@ def run(
         pending = gen.start(start + 1) if spec.rollout.async_mode and start < total else None
         for step in range(start + 1, total + 1):
             t0 = time.perf_counter()
+            if pending is None:
+                workers.before_generation()
             rows, wait = pending if pending is not None else gen.start(step)
             scored = gen.finish(step, rows, wait)
+            workers.after_generation()
             t_gen = time.perf_counter() - t0
             # Async: the next rollout starts now, on the weights before this step's update (one step stale).
             pending = gen.start(step + 1) if spec.rollout.async_mode and step < total else None

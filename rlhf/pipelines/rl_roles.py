@@ -87,6 +87,7 @@ class RLWorkers:
             )
             pending.append((self.reward, refs))
         self.rollout = RolloutEngines(spec, realized, policy_path, env)
+        self.rollout_colocated = realized.colocated("rollout", "policy")
         for group, refs in pending:
             group.get(refs, "init")
         if fuse_ref:
@@ -99,6 +100,26 @@ class RLWorkers:
             self.reward = self.critic
         self.actor_settings = ActorLossSettings.from_spec(spec)
         self.kl_coef = spec.algorithm.kl.coef  # the KL controller's current value, set by the loop
+
+    # -- hybrid engine ------------------------------------------------------------------------------------------
+    @property
+    def takes_turns(self) -> bool:
+        """Rollout and training share devices and swap memory (colocated, rollout.enable_sleep, not async)."""
+        ro = self.spec.rollout
+        return ro.enable_sleep and not ro.async_mode and self.rollout_colocated
+
+    def before_generation(self) -> None:
+        """Training states out of device memory, rollout engines in (where the backends can; no-ops on CPU)."""
+        if self.takes_turns:
+            for group in self.trained_groups().values():
+                group.run_all("offload_states")
+            self.rollout.wake()
+
+    def after_generation(self) -> None:
+        if self.takes_turns:
+            self.rollout.sleep()
+            for group in self.trained_groups().values():
+                group.run_all("reload_states")
 
     def sync_weights(self) -> float:
         """Policy weights (ZeRO-3 gathered, LoRA merged) into every rollout engine; returns seconds. Rank 0's list
