@@ -136,6 +136,7 @@ class Generator:
         eos = self.scorer.tokenizer.eos_token_id
         return SamplingSpec(
             max_new_tokens=ro.max_new_tokens,
+            min_new_tokens=ro.min_new_tokens,
             temperature=ro.temperature if temperature is None else temperature,
             top_p=ro.top_p,
             top_k=ro.top_k,
@@ -246,7 +247,7 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
     exp.rewards = shaped_rewards(spec, scored, exp)
     a = spec.algorithm
     kl = None
-    if exp.ref_logprobs is not None:
+    if exp.ref_logprobs is not None and exp.old_logprobs is not None:
         kl = compute_approx_kl(exp.old_logprobs, exp.ref_logprobs, a.kl.estimator) * exp.action_mask
     out = compute_advantages_and_returns(
         exp.rewards,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from rlhf.algo import entropy_bonus, kl_loss, masked_mean, policy_loss, value_loss
+from rlhf.algo import compute_approx_kl, entropy_bonus, kl_loss, masked_mean, policy_loss, value_loss
 from rlhf.models.forward import causal_lm_log_probs, value_model_rewards, value_model_values
 from rlhf.spec.schema import ExperimentSpec
 
@@ -71,9 +71,21 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
         model, mb["sequences"], mb["attention_mask"], temperature=s.temperature, return_entropy=want_entropy
     )
     log_probs, entropy = out if want_entropy else (out, None)
+    metrics: dict[str, Tensor] = {}
+    old = mb.get("old_logprobs")
+    if old is None:
+        # One optimizer step per rollout (RLWorkers.reuses_current_logprobs): the weights that would recompute the
+        # old log-probs are these very weights, so the detached current ones are the old ones (ratio 1) and the
+        # separate forward pass is skipped. The experience pass's metrics that need them are computed here.
+        old = log_probs.detach()
+        with torch.no_grad():
+            if "rollout_logprobs" in mb:
+                metrics["logprobs_diff"] = masked_mean((old - mb["rollout_logprobs"]).abs(), mask)
+            if "ref_logprobs" in mb:
+                metrics["kl"] = masked_mean(compute_approx_kl(old, mb["ref_logprobs"], s.kl_estimator), mask)
     pl = policy_loss(
         log_probs,
-        mb["old_logprobs"],
+        old,
         mb["advantages"],
         mask,
         loss_type=s.loss_type,
@@ -87,7 +99,7 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
         norm=norm,
     )
     loss = pl.loss
-    metrics: dict[str, Tensor] = {"policy_loss": pl.loss.detach(), "ppo_clip_ratio": pl.clip_ratio, "ppo_kl": pl.ppo_kl}
+    metrics.update({"policy_loss": pl.loss.detach(), "ppo_clip_ratio": pl.clip_ratio, "ppo_kl": pl.ppo_kl})
     if pl.rollout_kl is not None:
         metrics["rollout_kl"] = pl.rollout_kl
     if s.kl_in_loss:

@@ -36,6 +36,18 @@ def _threads(spec: ExperimentSpec) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(max(hw.cpus_per_node // hw.devices_per_node, 1))}
 
 
+def reuses_current_logprobs(spec: ExperimentSpec) -> bool:
+    """True when the actor makes exactly one optimizer step per rollout and nothing before training needs the old
+    log-probs (no KL in the reward): the policy's weights when training starts are the weights that would
+    recompute them, so the loss takes its own detached log-probs as the old ones (ratio 1, as TRL does) and the
+    experience pass skips one forward over every sample. Several steps or epochs per rollout keep the pass."""
+    from rlhf.spec.derive import derive
+
+    kl = spec.algorithm.kl
+    kl_in_reward = kl.placement == "reward" and kl.coef > 0
+    return derive(spec).optimizer_steps_per_rollout == 1 and not kl_in_reward
+
+
 class RLWorkers:
     def __init__(self, spec: ExperimentSpec, realized: Any, policy_path: str, total_steps: int) -> None:
         from rlhf.workers import ModelWorker, TrainerWorker
@@ -99,6 +111,7 @@ class RLWorkers:
             )
             self.reward = self.critic
         self.actor_settings = ActorLossSettings.from_spec(spec)
+        self.reuses_current_logprobs = reuses_current_logprobs(spec)
         self.kl_coef = spec.algorithm.kl.coef  # the KL controller's current value, set by the loop
 
     # -- hybrid engine ------------------------------------------------------------------------------------------
@@ -149,7 +162,8 @@ class RLWorkers:
         timing = {}
         t0 = time.perf_counter()
         fn = partial(policy_logprobs_fn, temperature=self.temperature)
-        exp.old_logprobs = self._stitch(self._forward(self.policy, fn, exp, None), width) * exp.action_mask
+        if not self.reuses_current_logprobs:
+            exp.old_logprobs = self._stitch(self._forward(self.policy, fn, exp, None), width) * exp.action_mask
         if self.reference is not None:
             name = "reference"
             exp.ref_logprobs = self._stitch(self._forward(self.reference, fn, exp, name), width) * exp.action_mask

@@ -238,6 +238,13 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
         ro.max_new_tokens,
         f"must leave room for the prompt within data.max_len ({spec.data.max_len})",
     )
+    c.require(ro.max_num_seqs is None or ro.max_num_seqs >= 1, "rollout.max_num_seqs", ro.max_num_seqs, "must be >= 1")
+    c.require(
+        0 <= ro.min_new_tokens <= ro.max_new_tokens,
+        "rollout.min_new_tokens",
+        ro.min_new_tokens,
+        f"must be in [0, rollout.max_new_tokens={ro.max_new_tokens}]",
+    )
 
 
 def _check_resources(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:

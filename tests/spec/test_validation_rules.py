@@ -74,6 +74,8 @@ def test_shipped_base_recipes_are_valid():
             "algorithm.filters.dynamic_filtering_range",
         ),
         (CPU_RL + ["rollout.max_new_tokens=500"], "rollout.max_new_tokens"),
+        (CPU_RL + ["rollout.min_new_tokens=9"], "rollout.min_new_tokens"),
+        (CPU_RL + ["rollout.max_num_seqs=0"], "rollout.max_num_seqs"),
         (CPU_RL + ["algorithm.filters.overlong_buffer_len=64"], "algorithm.filters.overlong_buffer_len"),
         (CPU_RL + ["data.input_template=no_placeholder"], "data.input_template"),
         (CPU_RL + ["data.train_probs=[0.5,0.5]"], "data.train_probs"),
