@@ -81,5 +81,6 @@ def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus:
         log_to_driver=True,
         configure_logging=True,
         logging_level=logging.WARNING,
+        _system_config={"worker_niceness": ray_spec.worker_niceness},
     )
     return Cluster(address=ray.get_runtime_context().gcs_address, started_here=True, node_ip="127.0.0.1")

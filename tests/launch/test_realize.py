@@ -122,3 +122,14 @@ def test_missing_resources_fail_fast_naming_roles_and_resources(cluster):
     msg = str(err.value)
     assert "policy+reference" in msg and "CPU: need 8" in msg and "available" in msg
     assert ray.is_initialized()  # the shared cluster is left alone
+
+
+def test_workers_of_a_cluster_rlhf_starts_run_at_the_drivers_priority(cluster):
+    # Ray's default starts workers at nice 15, where any other busy process takes the cores from training.
+    @ray.remote(num_cpus=0)
+    def niceness() -> int:
+        import os
+
+        return os.nice(0)
+
+    assert ray.get(niceness.remote()) == os.nice(0)
