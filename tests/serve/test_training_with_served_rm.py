@@ -73,8 +73,19 @@ def reward_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def served_rm(reward_model_dir):
     """``python -m rlhf.cli.serve_rm --port 0`` in a subprocess; yields the URL it prints."""
-    cmd = [sys.executable, "-m", "rlhf.cli.serve_rm", "--model", str(reward_model_dir), "--port", "0",
-           "--device", "cpu", "--batch-size", "16"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlhf.cli.serve_rm",
+        "--model",
+        str(reward_model_dir),
+        "--port",
+        "0",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "16",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
@@ -95,8 +106,9 @@ def health(url: str) -> dict:
         return json.loads(r.read())
 
 
-def test_grpo_trains_on_rewards_from_a_served_reward_model(ray_cluster, served_rm, reward_model_dir, tmp_path,
-                                                         monkeypatch):
+def test_grpo_trains_on_rewards_from_a_served_reward_model(
+    ray_cluster, served_rm, reward_model_dir, tmp_path, monkeypatch
+):
     from rlhf.models.loading import resolve_model_path, tokenizer_for
     from rlhf.serve.reward_server import RewardModelScorer
 
@@ -127,8 +139,10 @@ def test_grpo_trains_on_rewards_from_a_served_reward_model(ray_cluster, served_r
     local = RewardModelScorer.from_path(str(reward_model_dir), device="cpu")
     assert len(scored_steps) == STEPS
     for scored, m in zip(scored_steps, metrics, strict=True):
-        queries = [row["prompt"] + tok.decode(r.output_ids, skip_special_tokens=False)
-                   for row, r in zip(scored.rows, scored.rollouts, strict=True)]
+        queries = [
+            row["prompt"] + tok.decode(r.output_ids, skip_special_tokens=False)
+            for row, r in zip(scored.rows, scored.rollouts, strict=True)
+        ]
         assert scored.rewards == pytest.approx(local.score(queries), abs=1e-4)
         assert len(set(scored.rewards)) > 1  # a real model's scores, not a constant
         assert m["train/reward"] == pytest.approx(sum(scored.rewards) / len(scored.rewards), abs=1e-5)
