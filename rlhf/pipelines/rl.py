@@ -34,6 +34,7 @@ from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.pipelines.experience import ExperienceBatch, from_rollouts
 from rlhf.pipelines.rl_metrics import best_metric_key, eval_metrics, group_reward_std, rollout_metrics
 from rlhf.pipelines.rl_roles import RLWorkers
+from rlhf.pipelines.run_files import run_artifacts
 from rlhf.spec.derive import derive
 from rlhf.spec.schema import ExperimentSpec
 
@@ -320,7 +321,6 @@ def run(
     """Train ``spec`` (an RL algorithm); ``realize(spec, plan)`` gives the Ray placement (from the launcher)."""
     from rlhf.data import build_datasets
     from rlhf.models.loading import resolve_model_path, tokenizer_for
-    from rlhf.pipelines.supervised import _artifacts
     from rlhf.tracking import Progress, Tracker, summary_lines
 
     t_start = time.time()
@@ -347,7 +347,7 @@ def run(
     ok = False
     try:
         tracker.rewind(int(state["step"]) if state else -1)
-        tracker.log_artifacts(_artifacts(spec, plan, run_dir))
+        tracker.log_artifacts(run_artifacts(spec, plan, run_dir))
         realized = realize(spec, plan)
         workers = RLWorkers(spec, realized, policy_path, opt_steps)
         scorer = Scorer(spec, tokenizer, workers)

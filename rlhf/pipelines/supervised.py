@@ -19,6 +19,7 @@ from typing import Any
 from rlhf.errors import UserError
 from rlhf.pipelines.batching import EvalShards, per_rank_micro_batches, redistribute
 from rlhf.pipelines.checkpoint import CheckpointManager
+from rlhf.pipelines.run_files import run_artifacts
 from rlhf.spec.schema import ExperimentSpec
 
 log = logging.getLogger(__name__)
@@ -99,18 +100,6 @@ def _steps(spec: ExperimentSpec, n_train: int) -> tuple[int, int]:
     return per_epoch, total
 
 
-def _artifacts(spec: ExperimentSpec, plan: Any, run_dir: Path) -> list[Path]:
-    """The resolved config and the plan (the CLI writes them; a direct call gets them written here)."""
-    cfg, plan_file = run_dir / "resolved_config.yaml", run_dir / "plan.json"
-    if not cfg.exists():
-        from omegaconf import OmegaConf
-
-        cfg.write_text(OmegaConf.to_yaml(OmegaConf.structured(spec)))
-    if not plan_file.exists() and hasattr(plan, "to_json"):
-        plan_file.write_text(plan.to_json())
-    return [cfg, plan_file]
-
-
 def run_supervised(
     spec: ExperimentSpec, plan: Any, run_dir: Path, make_task: Callable[[ExperimentSpec, Any], Task], realize: Callable
 ) -> dict[str, Any]:
@@ -142,7 +131,7 @@ def run_supervised(
     realized = None
     try:
         tracker.rewind(int(state["step"]) if state else -1)  # a fresh run starts an empty metrics.jsonl
-        tracker.log_artifacts(_artifacts(spec, plan, run_dir))
+        tracker.log_artifacts(run_artifacts(spec, plan, run_dir))
         if not state:
             for report in splits.reports:
                 tracker.log(report.as_metrics(), 0)
