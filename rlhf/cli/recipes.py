@@ -1,4 +1,4 @@
-"""rlhf-recipes ls | show NAME | cp NAME FILE | validate NAME|all — one small class per verb."""
+"""rlhf-recipes ls | show NAME | cp NAME FILE | validate NAME|all | explain KEY — one small class per verb."""
 
 from __future__ import annotations
 
@@ -118,7 +118,40 @@ class Validate:
         return EXIT_USER_ERROR if failed else 0
 
 
-VERBS = {"ls": Ls(), "show": Show(), "cp": Cp(), "validate": Validate()}
+class Explain:
+    help = "a config key's type, default, allowed values and documentation, from the schema (or a whole section)"
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("key", help="a dotted key (trainer.lr) or a section (trainer, algorithm.kl)")
+        p.add_argument("--recipe", help="also print the value this recipe resolves the key to")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rlhf.spec.keys import close_matches, keys_under
+        from rlhf.spec.schema import ExperimentSpec
+
+        found = keys_under(ExperimentSpec, args.key)
+        if not found:
+            near = close_matches(ExperimentSpec, args.key)
+            hint = f"; did you mean {', '.join(near)}?" if near else "; `rlhf-recipes explain trainer` lists a section"
+            fail(f"{args.key}: no such config key{hint}")
+        resolved = None
+        if args.recipe:
+            from rlhf.spec.build import compose
+
+            resolved = compose([f"+recipe={args.recipe}"])
+        for info in found:
+            print(f"{info.path}: {info.type} = {info.default!r}")
+            if info.doc:
+                print(f"  {info.doc}")
+            allowed = info.domain.describe()
+            if allowed:
+                print(f"  allowed: {allowed}")
+            if resolved is not None:
+                print(f"  in {args.recipe}: {OmegaConf.select(resolved, info.path)!r}")
+        return 0
+
+
+VERBS = {"ls": Ls(), "show": Show(), "cp": Cp(), "validate": Validate(), "explain": Explain()}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,8 +1,10 @@
 """The typed experiment spec: one frozen dataclass per config section.
 
 These dataclasses are the schema Hydra validates every YAML against (registered in the ConfigStore by
-``rlhf.spec.store``), so a misspelt key or a wrong type fails at compose time with its full key. Each field's
-comment is its documentation; ``rlhf-recipes show NAME`` prints the resolved values.
+``rlhf.spec.store``), so a misspelt key or a wrong type fails at compose time with its full key. Each field is
+declared with :func:`rlhf.spec.keys.key`: its default, its one-line documentation and its domain (allowed range or
+values), which validation checks and ``rlhf-recipes explain KEY`` prints. ``rlhf-recipes show NAME`` prints a
+recipe's resolved values.
 
 Batch vocabulary (units in the names, everything else derived by ``rlhf.spec.derive``):
     rollout.prompts_per_step      prompts drawn per RL step
@@ -18,78 +20,107 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlhf.spec import names
+from rlhf.spec.keys import items, key
+
 ROLES = ("policy", "reference", "critic", "reward", "rollout")
 
 
 @dataclass(frozen=True)
 class AdvantageSpec:
-    estimator: str = "gae"  # gae | reinforce | reinforce_baseline | rloo | group_norm | dr_grpo (rlhf.algo registry)
-    gamma: float = 1.0  # discount; forced to 1 for group estimators
-    lambd: float = 1.0  # GAE lambda
-    no_std_norm: bool = False  # whiten without dividing by std (OpenRLHF --algo.advantage.no_std_norm)
+    """How advantages are estimated (rlhf.algo ADVANTAGE_ESTIMATORS)."""
+
+    estimator: str = key("gae", "advantage estimator", choices=names.ADVANTAGE_ESTIMATORS)
+    gamma: float = key(1.0, "discount; group estimators need 1", ge=0, le=1)
+    lambd: float = key(1.0, "GAE lambda", ge=0, le=1)
+    no_std_norm: bool = key(False, "whiten advantages without dividing by their std (OpenRLHF no_std_norm)")
 
 
 @dataclass(frozen=True)
 class PolicyLossSpec:
-    type: str = "ppo"  # ppo | gspo (rlhf.algo POLICY_LOSSES)
-    eps_clip_low: float = 0.2  # ratio clipped to [1 - eps_clip_low, 1 + eps_clip_high]
-    eps_clip_high: float = 0.2  # > eps_clip_low is DAPO's clip-higher
-    dual_clip: float | None = None  # dual-clip constant c > 1, or null
-    aggregation: str = "token_mean"  # token_mean | seq_mean | seq_mean_token_sum | seq_mean_token_sum_norm
-    aggregation_norm: int | None = None  # constant normaliser for seq_mean_token_sum_norm (null: max_new_tokens)
-    entropy_coef: float | None = None  # entropy bonus; null: entropy not computed, 0: logged only
+    """The policy loss and how token losses are aggregated (rlhf.algo POLICY_LOSSES, LOSS_AGGREGATIONS)."""
+
+    type: str = key("ppo", "policy loss", choices=names.POLICY_LOSSES)
+    eps_clip_low: float = key(0.2, "ratio clipped below at 1 - eps_clip_low", ge=0, lt=1)
+    eps_clip_high: float = key(0.2, "ratio clipped above at 1 + eps_clip_high (> eps_clip_low: DAPO clip-higher)", ge=0)
+    dual_clip: float | None = key(None, "dual-clip constant c (null: off)", gt=1)
+    aggregation: str = key("token_mean", "how token losses become one loss", choices=names.LOSS_AGGREGATIONS)
+    aggregation_norm: int | None = key(
+        None, "constant normaliser of seq_mean_token_sum_norm (null: rollout.max_new_tokens)", ge=1
+    )
+    entropy_coef: float | None = key(None, "entropy bonus weight (null: entropy not computed; 0: logged only)", ge=0)
 
 
 @dataclass(frozen=True)
 class KLSpec:
-    coef: float = 0.01  # initial KL coefficient; 0 removes the reference model
-    estimator: str = "k1"  # k1 | k2 | k3
-    placement: str = "reward"  # reward: folded into the per-token reward | loss: added to the policy loss
-    target: float | None = None  # set: adaptive controller (Ziegler et al.) toward this KL
-    horizon: int = 10000  # adaptive controller horizon, in samples
+    """The KL penalty against the reference model."""
+
+    coef: float = key(0.01, "initial KL coefficient; 0 removes the reference model", ge=0)
+    estimator: str = key("k1", "KL estimator", choices=names.KL_ESTIMATORS)
+    placement: str = key(
+        "reward",
+        "reward: folded into the per-token reward; loss: added to the policy loss",
+        choices=names.KL_PLACEMENTS,
+    )
+    target: float | None = key(None, "adaptive controller (Ziegler et al.) toward this KL (null: fixed coef)", gt=0)
+    horizon: int = key(10000, "adaptive controller horizon, in samples", ge=1)
 
 
 @dataclass(frozen=True)
 class ISCorrectionSpec:
-    type: str = "none"  # none | tis | icepop | seq_mask_tis: rollout-vs-trainer log-prob mismatch correction
-    low: float = 0.5  # lower threshold on the importance weight
-    high: float = 5.0  # upper threshold
+    """Importance-sampling correction for the mismatch between rollout-engine and trainer log-probs."""
+
+    type: str = key("none", "correction", choices=names.IS_CORRECTIONS)
+    low: float = key(0.5, "lower threshold on the importance weight", ge=0)
+    high: float = key(5.0, "upper threshold on the importance weight (> low)", gt=0)
 
 
 @dataclass(frozen=True)
 class FilterSpec:
-    dynamic_filtering: bool = False  # DAPO: drop prompt groups whose mean score is not strictly inside range
-    dynamic_filtering_range: list[float] = field(default_factory=lambda: [0.0, 1.0])
-    max_refill_rounds: int = 4  # rounds of extra prompts drawn to refill dropped groups before giving up
-    overlong_buffer_len: int | None = None  # DAPO overlong penalty: last N tokens before max_new_tokens cost reward
-    overlong_penalty_factor: float = 1.0
-    stop_properly_penalty_coef: float | None = None  # ProRL: truncated samples' reward scaled (>=0) or set (<0)
+    """Sample filters and length penalties (DAPO, ProRL)."""
+
+    dynamic_filtering: bool = key(False, "DAPO: drop prompt groups whose mean score is not strictly inside the range")
+    dynamic_filtering_range: list[float] = key(
+        factory=lambda: [0.0, 1.0], doc="[low, high] of the kept groups' mean score", length=2, increasing=True
+    )
+    max_refill_rounds: int = key(4, "rounds of extra prompts drawn to refill dropped groups before giving up", ge=0)
+    overlong_buffer_len: int | None = key(
+        None, "DAPO overlong penalty: the last N tokens before max_new_tokens cost reward (null: off)", ge=1
+    )
+    overlong_penalty_factor: float = key(1.0, "reward lost over the whole overlong buffer", ge=0)
+    stop_properly_penalty_coef: float | None = key(
+        None, "ProRL: truncated samples' reward scaled by it (0..1) or set to it (< 0); null: off", le=1
+    )
 
 
 @dataclass(frozen=True)
 class PreferenceSpec:
-    loss: str = "dpo"  # dpo | cdpo | ipo | kto | simpo | orpo (rlhf.algo PREFERENCE_LOSSES)
-    beta: float = 0.1
-    label_smoothing: float = 0.0  # cDPO epsilon
-    nll_coef: float = 0.0  # NLL regulariser on chosen responses
-    simpo_gamma: float = 0.5  # SimPO target margin
-    orpo_lambda: float = 0.1  # ORPO odds-ratio weight
-    kto_desirable_weight: float = 1.0
-    kto_undesirable_weight: float = 1.0
+    """DPO-family losses (rlhf.algo PREFERENCE_LOSSES)."""
+
+    loss: str = key("dpo", "preference loss", choices=names.PREFERENCE_LOSSES)
+    beta: float = key(0.1, "inverse temperature of the implicit reward", gt=0)
+    label_smoothing: float = key(0.0, "cDPO epsilon: assumed fraction of flipped labels", ge=0, lt=0.5)
+    nll_coef: float = key(0.0, "NLL regulariser on chosen responses", ge=0)
+    simpo_gamma: float = key(0.5, "SimPO target margin", ge=0)
+    orpo_lambda: float = key(0.1, "ORPO odds-ratio weight", ge=0)
+    kto_desirable_weight: float = key(1.0, "KTO weight of desirable samples", ge=0)
+    kto_undesirable_weight: float = key(1.0, "KTO weight of undesirable samples", ge=0)
 
 
 @dataclass(frozen=True)
 class RMLossSpec:
-    loss: str = "sigmoid"  # sigmoid | logexp (rlhf.algo RM_LOSSES)
-    use_margin: bool = False  # subtract the dataset's margin column inside the sigmoid loss
+    """Reward-model training loss (rlhf.algo RM_LOSSES)."""
+
+    loss: str = key("sigmoid", "pairwise loss", choices=names.RM_LOSSES)
+    use_margin: bool = key(False, "subtract the dataset's margin column inside the sigmoid loss")
 
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
     """conf/algorithm/*.yaml: an algorithm is a preset of registry entries, not a code path."""
 
-    name: str = "ppo"
-    family: str = "rl"  # rl | sft | rm | dpo: which pipeline runs
+    name: str = key("ppo", "preset name (informational)", nonempty=True)
+    family: str = key("rl", "which pipeline runs", choices=names.FAMILIES)
     advantage: AdvantageSpec = field(default_factory=AdvantageSpec)
     policy_loss: PolicyLossSpec = field(default_factory=PolicyLossSpec)
     kl: KLSpec = field(default_factory=KLSpec)
@@ -101,33 +132,39 @@ class AlgorithmSpec:
 
 @dataclass(frozen=True)
 class LoraSpec:
-    rank: int = 0  # 0 disables LoRA
-    alpha: int = 16
-    dropout: float = 0.0
-    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    """LoRA adapters through peft."""
+
+    rank: int = key(0, "adapter rank; 0 disables LoRA", ge=0)
+    alpha: int = key(16, "LoRA alpha (scale = alpha / rank)", gt=0)
+    dropout: float = key(0.0, "dropout on the adapter input", ge=0, lt=1)
+    target_modules: list[str] = key(
+        factory=lambda: ["all-linear"], doc="module names to adapt, or all-linear", nonempty=True
+    )
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     """conf/model/*.yaml: the policy (or SFT/RM/DPO) base model, with the dimensions a plan needs offline."""
 
-    name: str = "tiny"
-    path: str = ""  # local HF folder or hub name (ignored when make_local)
-    make_local: bool = False  # random init from these dimensions + a byte-level tokenizer, cached (no download)
-    tokenizer_path: str = ""  # empty: same as path
-    architecture: str = "llama"  # llama | qwen2 | qwen3 (for the tiny factory and the plan)
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 2
-    num_kv_heads: int = 2
-    head_dim: int = 64
-    intermediate_size: int = 256
-    vocab_size: int = 512
-    max_position_embeddings: int = 1024
-    tie_word_embeddings: bool = False
-    attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2 (needs flash-attn)
-    chat_template: str | None = None  # Jinja template overriding the tokenizer's
-    trust_remote_code: bool = False
+    name: str = key("tiny", "model option name (informational)", nonempty=True)
+    path: str = key("", "local HF folder or hub name org/name (ignored when make_local)")
+    make_local: bool = key(False, "random init from these dimensions + a byte-level tokenizer, cached (no download)")
+    tokenizer_path: str = key("", "tokenizer folder or hub name; empty: same as path")
+    architecture: str = key("llama", "for the tiny factory and the plan", choices=("llama", "qwen2", "qwen3"))
+    hidden_size: int = key(128, "hidden size", ge=1)
+    num_layers: int = key(2, "transformer layers", ge=1)
+    num_heads: int = key(2, "attention heads", ge=1)
+    num_kv_heads: int = key(2, "key/value heads (GQA)", ge=1)
+    head_dim: int = key(64, "dimension per head", ge=1)
+    intermediate_size: int = key(256, "MLP inner size", ge=1)
+    vocab_size: int = key(512, "vocabulary size", ge=1)
+    max_position_embeddings: int = key(1024, "longest sequence the model supports", ge=1)
+    tie_word_embeddings: bool = key(False, "lm_head shares the embedding matrix")
+    attn_implementation: str = key(
+        "sdpa", "attention kernel (flash_attention_2 needs flash-attn)", choices=names.ATTN_IMPLEMENTATIONS
+    )
+    chat_template: str | None = key(None, "Jinja template overriding the tokenizer's")
+    trust_remote_code: bool = key(False, "allow the model folder's own code")
     lora: LoraSpec = field(default_factory=LoraSpec)
 
 
@@ -135,21 +172,22 @@ class ModelSpec:
 class RoleDevices:
     """Devices per role; null: derived (colocated roles share their group's devices, the rest split evenly)."""
 
-    policy: int | None = None
-    reference: int | None = None
-    critic: int | None = None
-    reward: int | None = None
-    rollout: int | None = None
+    policy: int | None = key(None, "devices (data-parallel ranks) of the policy", ge=0)
+    reference: int | None = key(None, "devices of the reference model", ge=0)
+    critic: int | None = key(None, "devices of the critic", ge=0)
+    reward: int | None = key(None, "devices of the reward model", ge=0)
+    rollout: int | None = key(None, "devices of the rollout engines (num_engines x tensor_parallel_size)", ge=0)
 
 
 @dataclass(frozen=True)
 class PlacementSpec:
     """conf/placement/*.yaml: which roles share devices."""
 
-    name: str = "colocate_all"
-    colocate: list[list[str]] = field(
-        default_factory=lambda: [["policy", "reference", "critic", "reward", "rollout"]]
-    )  # groups of roles that share the same bundles; roles in no group get their own
+    name: str = key("colocate_all", "placement option name (informational)", nonempty=True)
+    colocate: list[list[str]] = key(
+        factory=lambda: [["policy", "reference", "critic", "reward", "rollout"]],
+        doc="groups of roles that share the same bundles; roles in no group get their own",
+    )
     devices: RoleDevices = field(default_factory=RoleDevices)
 
 
@@ -157,193 +195,231 @@ class PlacementSpec:
 class RolloutSpec:
     """conf/rollout/*.yaml: the generation engine and sampling."""
 
-    backend: str = "vllm"  # vllm | hf
-    prompts_per_step: int = 128  # prompts per RL step (OpenRLHF rollout.batch_size)
-    samples_per_prompt: int = 1  # group size n
-    max_new_tokens: int = 1024
-    min_new_tokens: int = 0  # tokens sampled before eos or a stop token may end a sample (vLLM min_tokens); 0: off
-    temperature: float = 1.0  # also applied to training log-probs
-    top_p: float = 1.0
-    top_k: int = -1
-    stop: list[str] = field(default_factory=list)  # stop strings besides the tokenizer's eos
-    num_engines: int = 1  # rollout engines (vLLM instances)
-    tensor_parallel_size: int = 1  # devices per engine; must fit within one node
-    gpu_memory_utilization: float = 0.9  # vLLM's fraction of device memory (weights + KV cache)
-    enable_sleep: bool = True  # hybrid engine: release rollout memory while training (colocate_all only)
-    enforce_eager: bool = False  # disable CUDA graphs
-    enable_prefix_caching: bool = False
-    cpu_kv_cache_gb: int = 2  # KV cache of vLLM on CPU hardware
-    # vLLM: sequences decoded together (None: vLLM's default, 256 on CPU). A step's prompts_per_step x
-    # samples_per_prompt above it are generated in waves; raising it needs KV cache for all of them.
-    max_num_seqs: int | None = None
-    micro_batch_per_device: int = 4  # samples per forward when computing log-probs, values and rewards
-    async_mode: bool = False  # generate step k+1 while training step k (staleness bounded to one step)
+    backend: str = key("vllm", "generation engine", choices=names.ROLLOUT_BACKENDS)
+    prompts_per_step: int = key(128, "prompts per RL step (OpenRLHF rollout.batch_size)", ge=1)
+    samples_per_prompt: int = key(1, "completions per prompt (group size n)", ge=1)
+    max_new_tokens: int = key(1024, "generated tokens per sample at most", ge=1)
+    min_new_tokens: int = key(
+        0, "tokens sampled before eos or a stop token may end a sample (vLLM min_tokens); 0: off", ge=0
+    )
+    temperature: float = key(1.0, "sampling temperature; also applied to training log-probs; 0: greedy", ge=0)
+    top_p: float = key(1.0, "nucleus sampling mass", gt=0, le=1)
+    top_k: int = key(-1, "sample among the k most likely tokens; -1 (or 0): off", ge=-1)
+    stop: list[str] = key(factory=list, doc="stop strings besides the tokenizer's eos (kept in the output)")
+    num_engines: int = key(1, "rollout engines (vLLM instances)", ge=1)
+    tensor_parallel_size: int = key(1, "devices per engine; must fit within one node", ge=1)
+    gpu_memory_utilization: float = key(0.9, "vLLM's fraction of device memory (weights + KV cache)", gt=0, le=1)
+    enable_sleep: bool = key(True, "hybrid engine: release rollout memory while training (colocated only)")
+    enforce_eager: bool = key(False, "disable CUDA graphs")
+    enable_prefix_caching: bool = key(False, "vLLM prefix caching")
+    cpu_kv_cache_gb: int = key(2, "KV cache of vLLM on CPU hardware (GiB)", ge=1)
+    max_num_seqs: int | None = key(
+        None,
+        "vLLM: sequences decoded together (null: vLLM's default, 256 on CPU); more than this many samples per step "
+        "are generated in waves, and raising it needs KV cache for all of them",
+        ge=1,
+    )
+    micro_batch_per_device: int = key(4, "samples per forward when computing log-probs, values and rewards", ge=1)
+    async_mode: bool = key(False, "generate step k+1 while training step k (staleness bounded to one step)")
 
 
 @dataclass(frozen=True)
 class HardwareSpec:
     """conf/hardware/*.yaml: what the cluster has. On CPU a 'device' is one worker slot of a few cores."""
 
-    name: str = "cpu"
-    accelerator: str = "cpu"  # cpu | gpu
-    device_type: str = "cpu"  # h100 | h200 | a100_80g | cpu
-    nodes: int = 1
-    devices_per_node: int = 1
-    device_memory_gb: float = 16.0  # per device (GPU memory, or the RAM share of a CPU slot)
-    cpus_per_node: int = 2
-    host_memory_gb: float = 24.0  # per node
-    bf16: bool = False  # native bf16 (on CPU bf16 works but is slower than fp32)
-    device_tflops: float = 0.1  # dense bf16 TFLOP/s per device, for rough time estimates
+    name: str = key("cpu", "hardware option name (informational)", nonempty=True)
+    accelerator: str = key("cpu", "device kind", choices=names.ACCELERATORS)
+    device_type: str = key("cpu", "h100 | h200 | a100_80g | cpu (informational)", nonempty=True)
+    nodes: int = key(1, "nodes of the cluster", ge=1)
+    devices_per_node: int = key(1, "devices (GPUs, or CPU worker slots) per node", ge=1)
+    device_memory_gb: float = key(16.0, "memory per device (GPU memory, or the RAM share of a CPU slot)", gt=0)
+    cpus_per_node: int = key(2, "CPU cores per node", ge=1)
+    host_memory_gb: float = key(24.0, "host memory per node", gt=0)
+    bf16: bool = key(False, "native bf16 (on CPU bf16 works but is slower than fp32)")
+    device_tflops: float = key(0.1, "dense bf16 TFLOP/s per device, for rough time estimates", gt=0)
 
 
 @dataclass(frozen=True)
 class TrainerSpec:
     """Optimizer, schedule, batches and DeepSpeed settings shared by every trained role."""
 
-    global_batch: int = 128  # samples per optimizer step, across all data-parallel ranks
-    micro_batch_per_device: int = 1  # samples per forward/backward on one device
-    epochs_per_rollout: int = 1  # RL: optimizer passes over each rollout batch (OpenRLHF train.max_epochs)
-    num_episodes: int = 1  # RL: passes over the prompt set
-    epochs: int = 1  # SFT/RM/DPO: passes over the dataset
-    max_steps: int | None = None  # stop after this many steps (RL steps, or optimizer steps for SFT/RM/DPO)
-    zero_stage: int = 2  # DeepSpeed ZeRO stage 0..3
-    precision: str = "bf16"  # bf16 | fp32 | fp16 (fp16 needs a GPU)
-    offload_optimizer: bool = False  # optimizer states in host memory
-    offload_params: bool = False  # ZeRO-3 parameters in host memory
-    gradient_checkpointing: bool = False
-    optimizer: str = "adamw"  # adamw (torch) | fused_adam | cpu_adam (DeepSpeed ops, compiled on first use)
-    lr: float = 1e-6
-    critic_lr: float = 9e-6
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    lr_scheduler: str = "cosine_with_min_lr"  # cosine_with_min_lr | constant_with_warmup | constant
-    warmup_ratio: float = 0.03
-    min_lr_ratio: float = 0.1
-    max_norm: float = 1.0  # gradient clipping
-    activation_mb_per_token: float | None = None  # override the plan's activation estimate (MiB per token)
+    global_batch: int = key(128, "samples per optimizer step, across all data-parallel ranks", ge=1)
+    micro_batch_per_device: int = key(1, "samples per forward/backward on one device", ge=1)
+    epochs_per_rollout: int = key(1, "RL: optimizer passes over each rollout batch (OpenRLHF train.max_epochs)", ge=1)
+    num_episodes: int = key(1, "RL: passes over the prompt set", ge=1)
+    epochs: int = key(1, "SFT/RM/DPO: passes over the dataset", ge=1)
+    max_steps: int | None = key(
+        None, "stop after this many steps (RL steps, or optimizer steps for SFT/RM/DPO); null: the epochs decide", ge=1
+    )
+    zero_stage: int = key(2, "DeepSpeed ZeRO stage", choices=(0, 1, 2, 3))
+    precision: str = key("bf16", "training precision (fp16 needs a GPU)", choices=names.PRECISIONS)
+    offload_optimizer: bool = key(False, "optimizer states in host memory")
+    offload_params: bool = key(False, "ZeRO-3 parameters in host memory")
+    gradient_checkpointing: bool = key(False, "recompute activations in the backward pass")
+    optimizer: str = key(
+        "adamw",
+        "adamw (torch) | fused_adam | cpu_adam (DeepSpeed ops, compiled on first use)",
+        choices=names.OPTIMIZERS,
+    )
+    lr: float = key(1e-6, "peak learning rate (policy, or the SFT/RM/DPO model)", gt=0)
+    critic_lr: float = key(9e-6, "peak learning rate of the critic", gt=0)
+    betas: list[float] = key(factory=lambda: [0.9, 0.95], doc="Adam betas", length=2, items=items(ge=0, lt=1))
+    eps: float = key(1e-8, "Adam epsilon", gt=0)
+    weight_decay: float = key(0.0, "decoupled weight decay", ge=0)
+    lr_scheduler: str = key("cosine_with_min_lr", "learning-rate schedule", choices=names.LR_SCHEDULERS)
+    warmup_ratio: float = key(0.03, "fraction of the steps spent warming up", ge=0, le=1)
+    min_lr_ratio: float = key(0.1, "cosine_with_min_lr: final lr as a fraction of the peak", ge=0, le=1)
+    max_norm: float = key(1.0, "gradient clipping norm; 0 disables clipping", ge=0)
+    activation_mb_per_token: float | None = key(
+        None, "override the plan's activation estimate (MiB per token; null: the formula)", gt=0
+    )
 
 
 @dataclass(frozen=True)
 class DataSpec:
     """Datasets and how rows become tokens (OpenRLHF data.* flags)."""
 
-    train_files: list[str] = field(
-        default_factory=list
-    )  # json/jsonl/csv/parquet/arrow files, dataset dirs, builtin:NAME
-    train_probs: list[float] | None = None  # mixing probabilities, one per train file
-    train_split: str = "train"
-    eval_files: list[str] = field(default_factory=list)
-    eval_split: str = "train"
-    eval_fraction: float = 0.0  # hold out this fraction of train when no eval files are given
-    input_key: str = "input"
-    output_key: str | None = None
-    prompt_key: str | None = None
-    chosen_key: str = "chosen"
-    rejected_key: str = "rejected"
-    label_key: str | None = None
-    margin_key: str | None = None
-    datasource_key: str = "datasource"
-    input_template: str | None = None  # e.g. "User: {}\nAssistant: "; must contain {}
-    apply_chat_template: bool = True
-    max_len: int = 2048  # prompt + response tokens
-    max_prompt_len: int | None = None  # null: max_len - rollout.max_new_tokens
-    max_samples: int | None = None
-    on_bad_row: str = "error"  # error: stop naming file, row and key | skip: count and report
-    on_too_long: str = "truncate"  # truncate | drop (counted and reported)
-    packing: bool = False  # SFT: pack several samples per row
-    multiturn: bool = False  # SFT: loss on every assistant turn
-    pretrain_mode: bool = False  # SFT: loss on all tokens
+    train_files: list[str] = key(
+        factory=list, doc="json/jsonl/csv/parquet/arrow files, dataset folders, builtin:NAME or hub org/name"
+    )
+    train_probs: list[float] | None = key(
+        None, "mixing probabilities, one per train file (null: concatenated)", items=items(ge=0, le=1), sums_to=1.0
+    )
+    train_split: str = key("train", "split of the train datasets", nonempty=True)
+    eval_files: list[str] = key(factory=list, doc="evaluation datasets (same forms as train_files)")
+    eval_split: str = key("train", "split of the eval datasets", nonempty=True)
+    eval_fraction: float = key(0.0, "hold out this fraction of train when no eval files are given", ge=0, lt=1)
+    input_key: str = key("input", "column of the prompt (or SFT input)", nonempty=True)
+    output_key: str | None = key(None, "SFT: column of the response")
+    prompt_key: str | None = key(None, "preference data: column of a shared prompt")
+    chosen_key: str = key("chosen", "preference data: column of the chosen response", nonempty=True)
+    rejected_key: str = key("rejected", "preference data: column of the rejected response", nonempty=True)
+    label_key: str | None = key(None, "RL: column passed to the reward as the label (answer)")
+    margin_key: str | None = key(None, "RM: column of the pair's margin")
+    datasource_key: str = key("datasource", "column naming a row's source (eval metrics per source)", nonempty=True)
+    input_template: str | None = key(None, 'e.g. "User: {}\\nAssistant: "; {} is the input', contains="{}")
+    apply_chat_template: bool = key(True, "render inputs with the tokenizer's chat template")
+    max_len: int = key(2048, "prompt + response tokens", ge=2)
+    max_prompt_len: int | None = key(None, "prompt tokens at most (null: max_len - rollout.max_new_tokens)", ge=1)
+    max_samples: int | None = key(None, "use at most this many rows per dataset (null: all)", ge=1)
+    on_bad_row: str = key(
+        "error", "error: stop naming file, row and key | skip: count and report", choices=names.BAD_ROW_POLICIES
+    )
+    on_too_long: str = key(
+        "truncate", "rows longer than max_len: truncate, or drop (counted)", choices=names.TOO_LONG_POLICIES
+    )
+    packing: bool = key(False, "SFT: pack several samples per row")
+    multiturn: bool = key(False, "SFT: loss on every assistant turn")
+    pretrain_mode: bool = key(False, "SFT: loss on all tokens")
 
 
 @dataclass(frozen=True)
 class RewardSpec:
     """Where RL rewards come from: exactly one of model_path, function, urls, verifier (or an agent)."""
 
-    model_path: str = ""  # reward model (sequence classification / value head)
-    function: str = ""  # python file defining reward_func(queries, prompts, labels)
-    urls: list[str] = field(default_factory=list)  # HTTP endpoints of the remote reward protocol
-    verifier: str = ""  # built-in: math | format | exact
-    timeout_s: float = 180.0
-    retries: int = 5
-    request_batch: int = 64  # samples per HTTP request
-    clip_range: list[float] = field(default_factory=lambda: [-10.0, 10.0])
-    normalize: bool = False  # (r - mean) / std with the statistics saved by RM training
-    offload: bool = False
-    value_head_prefix: str = "score"
+    model_path: str = key("", "reward model (sequence classification / value head)")
+    function: str = key("", "python file defining reward_func(queries, prompts, labels)")
+    urls: list[str] = key(factory=list, doc="HTTP endpoints of the remote reward protocol")
+    verifier: str = key("", "built-in verifier", choices=names.VERIFIERS, empty_ok=True)
+    timeout_s: float = key(180.0, "remote reward: seconds per request", gt=0)
+    retries: int = key(5, "remote reward: retries per request", ge=0)
+    request_batch: int = key(64, "remote reward: samples per HTTP request", ge=1)
+    clip_range: list[float] = key(
+        factory=lambda: [-10.0, 10.0], doc="[low, high] rewards are clipped to", length=2, increasing=True
+    )
+    normalize: bool = key(False, "(r - mean) / std with the statistics saved by RM training")
+    offload: bool = key(False, "reward model weights in host memory")
+    value_head_prefix: str = key("score", "attribute name of the reward model's value head", nonempty=True)
 
 
 @dataclass(frozen=True)
 class CriticSpec:
-    model_path: str = ""  # empty: the reward model's path, else the policy's
-    value_clip: float | None = 0.5
-    freezing_steps: int = 0  # the policy is not trained during the first N steps
-    save_value_network: bool = False
+    """The value model of PPO (gae)."""
+
+    model_path: str = key("", "empty: the reward model's path, else the policy's")
+    value_clip: float | None = key(0.5, "value loss clipping (null: off)", gt=0)
+    freezing_steps: int = key(0, "the policy is not trained during the first N steps", ge=0)
+    save_value_network: bool = key(False, "also save the critic as a Hugging Face folder at the end")
 
 
 @dataclass(frozen=True)
 class ReferenceSpec:
-    model_path: str = ""  # empty: the policy's initial weights
-    offload: bool = False
+    """The frozen reference policy of the KL penalty."""
+
+    model_path: str = key("", "empty: the policy's initial weights")
+    offload: bool = key(False, "reference weights in host memory")
 
 
 @dataclass(frozen=True)
 class EvalSpec:
-    steps: int = 0  # evaluate every N steps; 0 never
-    temperature: float = 0.6
-    samples_per_prompt: int = 4
-    max_prompts: int | None = None
-    best_metric: str = "auto"  # auto: first eval_*_pass1 | none | a metric name
+    """Evaluation during training (RL: pass@k per datasource; SFT/RM/DPO: eval loss and accuracy)."""
+
+    steps: int = key(0, "evaluate every N steps; 0 never (SFT/RM/DPO: once per epoch)", ge=0)
+    temperature: float = key(0.6, "RL eval sampling temperature", ge=0)
+    samples_per_prompt: int = key(4, "RL eval samples per prompt (the k of pass@k)", ge=1)
+    max_prompts: int | None = key(None, "evaluate at most this many prompts (null: all)", ge=1)
+    best_metric: str = key(
+        "auto", "auto: first eval_*_pass1 | none | a metric name; best_model/ keeps its best", nonempty=True
+    )
 
 
 @dataclass(frozen=True)
 class CheckpointSpec:
-    dir: str = "checkpoints"  # relative to the run directory
-    save_steps: int = 0  # save every N steps; 0 only at the end
-    max_keep: int = 3  # rotation
-    resume: str = "auto"  # auto: resume from dir when a checkpoint is there | never | a checkpoint path
-    output_dir: str = "model"  # final Hugging Face model, relative to the run directory
-    save_hf_every_checkpoint: bool = False
+    """Checkpoints, resume and the final model."""
+
+    dir: str = key("checkpoints", "checkpoint folder, relative to the run directory", nonempty=True)
+    save_steps: int = key(0, "save every N steps; 0 only at the end", ge=0)
+    max_keep: int = key(3, "checkpoints kept (the oldest are deleted)", ge=1)
+    resume: str = key(
+        "auto", "auto: resume from dir when a checkpoint is there | never | a checkpoint path", nonempty=True
+    )
+    output_dir: str = key("model", "final Hugging Face model, relative to the run directory", nonempty=True)
+    save_hf_every_checkpoint: bool = key(False, "SFT/RM/DPO: also write a Hugging Face folder in every checkpoint")
 
 
 @dataclass(frozen=True)
 class LoggingSpec:
-    mlflow: bool = True
-    tracking_uri: str = ""  # empty: sqlite:///mlflow.db in the directory rlhf-run was started from
-    experiment: str = "rlhf"
-    run_name: str = ""  # empty: recipe name and time
-    log_every: int = 1
-    progress: bool = True  # progress bars on the console
+    """MLflow and the console."""
+
+    mlflow: bool = key(True, "log to MLflow")
+    tracking_uri: str = key("", "empty: sqlite:///mlflow.db in the directory rlhf-run was started from")
+    experiment: str = key("rlhf", "MLflow experiment", nonempty=True)
+    run_name: str = key("", "empty: recipe name and time")
+    log_every: int = key(1, "log train metrics to MLflow every N steps (eval metrics always)", ge=1)
+    progress: bool = key(True, "progress bars on the console")
 
 
 @dataclass(frozen=True)
 class AgentSpec:
-    path: str = ""  # python file with an AgentInstance class (multi_turn) or run_agent function (openai)
-    executor: str = "single_turn"  # single_turn | multi_turn | openai
-    max_turns: int = 8  # an episode not done after this many turns is an error naming the agent file and sample
-    step_timeout_s: float = 300.0  # one reset()/step() call
-    call_timeout_s: float = 300.0  # openai: one chat completion
-    run_timeout_s: float = 900.0  # openai: one run_agent() call
+    """Agents and environments (OpenRLHF's agent protocols)."""
+
+    path: str = key("", "python file with an AgentInstance class (multi_turn) or run_agent function (openai)")
+    executor: str = key("single_turn", "how episodes run", choices=names.AGENT_EXECUTORS)
+    max_turns: int = key(8, "an episode not done after this many turns is an error naming the file and sample", ge=1)
+    step_timeout_s: float = key(300.0, "seconds for one reset()/step() call", gt=0)
+    call_timeout_s: float = key(300.0, "openai: seconds for one chat completion", gt=0)
+    run_timeout_s: float = key(900.0, "openai: seconds for one run_agent() call", gt=0)
 
 
 @dataclass(frozen=True)
 class RaySpec:
-    address: str = ""  # empty: start a private local cluster; "auto" or host:port attaches to one
-    num_cpus: int | None = None  # local cluster only; null: what the plan needs
-    object_store_gb: float | None = None
-    runtime_env: dict[str, str] = field(default_factory=dict)  # extra env vars for every worker
-    # Local cluster only: nice value of Ray's worker processes. Ray's own default (15) lets every other busy process
-    # on the machine take the cores from the training actors (measured on a loaded 2-core machine: 0.36 cores used
-    # against 0.9 at nice 0); 0 runs them like the rlhf-run process itself.
-    worker_niceness: int = 0
+    """The Ray cluster a job runs on."""
+
+    address: str = key("", 'empty: start a private local cluster; "auto" or host:port attaches to one')
+    num_cpus: int | None = key(None, "local cluster only: logical CPUs (null: what the plan needs)", ge=1)
+    object_store_gb: float | None = key(None, "local cluster only: object store size (null: Ray's default)", gt=0)
+    runtime_env: dict[str, str] = key(factory=dict, doc="extra environment variables for every worker")
+    # Ray's own default (15) lets every other busy process take the cores from the training actors (measured on a
+    # loaded 2-core machine: 0.36 cores used against 0.9 at nice 0).
+    worker_niceness: int = key(0, "local cluster only: nice value of Ray's worker processes", ge=0, le=19)
 
 
 @dataclass(frozen=True)
 class ExperimentSpec:
     """The whole experiment. ``rlhf-run key=value`` overrides any field by its dotted path."""
 
-    recipe: str = ""  # set by +recipe=NAME (informational)
-    seed: int = 42
+    recipe: str = key("", "set by +recipe=NAME (informational)")
+    seed: int = key(42, "seed of data order, sampling and initialisation", ge=0)
     algorithm: AlgorithmSpec = field(default_factory=AlgorithmSpec)
     model: ModelSpec = field(default_factory=ModelSpec)
     placement: PlacementSpec = field(default_factory=PlacementSpec)

@@ -78,3 +78,15 @@ def test_recipes_ls_show_cp_validate(tmp_path):
     assert run("rlhf-recipes", "show", "nope").returncode == 2
     v = run("rlhf-recipes", "validate", "grpo_llama3_8b")
     assert v.returncode == 0 and "1 of 1 recipe(s) valid" in v.stdout
+
+
+def test_explain_prints_type_default_domain_and_doc_from_the_schema():
+    r = run("rlhf-recipes", "explain", "rollout.top_p", "--recipe", "grpo_tiny_cpu")
+    assert r.returncode == 0, r.stderr
+    assert "rollout.top_p: float = 1.0" in r.stdout
+    assert "allowed: in (0, 1]" in r.stdout and "nucleus" in r.stdout and "in grpo_tiny_cpu: 1.0" in r.stdout
+
+
+def test_explain_unknown_key_suggests_close_ones():
+    r = run("rlhf-recipes", "explain", "trainer.lrr")
+    assert r.returncode == 2 and "did you mean trainer.lr" in r.stderr

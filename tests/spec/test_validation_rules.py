@@ -94,7 +94,7 @@ def test_every_problem_is_reported_together():
 
 def test_error_message_names_value_and_fix():
     (err,) = [e for e in validate(load_spec(GPU_RL + ["trainer.zero_stage=7"]))]
-    assert err.value == 7 and "0, 1, 2 or 3" in err.fix
+    assert err.value == 7 and "one of 0, 1, 2, 3" in err.fix
     assert str(err).startswith("trainer.zero_stage=7:")
 
 
