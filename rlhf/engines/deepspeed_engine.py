@@ -118,6 +118,14 @@ class _EngineBase:
         """Full weights under plain HF names (ZeRO-3 gathered, LoRA merged), for weight sync. Collective."""
         return weights.hf_weights(self.module, self.zero_stage == 3)
 
+    def weight_buckets(self, bucket_bytes: int, keep: bool = True) -> Iterator[list[tuple[str, Tensor]] | None]:
+        """:func:`rlhf.engines.weights.hf_weight_buckets` of this model (ZeRO-3: one bucket gathered at a time).
+        Collective under ZeRO-3: every rank iterates; only ranks with ``keep`` get tensors."""
+        return weights.hf_weight_buckets(self.module, self.zero_stage == 3, bucket_bytes, keep)
+
+    def largest_weight_bytes(self) -> int:
+        return weights.largest_weight_bytes(self.module)
+
     def save_hf(self, path: str | os.PathLike, tokenizer=None, config_updates: dict[str, Any] | None = None) -> None:
         """A Hugging Face folder plain transformers loads (ZeRO-3 consolidated on rank 0); a peft model writes its
         adapters only (merge with ``python -m rlhf.models.merge_lora``). Collective: every rank must call it."""

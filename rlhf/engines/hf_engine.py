@@ -243,19 +243,33 @@ class HFEngine:
         return targets
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
-        """Copy the given tensors into the model in place (names as in the HF state dict). Every name must exist
-        and match in shape; nothing is copied when one does not. Names not given keep their values."""
+        """Copy the given tensors into the model in place (names as in the HF state dict); names not given keep
+        their values. A list or tuple is checked whole first (every name must exist and match in shape; nothing is
+        copied when one does not). Any other iterable is streamed: each tensor is checked and copied as it comes
+        and may be reused by the producer afterwards (a weight sync's bucket views), so a bad one stops the load
+        with the earlier ones already in place."""
         targets = self._targets()
-        items = list(named_tensors)
-        unknown = [n for n, _ in items if n not in targets]
-        if unknown:
-            raise KeyError(f"load_weights: unknown parameter names {unknown[:5]}{'...' if len(unknown) > 5 else ''}")
-        wrong = [f"{n} {tuple(t.shape)} vs {tuple(targets[n].shape)}" for n, t in items if t.shape != targets[n].shape]
-        if wrong:
-            raise ValueError(f"load_weights: shape mismatch (given vs model): {wrong[:5]}")
+        if isinstance(named_tensors, (list, tuple)):
+            items = list(named_tensors)
+            unknown = [n for n, _ in items if n not in targets]
+            if unknown:
+                more = "..." if len(unknown) > 5 else ""
+                raise KeyError(f"load_weights: unknown parameter names {unknown[:5]}{more}")
+            wrong = [
+                f"{n} {tuple(t.shape)} vs {tuple(targets[n].shape)}" for n, t in items if t.shape != targets[n].shape
+            ]
+            if wrong:
+                raise ValueError(f"load_weights: shape mismatch (given vs model): {wrong[:5]}")
+            named_tensors = items
         with torch.no_grad():
-            for name, tensor in items:
-                target = targets[name]
+            for name, tensor in named_tensors:
+                target = targets.get(name)
+                if target is None:
+                    raise KeyError(f"load_weights: unknown parameter name {name!r}")
+                if tensor.shape != target.shape:
+                    raise ValueError(
+                        f"load_weights: {name} has shape {tuple(tensor.shape)}, the model {tuple(target.shape)}"
+                    )
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))
 
     def sleep(self) -> None:

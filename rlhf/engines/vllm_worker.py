@@ -110,3 +110,31 @@ class WeightSyncWorkerExtension:
 
         self.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)  # type: ignore[attr-defined]
         return count
+
+    def rlhf_sync_connect(self, cfg: dict[str, Any], route: str) -> dict[str, Any]:
+        """Join the weight-sync group: ``cfg["rank"]`` is this engine's first worker, tensor-parallel worker k takes
+        the rank after it (every TP worker receives the full weights; vLLM's loader keeps its own shard)."""
+        from rlhf.engines.weight_sync import GroupConfig, WeightReceiver
+
+        old = getattr(self, "_rlhf_receiver", None)
+        if old is not None:
+            old.close()
+        tp_rank = int(getattr(self, "rank", 0) or 0)
+        member = GroupConfig.from_dict(dict(cfg, rank=int(cfg["rank"]) + tp_rank))
+        device = getattr(self, "device", None)
+        device = device if isinstance(device, torch.device) else torch.device("cpu")
+        # stable: vLLM's layer-wise reload keeps a layer's tensors until the layer is complete.
+        self._rlhf_receiver = WeightReceiver(member, device=device, route=route, stable=True)
+        return {"rank": member.rank, "route": route}
+
+    def rlhf_sync_pull(self, version: int) -> dict[str, Any]:
+        """One weight sync through vLLM's own in-place reload, fed tensor by tensor as buckets arrive."""
+        receiver = self._rlhf_receiver
+        self.reload_weights(weights_iterator=receiver.pull(version), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        return receiver.report.to_dict()
+
+    def rlhf_sync_close(self) -> None:
+        receiver = getattr(self, "_rlhf_receiver", None)
+        if receiver is not None:
+            receiver.close()
+            self._rlhf_receiver = None

@@ -56,6 +56,57 @@ def hf_weights(module: nn.Module, zero3: bool, keep: bool = True) -> Iterator[tu
     yield from _merged_peft_weights(module.get_base_model(), zero3, keep)
 
 
+def _param_bytes(p: nn.Parameter) -> int:
+    numel = p.ds_numel if hasattr(p, "ds_numel") else p.numel()  # ZeRO-3 keeps only a shard: its full size
+    return int(numel) * p.element_size()
+
+
+def largest_weight_bytes(module: nn.Module) -> int:
+    """Bytes of the largest single weight (full size under ZeRO-3): a sync's bucket buffer must hold it."""
+    return max((_param_bytes(p) for p in module.parameters()), default=0)
+
+
+def hf_weight_buckets(
+    module: nn.Module, zero3: bool, bucket_bytes: int, keep: bool = True
+) -> Iterator[list[tuple[str, Tensor]] | None]:
+    """:func:`hf_weights` in buckets of about ``bucket_bytes`` (a larger tensor gets a bucket of its own), for
+    weight sync. Under ZeRO-3 each bucket's parameters are gathered together and released when the consumer asks
+    for the next bucket, so a rank never holds more than one bucket of full weights; the tensors are the gathered
+    parameters themselves (no copy: consume them before moving on). Every rank must iterate (the gathers are
+    collectives); ranks with ``keep=False`` get ``None`` per bucket. Peft models go through :func:`hf_weights`
+    (merged copies), cut into buckets."""
+    from rlhf.models.lora import is_peft_model
+
+    if is_peft_model(module):
+        bucket: list[tuple[str, Tensor]] = []
+        size = 0
+        for name, t in hf_weights(module, zero3, keep):
+            bucket.append((name, t))
+            size += t.numel() * t.element_size()
+            if size >= bucket_bytes:
+                yield bucket if keep else None
+                bucket, size = [], 0
+        if bucket or not keep:
+            yield bucket if keep else None
+        return
+    pending: list[tuple[str, nn.Parameter]] = []
+    size = 0
+
+    def flush() -> Iterator[list[tuple[str, Tensor]] | None]:
+        with gathered([p for _, p in pending], zero3), torch.no_grad():
+            yield [(n, p.data.detach()) for n, p in pending] if keep else None
+
+    for name, p in module.named_parameters():
+        nbytes = _param_bytes(p)
+        if pending and size + nbytes > bucket_bytes:
+            yield from flush()
+            pending, size = [], 0
+        pending.append((name, p))
+        size += nbytes
+    if pending:
+        yield from flush()
+
+
 def _merged_peft_weights(base: nn.Module, zero3: bool, keep: bool) -> Iterator[tuple[str, Tensor]]:
     from peft.tuners.lora import LoraLayer
     from peft.utils import ModulesToSaveWrapper

@@ -32,11 +32,30 @@ class Cluster:
     started_here: bool  # a private cluster (shut down with the job) vs an attached/pre-existing one
     node_ip: str  # this driver's node ip
 
+    def actor_env(self) -> dict[str, str]:
+        """Network settings for every actor: on a private local cluster gloo binds the loopback interface (it
+        otherwise binds the address the host name resolves to); on a real cluster the node's own interface."""
+        if self.started_here and self.node_ip.startswith("127."):
+            ifname = loopback_interface()
+            return {"GLOO_SOCKET_IFNAME": ifname} if ifname else {}
+        return {}
+
     def shutdown(self) -> None:
         import ray
 
         if self.started_here and ray.is_initialized():
             ray.shutdown()
+
+
+def loopback_interface() -> str | None:
+    """The loopback interface's name (lo on Linux, lo0 on macOS)."""
+    import socket
+
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    return next((n for n in names if n in ("lo", "lo0")), next((n for n in names if n.startswith("lo")), None))
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rlhf import faults
 from rlhf.errors import UserError
 from rlhf.launch.cluster import Cluster, start_or_attach
 from rlhf.launch.plan import DeviceGroup, Plan, RolePlacement
@@ -146,6 +147,7 @@ class RoleGroup:
                 "RLHF_ROLE": role,
                 # Threads per rank: its share of the bundle's CPUs (at least one).
                 "OMP_NUM_THREADS": str(max(int(cpus), 1)),
+                **faults.env(),
                 **(env or {}),
             }
             if accelerator == "cpu":
@@ -251,6 +253,7 @@ class Realized:
     cluster: Cluster
     slots: dict[int, GroupSlots]
     role_groups: list[RoleGroup] = field(default_factory=list)
+    rollout_groups: list[Any] = field(default_factory=list)  # rlhf.launch.rollout.RolloutEngineGroup
 
     def placement(self, role: str) -> RolePlacement:
         try:
@@ -266,6 +269,18 @@ class Realized:
         """Whether ``other`` can live in ``role``'s processes: same bundles, same number of ranks."""
         a, b = self.placement(role), self.placement(other)
         return a.group == b.group and a.ranks == b.ranks and b.bundles_per_rank == 1
+
+    def worker_env(self) -> dict[str, str]:
+        """Environment every actor of this job gets on top of its role's (the cluster's network settings)."""
+        return self.cluster.actor_env()
+
+    def start_rollout(self, model_path: str, env: dict[str, str] | None = None) -> Any:
+        """Start the rollout engines in the rollout role's bundles; a rlhf.launch.rollout.RolloutEngineGroup."""
+        from rlhf.launch.rollout import start_rollout_engines
+
+        started = start_rollout_engines(self, self.spec, model_path, env)
+        self.rollout_groups.append(started)
+        return started
 
     def create_group(
         self,
@@ -289,7 +304,7 @@ class Realized:
             self.slots[placement.group],
             placement,
             *args,
-            env=env,
+            env={**self.worker_env(), **(env or {})},
             accelerator=self.spec.hardware.accelerator,
             driver_ip=self.cluster.node_ip,
             **kwargs,
@@ -301,6 +316,10 @@ class Realized:
         """Kill the actor groups, remove the placement groups, stop a private cluster."""
         import ray
 
+        for r in self.rollout_groups:
+            if r.role_group is None:
+                r.kill()
+        self.rollout_groups.clear()
         for g in self.role_groups:
             g.kill()
         self.role_groups.clear()

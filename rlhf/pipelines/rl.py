@@ -350,6 +350,9 @@ def run(
         tracker.log_artifacts(run_artifacts(spec, plan, run_dir))
         realized = realize(spec, plan)
         workers = RLWorkers(spec, realized, policy_path, opt_steps)
+        workers.pad_id = tokenizer.pad_token_id
+        # The weight-sync probe: the same few prompts every time, so its figures compare across syncs.
+        probe_prompts = [list(r["prompt_ids"]) for r in splits.train.rows(list(range(min(4, len(splits.train)))))]
         scorer = Scorer(spec, tokenizer, workers)
         gen = Generator(spec, workers, scorer, stream)
         start = 0
@@ -405,7 +408,7 @@ def run(
             if step > spec.critic.freezing_steps or workers.critic is None:
                 metrics.update(workers.train_actor(exp, step))
             t_train = time.perf_counter() - t2
-            t_sync = workers.sync_weights()
+            metrics.update(workers.sync_weights(probe_prompts, tokenizer.eos_token_id))
             kl_ctl.update(metrics.get("kl", 0.0), d.samples_per_step)
             metrics.update(
                 {
@@ -413,12 +416,11 @@ def run(
                     "timing/generation": t_gen,
                     "timing/make_experience": t_exp,
                     "timing/ppo_train": t_train,
-                    "timing/broadcast": t_sync,
                     "timing/step_total": time.perf_counter() - t0,
                     "episode": float(stream.epoch),
                 }
             )
-            tracker.log({f"train/{k}": v for k, v in metrics.items()}, step)
+            tracker.log({(k if k.startswith("rollout/") else f"train/{k}"): v for k, v in metrics.items()}, step)
             progress.update(metrics)
             if spec.eval.steps > 0 and evalset is not None and (step % spec.eval.steps == 0 or step == total):
                 last_eval = evaluate(spec, gen, workers, evalset, step)

@@ -7,8 +7,8 @@ critic      EngineWorker ranks with the trained value model (gae only); the rewa
 reward      frozen reward model (only when the reward comes from a model)
 rollout     rollout engines: HFRolloutWorker (hf) or VLLMRolloutActor in the vllm venv (vllm)
 
-Heavy tensors travel as Ray object references: the policy's gathered weights go from its rank 0 straight to the
-rollout actors without a copy through the driver (hf); vLLM actors get them packed into one byte buffer.
+Weights go from the policy's rank 0 to the engines over the route rlhf.pipelines.weight_sync chose (a process group
+or shared memory; the driver sees only reports). Experience tensors travel as Ray object references.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from rlhf.pipelines.rl_losses import (
     reward_model_fn,
 )
 from rlhf.pipelines.rollout_engines import RolloutEngines
+from rlhf.pipelines.weight_sync import WeightSync
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -110,9 +111,11 @@ class RLWorkers:
                 "init_frozen", "reward", kind="reward", model_path=rm_path, normalize_reward=spec.reward.normalize
             )
             self.reward = self.critic
+        self.weight_sync = WeightSync(spec, self.policy, self.rollout)
         self.actor_settings = ActorLossSettings.from_spec(spec)
         self.reuses_current_logprobs = reuses_current_logprobs(spec)
         self.kl_coef = spec.algorithm.kl.coef  # the KL controller's current value, set by the loop
+        self.pad_id: int | None = None  # the tokenizer's pad id, set by the loop (probe batches are padded with it)
 
     # -- hybrid engine ------------------------------------------------------------------------------------------
     @property
@@ -134,14 +137,26 @@ class RLWorkers:
             for group in self.trained_groups().values():
                 group.run_all("reload_states")
 
-    def sync_weights(self) -> float:
-        """Policy weights (ZeRO-3 gathered, LoRA merged) into every rollout engine; returns seconds. Rank 0's list
-        goes to the engines as an object ref, not through the driver."""
-        t0 = time.perf_counter()
-        refs = self.policy.async_run_all("named_weights")
-        self.rollout.load_weights(refs[0])
-        self.policy.get(refs, "named_weights")
-        return time.perf_counter() - t0
+    def sync_weights(self, probe_prompts: list[list[int]] | None = None, eos_id: int | None = None) -> dict[str, float]:
+        """Policy weights (ZeRO-3 gathered bucket by bucket, LoRA merged) into every rollout engine over the
+        configured route; every tensor checksummed by the engines; the log-prob probe when it is due (and
+        ``probe_prompts`` are given). Returns metrics (seconds, bytes, probe differences)."""
+        result = self.weight_sync.sync()
+        out = {"timing/broadcast": result.seconds, "rollout/sync_bytes": float(result.bytes)}
+        if probe_prompts and self.weight_sync.probe_due():
+            out.update(self.weight_sync.probe(probe_prompts, self.score_rollouts, eos_id))
+        return out
+
+    def score_rollouts(self, rollouts: list[Any]) -> list[list[float]]:
+        """The policy's log-probs (at the rollout temperature) of each rollout's generated tokens, in order."""
+        from rlhf.pipelines.experience import from_rollouts
+
+        pad = self.spec.model.vocab_size - 1 if self.pad_id is None else self.pad_id
+        exp = from_rollouts(rollouts, pad)
+        fn = partial(policy_logprobs_fn, temperature=self.temperature)
+        lp = self._stitch(self._forward(self.policy, fn, exp, None), exp.action_mask.shape[1])
+        mask = exp.action_mask.bool()
+        return [lp[i][mask[i]].tolist() for i in range(len(rollouts))]
 
     # -- experience ----------------------------------------------------------------------------------------------
     def _forward(self, group: Any, fn: Any, exp: ExperienceBatch, name: str | None) -> list[Any]:

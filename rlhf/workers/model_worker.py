@@ -173,6 +173,69 @@ class EngineWorker(BaseWorker):
         out = [(n, t.cpu()) for n, t in self._trained().named_weights()]
         return out if self.rank == 0 else None
 
+    # -- weight sync: the policy's rank 0 sends, every rank gathers under ZeRO-3 --------------------------------
+    def sync_location(self) -> dict[str, Any]:
+        from rlhf.engines.weight_sync import member_location
+
+        return member_location()
+
+    def sync_reserve(self, host: str) -> int:
+        """Rank 0: bind the sync group's store socket on ``host``; returns its port."""
+        from rlhf.engines.weight_sync import listen_socket
+
+        self._sync_listen = listen_socket(host)
+        return int(self._sync_listen.getsockname()[1])
+
+    def sync_connect(
+        self, cfg: dict[str, Any] | None, *, bucket_mb: float, checksums: bool, shared: str | None
+    ) -> dict[str, Any]:
+        """Rank 0 joins the sync group as its sender (``cfg``); every rank keeps the bucket size. Blocks until every
+        engine worker has joined."""
+        from rlhf.engines.deepspeed_engine import current_device
+        from rlhf.engines.weight_sync import GroupConfig, WeightSender
+
+        engine = self._trained()
+        self._sync_bucket_bytes = max(int(bucket_mb * 2**20), 1)
+        if self.rank != 0:
+            return {"rank": self.rank}
+        self.sync_close()
+        capacity = max(self._sync_bucket_bytes, engine.largest_weight_bytes())
+        self._sync_sender = WeightSender(
+            GroupConfig.from_dict(cfg),
+            self._sync_listen,
+            device=current_device(),
+            capacity=capacity,
+            checksums=checksums,
+            shared=shared,
+        )
+        return {"rank": 0, "capacity": capacity}
+
+    def sync_push(self, version: int, measure_memory: bool = False) -> dict[str, Any] | None:
+        """Stream the current weights to the engines (rank 0), bucket by bucket; under ZeRO-3 every rank takes part
+        in each bucket's gather. Returns rank 0's report (other ranks: their memory growth only)."""
+        from rlhf.engines.weight_sync.memory import PeakRSS
+
+        engine = self._trained()
+        zero3 = engine.zero_stage == 3
+        if self.rank != 0 and not zero3:
+            return None
+        with PeakRSS(measure_memory) as peak:
+            buckets = engine.weight_buckets(self._sync_bucket_bytes, keep=self.rank == 0)
+            if self.rank == 0:
+                report = self._sync_sender.push(buckets, version).to_dict()
+            else:
+                for _ in buckets:
+                    pass
+                report = {"version": version, "side": "gather", "rank": self.rank}
+        report["peak_rss_delta_mb"] = peak.delta_mb
+        return report
+
+    def sync_close(self) -> None:
+        sender = getattr(self, "_sync_sender", None)
+        if sender is not None:
+            sender.close()
+            self._sync_sender = None
+
     def save_checkpoint(self, path: str, client_state: dict[str, Any] | None = None) -> None:
         self._trained().save(path, client_state)
 

@@ -1,5 +1,5 @@
 """The Ray actor hosting an ``hf`` rollout engine (transformers generate). vLLM engines have their own actor
-(rlhf.engines.vllm_engine.VLLMRolloutActor), which runs in the vllm side venv."""
+(rlhf.workers.vllm_rollout_worker.VLLMRolloutActor), which runs in the vllm side venv."""
 
 from __future__ import annotations
 
@@ -35,6 +35,36 @@ class HFRolloutWorker:
     def load_weights(self, named_tensors: list[tuple[str, Any]]) -> None:
         self.engine.load_weights(named_tensors)
 
+    # -- weight sync: this engine's worker receives -----------------------------------------------------------
+    def sync_location(self) -> dict[str, Any]:
+        from rlhf.engines.weight_sync import member_location
+
+        return member_location()
+
+    def sync_connect(self, cfg: dict[str, Any], route: str) -> dict[str, Any]:
+        from rlhf.engines.weight_sync import GroupConfig, WeightReceiver
+
+        self.sync_close()
+        self._receiver = WeightReceiver(GroupConfig.from_dict(cfg), device=self.engine.device, route=route)
+        return {"rank": cfg["rank"], "route": route}
+
+    def sync_pull(self, version: int, measure_memory: bool = False) -> list[dict[str, Any]]:
+        """Load the weights the sender streams, tensor by tensor (copied in place as they arrive)."""
+        from rlhf.engines.weight_sync.memory import PeakRSS
+
+        self.engine.wake()
+        with PeakRSS(measure_memory) as peak:
+            self.engine.load_weights(self._receiver.pull(version))
+        report = self._receiver.report.to_dict()
+        report["peak_rss_delta_mb"] = peak.delta_mb
+        return [report]
+
+    def sync_close(self) -> None:
+        receiver = getattr(self, "_receiver", None)
+        if receiver is not None:
+            receiver.close()
+            self._receiver = None
+
     def sleep(self) -> None:
         self.engine.sleep()
 
@@ -42,4 +72,4 @@ class HFRolloutWorker:
         self.engine.wake()
 
     def shutdown(self) -> None:
-        pass
+        self.sync_close()

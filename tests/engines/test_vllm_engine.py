@@ -16,12 +16,11 @@ import pytest
 import torch
 
 from rlhf.engines.protocol import RolloutEngine, SamplingSpec
-from rlhf.engines.vllm_engine import (
+from rlhf.engines.vllm_engine import iter_packed, pack_named_tensors
+from rlhf.launch.vllm_actor import (
     SETUP_SCRIPT,
     RemoteVLLMEngine,
     find_vllm_python,
-    iter_packed,
-    pack_named_tensors,
     start_vllm_rollout_actor,
     vllm_runtime_env,
 )
