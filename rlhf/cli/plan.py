@@ -49,14 +49,32 @@ def render(p: Plan) -> str:
                 f"  {role:<22}{_gb(s.weights)} {_gb(s.grads)} {_gb(s.optimizer)} {_gb(s.activations)}"
                 f" {_gb(s.rollout)} {_gb(s.device)} {_gb(s.host)}"
             )
+        if p.sync is not None and any(r in p.sync.device for r in m.roles):
+            extra = " ".join(f"{r} +{p.sync.device[r] / GB:.2f}" for r in m.roles if p.sync.device.get(r))
+            lines.append(f"  {'weight sync':<22}{extra or 'nothing on these devices'}  (GB per device during a sync)")
         phases = f"train {m.train_phase_gb:.2f}"
         if m.rollout_phase_gb:
             phases += (
                 f", rollout {m.rollout_phase_gb:.2f} (KV cache {m.kv_cache_gb:.2f} GB ~ {m.kv_cache_tokens} tokens)"
             )
+        if m.sync_phase_gb:
+            phases += f", sync {m.sync_phase_gb:.2f}"
         verdict = "fits" if m.fits else f"OVERFLOWS by {m.overflow_gb:.2f} GB"
         lines.append(f"  => {'+'.join(m.roles)}: peak {m.peak_gb:.2f} of {m.capacity_gb:.0f} GB ({phases}): {verdict}")
     lines.append("")
+    if p.sync is not None:
+        s = p.sync
+        lines.append(
+            f"weight sync: route {s.route}, buckets of {s.bucket / GB:.2f} GB (rollout.weight_sync_bucket_mb, at least "
+            "the largest weight)"
+        )
+    if p.hosts:
+        lines.append("host memory per node (GB)")
+        for h in p.hosts:
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in h.parts_gb.items() if v) or "nothing"
+            verdict = "fits" if h.fits else f"OVERFLOWS by {h.needed_gb - h.capacity_gb:.2f} GB"
+            lines.append(f"  node {h.node}: {h.needed_gb:.2f} of {h.capacity_gb:.0f} GB ({parts}): {verdict}")
+        lines.append("")
     for w in p.warnings:
         lines.append(f"warning: {w}")
     lines.append(f"verdict: {p.verdict()}")

@@ -188,6 +188,14 @@ class VLLMEngine:
         # Cached prefixes hold KV computed with the old weights.
         self.llm.reset_prefix_cache()
 
+    def load_from_path(self, path: str) -> None:
+        """Reload every weight from a Hugging Face folder through vLLM's own disk loader (what a fresh engine
+        started on ``path`` would load)."""
+        if self._asleep:
+            self.wake()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": path, "is_checkpoint_format": True})
+        self.llm.reset_prefix_cache()
+
     def sync_connect(self, cfg: dict[str, Any], route: str) -> list[dict[str, Any]]:
         """Every worker of this engine joins the weight-sync group (rlhf.engines.weight_sync)."""
         return list(self.llm.collective_rpc("rlhf_sync_connect", args=(cfg, route)))
@@ -199,6 +207,9 @@ class VLLMEngine:
         reports = list(self.llm.collective_rpc("rlhf_sync_pull", args=(version,)))
         self.llm.reset_prefix_cache()  # cached prefixes hold KV computed with the old weights
         return reports
+
+    def sync_close(self) -> None:
+        self.llm.collective_rpc("rlhf_sync_close")
 
     def _rpc_in_process(self) -> bool:
         from vllm.v1.engine.core_client import InprocClient

@@ -8,7 +8,7 @@ merged in :func:`hf_weights` (what a rollout engine loads).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 
 import torch
 from torch import Tensor, nn
@@ -93,7 +93,11 @@ def hf_weight_buckets(
     size = 0
 
     def flush() -> Iterator[list[tuple[str, Tensor]] | None]:
-        with gathered([p for _, p in pending], zero3), torch.no_grad():
+        # One parameter's gather at a time, each kept until the bucket is consumed: a coalesced gather of the
+        # whole bucket launches every all-gather at once, and gloo's per-call staging copies then double the peak.
+        with ExitStack() as stack, torch.no_grad():
+            for _, p in pending:
+                stack.enter_context(gathered([p], zero3))
             yield [(n, p.data.detach()) for n, p in pending] if keep else None
 
     for name, p in module.named_parameters():

@@ -23,6 +23,16 @@ Rollout (vLLM on GPU): rollout.gpu_memory_utilization x device memory, holding i
 Colocated roles take turns when the rollout sleeps (rollout.enable_sleep): the device peak is the larger of the
 training phase (all DeepSpeed roles' states + activations) and the rollout phase (rollout memory + the resident
 16-bit weights of the DeepSpeed roles); without sleep the two add up.
+Weight sync (rollout.weight_sync), per device, with B = max(weight_sync_bucket_mb, the largest single weight):
+    policy   ZeRO-3: every rank gathers one bucket (B) and rank 0 also packs it (B): 2B; ZeRO-0/1/2: rank 0 packs (B)
+    rollout  the received bucket (B; vLLM keeps a partly loaded layer's tensors, counted in the same B)
+    host     CPU shared_memory: the /dev/shm segment (B, once per node); object_store (the reference route): every
+             policy rank's full host copy (P weights), the driver's packed copy and the object store's copy per node
+The sync phase holds the DeepSpeed roles' resident states (no activations), the sync buffers and, colocated, the
+engine's weights (its KV cache asleep): the device peak is the largest of the three phases.
+Host memory per node (rlhf.launch.plan): the host columns of every rank on the node (offloaded optimizer states and
+parameters, offloaded frozen models) plus the sync's host staging, against hardware.host_memory_gb; on CPU hardware
+the devices themselves are host memory, so their peaks count too.
 """
 
 from __future__ import annotations
@@ -152,12 +162,51 @@ def rollout_bytes(spec: ExperimentSpec, params: int) -> tuple[float, float]:
     return weights + kv, kv
 
 
+def largest_tensor(m: ModelSpec) -> int:
+    """Parameters of the largest single weight matrix (embedding or lm_head, an MLP or attention projection)."""
+    h, a, k, d = m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim
+    return max(m.vocab_size * h, h * m.intermediate_size, h * a * d, h * k * d)
+
+
+@dataclass(frozen=True)
+class SyncBytes:
+    """Extra bytes the weight sync needs, per device of a role and on the host."""
+
+    route: str
+    bucket: float  # B: bytes of one bucket
+    device: dict[str, float] = field(default_factory=dict)  # role -> bytes per device during a sync
+    host_per_rank: dict[str, float] = field(default_factory=dict)  # role -> host bytes per rank
+    host_per_node: float = 0.0  # shared segment / object store / driver copies, once per node
+
+
+def sync_bytes(spec: ExperimentSpec, derived: Derived, params: int) -> SyncBytes | None:
+    """The weight sync's memory (see the module docstring); None when the run has no rollout engines."""
+    if "rollout" not in derived.roles:
+        return None
+    ro, hw = spec.rollout, spec.hardware
+    wbytes = 4 if (hw.accelerator == "cpu" or spec.trainer.precision == "fp32") else 2
+    bucket = max(ro.weight_sync_bucket_mb * 2**20, largest_tensor(spec.model) * wbytes)
+    full = params * wbytes
+    route = ro.weight_sync
+    device = {"policy": (2 * bucket) if spec.trainer.zero_stage == 3 else bucket, "rollout": bucket}
+    host_rank: dict[str, float] = {}
+    host_node = 0.0
+    if route == "object_store":
+        device = {"policy": bucket if spec.trainer.zero_stage == 3 else 0.0, "rollout": 0.0}
+        host_rank["policy"] = full  # named_weights: every rank's host copy
+        host_node = full * (2 if ro.backend == "vllm" else 1)  # the object store's copy (+ the driver's packed one)
+    elif route in ("shared_memory", "auto") and hw.accelerator == "cpu":
+        host_node = bucket  # the /dev/shm segment beside the sender
+    return SyncBytes(route=route, bucket=bucket, device=device, host_per_rank=host_rank, host_per_node=host_node)
+
+
 @dataclass(frozen=True)
 class GroupMemory:
     roles: tuple[str, ...]
     per_role: dict[str, StateBytes] = field(default_factory=dict)
     train_phase_gb: float = 0.0
     rollout_phase_gb: float = 0.0
+    sync_phase_gb: float = 0.0  # resident states + weight-sync buffers (+ a colocated engine's weights)
     peak_gb: float = 0.0
     capacity_gb: float = 0.0
     kv_cache_gb: float = 0.0
@@ -177,6 +226,7 @@ def estimate(spec: ExperimentSpec, derived: Derived) -> list[GroupMemory]:
     t = spec.trainer
     params, largest = param_count(spec.model)
     lora = lora_param_count(spec.model)
+    sync = sync_bytes(spec, derived, params)
     out = []
     for group in derived.groups:
         per_role: dict[str, StateBytes] = {}
@@ -216,12 +266,25 @@ def estimate(spec: ExperimentSpec, derived: Derived) -> list[GroupMemory]:
         else:
             rollout_phase = ro.rollout + train
             peak = rollout_phase
+        sync_phase = 0.0
+        if sync is not None and any(r in sync.device for r in group):
+            states = sum(s.device - s.activations for r, s in per_role.items() if r != "rollout")
+            engine = 0.0
+            if ro is not None:
+                engine_weights = (
+                    params * (2 if spec.hardware.accelerator == "gpu" else 4) / spec.rollout.tensor_parallel_size
+                )
+                sleeps = spec.rollout.enable_sleep and len(group) > 1
+                engine = engine_weights if sleeps else ro.rollout  # asleep: weights woken, KV cache not
+            sync_phase = states + engine + sum(sync.device.get(r, 0.0) for r in group)
+            peak = max(peak, sync_phase)
         out.append(
             GroupMemory(
                 roles=group,
                 per_role=per_role,
                 train_phase_gb=train / GB,
                 rollout_phase_gb=rollout_phase / GB,
+                sync_phase_gb=sync_phase / GB,
                 peak_gb=peak / GB,
                 capacity_gb=spec.hardware.device_memory_gb,
                 kv_cache_gb=kv / GB,

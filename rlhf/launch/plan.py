@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rlhf.launch.memory import GB, GroupMemory, estimate, param_count
+from rlhf.launch.memory import GB, GroupMemory, SyncBytes, estimate, param_count, sync_bytes
 from rlhf.spec.derive import Derived, derive
 from rlhf.spec.schema import ExperimentSpec
 
@@ -42,6 +42,20 @@ class RolePlacement:
 
 
 @dataclass(frozen=True)
+class NodeHost:
+    """Host memory one node needs: what its ranks keep in host memory plus the weight sync's host staging."""
+
+    node: int
+    needed_gb: float
+    capacity_gb: float
+    parts_gb: dict[str, float] = field(default_factory=dict)  # what it is made of
+
+    @property
+    def fits(self) -> bool:
+        return self.needed_gb <= self.capacity_gb
+
+
+@dataclass(frozen=True)
 class Plan:
     spec_name: str
     derived: Derived
@@ -50,18 +64,28 @@ class Plan:
     memory: tuple[GroupMemory, ...]
     params: int
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    sync: SyncBytes | None = None
+    hosts: tuple[NodeHost, ...] = ()
 
     @property
     def fits(self) -> bool:
-        return all(m.fits for m in self.memory)
+        return all(m.fits for m in self.memory) and all(h.fits for h in self.hosts)
 
     def verdict(self) -> str:
         if self.fits:
             return "fits"
-        worst = max(self.memory, key=lambda m: m.overflow_gb)
+        over = [m for m in self.memory if not m.fits]
+        if over:
+            worst = max(over, key=lambda m: m.overflow_gb)
+            return (
+                f"does not fit: devices of {'+'.join(worst.roles)} need {worst.peak_gb:.1f} GB of "
+                f"{worst.capacity_gb:.0f} GB (over by {worst.overflow_gb:.1f} GB)"
+            )
+        h = max((h for h in self.hosts if not h.fits), key=lambda h: h.needed_gb - h.capacity_gb)
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in h.parts_gb.items() if v)
         return (
-            f"does not fit: devices of {'+'.join(worst.roles)} need {worst.peak_gb:.1f} GB of "
-            f"{worst.capacity_gb:.0f} GB (over by {worst.overflow_gb:.1f} GB)"
+            f"does not fit: host memory of node {h.node} needs {h.needed_gb:.1f} GB of {h.capacity_gb:.0f} GB "
+            f"(hardware.host_memory_gb; {parts})"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,10 +108,21 @@ class Plan:
                     "capacity_gb": m.capacity_gb,
                     "kv_cache_gb": round(m.kv_cache_gb, 3),
                     "kv_cache_tokens": m.kv_cache_tokens,
+                    "sync_phase_gb": round(m.sync_phase_gb, 3),
                     "fits": m.fits,
                 }
                 for m in self.memory
             ],
+            "weight_sync": None
+            if self.sync is None
+            else {
+                "route": self.sync.route,
+                "bucket_gb": round(self.sync.bucket / GB, 3),
+                "device_gb": {k: round(v / GB, 3) for k, v in self.sync.device.items()},
+                "host_per_rank_gb": {k: round(v / GB, 3) for k, v in self.sync.host_per_rank.items()},
+                "host_per_node_gb": round(self.sync.host_per_node / GB, 3),
+            },
+            "hosts": [asdict(h) | {"fits": h.fits} for h in self.hosts],
             "fits": self.fits,
             "verdict": self.verdict(),
             "warnings": list(self.warnings),
@@ -146,6 +181,39 @@ def _roles(spec: ExperimentSpec, groups: list[DeviceGroup]) -> tuple[dict[str, R
     return out, warnings
 
 
+def _hosts(
+    spec: ExperimentSpec, groups: list[DeviceGroup], memory: list[GroupMemory], sync: SyncBytes | None
+) -> tuple[NodeHost, ...]:
+    """Host memory per node (see rlhf.launch.memory): each bundle's ranks' host bytes, the sync's host staging,
+    and on CPU hardware the devices' own peaks (a CPU 'device' is host memory)."""
+    hw = spec.hardware
+    parts: dict[int, dict[str, float]] = {}
+    for g, m in zip(groups, memory, strict=True):
+        for node in g.nodes:
+            p = parts.setdefault(node, {})
+            for role, s in m.per_role.items():
+                if s.host:
+                    p["offloaded states"] = p.get("offloaded states", 0.0) + s.host
+                if sync is not None and sync.host_per_rank.get(role):
+                    p["weight-sync copies"] = p.get("weight-sync copies", 0.0) + sync.host_per_rank[role]
+            if hw.accelerator == "cpu":
+                p["CPU devices"] = p.get("CPU devices", 0.0) + m.peak_gb * GB
+    if sync is not None and sync.host_per_node:
+        policy = next((g for g in groups if "policy" in g.roles), None)
+        node = policy.nodes[0] if policy is not None and policy.nodes else 0
+        p = parts.setdefault(node, {})
+        p["weight-sync staging"] = p.get("weight-sync staging", 0.0) + sync.host_per_node
+    return tuple(
+        NodeHost(
+            node=n,
+            needed_gb=sum(v for v in p.values()) / GB,
+            capacity_gb=hw.host_memory_gb,
+            parts_gb={k: v / GB for k, v in p.items()},
+        )
+        for n, p in sorted(parts.items())
+    )
+
+
 def plan(spec: ExperimentSpec) -> Plan:
     """The placement and memory plan of a (validated) spec."""
     derived = derive(spec)
@@ -153,6 +221,7 @@ def plan(spec: ExperimentSpec) -> Plan:
     roles, w2 = _roles(spec, groups)
     memory = estimate(spec, derived)
     params, _ = param_count(spec.model)
+    sync = sync_bytes(spec, derived, params)
     return Plan(
         spec_name=spec.recipe or "(no recipe)",
         derived=derived,
@@ -161,4 +230,6 @@ def plan(spec: ExperimentSpec) -> Plan:
         memory=tuple(memory),
         params=params,
         warnings=tuple(w1 + w2),
+        sync=sync,
+        hosts=_hosts(spec, groups, memory, sync),
     )

@@ -35,6 +35,13 @@ class HFRolloutWorker:
     def load_weights(self, named_tensors: list[tuple[str, Any]]) -> None:
         self.engine.load_weights(named_tensors)
 
+    def load_from_path(self, path: str) -> None:
+        """Reload every weight from a Hugging Face folder (what a fresh engine started on ``path`` would hold)."""
+        from transformers import AutoModelForCausalLM
+
+        fresh = AutoModelForCausalLM.from_pretrained(path, dtype=next(self.engine.model.parameters()).dtype)
+        self.engine.load_weights(list(fresh.state_dict().items()))
+
     # -- weight sync: this engine's worker receives -----------------------------------------------------------
     def sync_location(self) -> dict[str, Any]:
         from rlhf.engines.weight_sync import member_location

@@ -42,6 +42,9 @@ class VLLMRolloutActor:
         self.engine.load_weights(packed)
         return time.perf_counter() - t0
 
+    def load_from_path(self, path: str) -> None:
+        self.engine.load_from_path(path)
+
     def sync_location(self) -> dict[str, Any]:
         from rlhf.engines.weight_sync import member_location
 
@@ -58,6 +61,9 @@ class VLLMRolloutActor:
         for r in reports:
             r["peak_rss_delta_mb"] = peak.delta_mb
         return reports
+
+    def sync_close(self) -> None:
+        self.engine.sync_close()
 
     def sleep(self) -> None:
         self.engine.sleep()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf.launch.memory import param_count, trained_states
+from rlhf.launch.memory import GB, param_count, trained_states
 from rlhf.launch.plan import plan
 from rlhf.spec.build import load_spec
 
@@ -91,3 +91,25 @@ def test_cpu_plan_uses_cpu_bundles():
     p = plan(load_spec(["+recipe=grpo_tiny_cpu"]))
     assert all("GPU" not in g.bundle for g in p.groups)
     assert p.fits
+
+
+def test_plan_counts_the_weight_sync_buffers_per_device():
+    p = plan(load_spec(["+recipe=grpo_llama3_8b", "trainer.zero_stage=3"]))
+    # the largest weight (embedding, 128256 x 4096 in bf16) sets the bucket; ZeRO-3 gathers one and packs one
+    embed = 128256 * 4096 * 2
+    assert p.sync is not None and p.sync.bucket == embed
+    assert p.sync.device["policy"] == 2 * embed and p.sync.device["rollout"] == embed
+    assert all(m.sync_phase_gb > 0 for m in p.memory)
+
+
+def test_object_store_route_costs_a_host_copy_per_rank():
+    broadcast = plan(load_spec(["+recipe=grpo_llama3_8b", "rollout.weight_sync=broadcast"]))
+    object_store = plan(load_spec(["+recipe=grpo_llama3_8b", "rollout.weight_sync=object_store"]))
+    full = broadcast.params * 2
+    assert object_store.hosts[0].needed_gb * GB - broadcast.hosts[0].needed_gb * GB >= 8 * full
+
+
+def test_host_memory_per_node_is_part_of_the_verdict():
+    p = plan(load_spec(["+recipe=ppo_llama3_70b", "hardware.host_memory_gb=256"]))
+    assert all(m.fits for m in p.memory)
+    assert not p.fits and "host memory of node 0" in p.verdict() and "offloaded states" in p.verdict()
