@@ -76,6 +76,7 @@ def words_from_script(text: str, origin: str) -> tuple[list[str], list[str]]:
 def convert(words: list[str], hardware: str | None = None, notes: list[str] | None = None) -> Conversion:
     """Words of an OpenRLHF command (launcher included) -> the mapping, the recipe and what to say about them."""
     cmd = split_command(words)
+    hardware = hardware.lower() if hardware else None
     hw_type = hardware
     opts = options("hardware")
     if hardware in opts:
@@ -98,9 +99,9 @@ def convert(words: list[str], hardware: str | None = None, notes: list[str] | No
 
 def read_input(given: list[str]) -> tuple[list[str], list[str], str]:
     """(words, notes, origin) from the verb's positional arguments: a script path or '-', or the command itself."""
-    if find_entry(given):
-        return given, [], "the command line"
-    if len(given) != 1:
+    if find_entry(given) or len(given) > 1 or (given and given[0].startswith("--")):
+        return given, [], "the command line"  # split_command names what is missing
+    if not given:
         raise ImportProblem(
             "give a shell script (a file, or - for standard input) or the command after --, e.g. "
             "rlhf-recipes import-openrlhf -- python3 -m openrlhf.cli.train_ppo_ray --pretrain ..."

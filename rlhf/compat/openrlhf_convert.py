@@ -288,7 +288,7 @@ class _Mapper:
             self._supervised_algorithm()
             groups, nodes, per_node = self._supervised_devices()
         model = "actor.model_name_or_path" if self.rl else "model.model_name_or_path"
-        self.handled.add(model)
+        self.explain(model, "model: the closest conf/model option (rlhf.compat.openrlhf_recipe.choose_model)")
         for c in self.setting:
             if c not in self.handled:  # a flag of the vocabulary nobody maps: say so rather than drop it
                 self.none(c, UNSUPPORTED, "not carried over by this importer")
@@ -339,8 +339,10 @@ class _Mapper:
         if self.cpu:
             self.put("trainer.precision", "fp32", "ds.param_dtype")
             self.explain("ds.param_dtype", "fp32 on CPU hardware (faster there than bf16; fp16 needs a GPU)")
+        elif dtype in names.PRECISIONS:
+            self.put("trainer.precision", dtype, "ds.param_dtype")
         else:
-            self.put("trainer.precision", dtype if dtype in names.PRECISIONS else "bf16", "ds.param_dtype")
+            self.none("ds.param_dtype", UNSUPPORTED, f"{dtype}; one of {', '.join(names.PRECISIONS)}")
         if self.eff("ds.adam_offload"):
             self.put("trainer.offload_optimizer", True, "ds.adam_offload")
             self.put("trainer.optimizer", "cpu_adam", "ds.adam_offload")

@@ -88,10 +88,13 @@ def choose_algorithm(values: dict[str, Any], entry: str) -> str:
     opts = options("algorithm")
     if entry == "train_ppo_ray":
         est = values["algorithm.advantage.estimator"]
-        pool = [n for n, o in opts.items() if o["family"] == "rl" and o["advantage"]["estimator"] == est]
+        rl = [n for n, o in opts.items() if o["family"] == "rl"]
+        # An estimator no preset has is a mistake validation names; any RL preset carries it there.
+        pool = [n for n in rl if opts[n]["advantage"]["estimator"] == est] or rl
     elif entry == "train_dpo":
         loss = values.get("algorithm.preference.loss", "dpo")
-        pool = [n for n, o in opts.items() if o["family"] == "dpo" and o["preference"]["loss"] == loss]
+        dpo = [n for n, o in opts.items() if o["family"] == "dpo"]
+        pool = [n for n in dpo if opts[n]["preference"]["loss"] == loss] or dpo
     else:
         pool = [entry.removeprefix("train_")]
     order = {n: i for i, n in enumerate(_ALGORITHM_ORDER)}

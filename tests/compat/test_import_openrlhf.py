@@ -293,3 +293,29 @@ def test_cli_refuses_to_overwrite_without_force(in_tmp, capsys):
     assert done.value.code == 2
     assert "taken.yaml exists" in capsys.readouterr().err
     assert os.path.getsize(in_tmp / "taken.yaml") == 5
+
+
+def _any_value(d) -> list[str]:
+    from rlhf.compat import openrlhf_flags as vocab
+
+    one = {int: "2", float: "0.5"}.get(d.type, "x")
+    return {vocab.BOOL: [], vocab.ONE: [one], vocab.TWO: [one, one], vocab.MANY: ["q_proj", "v_proj"]}[d.arity]
+
+
+@pytest.mark.parametrize("entry", ["train_ppo_ray", "train_sft", "train_rm", "train_dpo"])
+def test_every_flag_of_every_vocabulary_has_a_meaning_or_a_reason(entry):
+    from rlhf.compat import openrlhf_flags as vocab
+    from rlhf.compat.openrlhf_args import split_command
+    from rlhf.compat.openrlhf_convert import map_command
+
+    words = ["python", "-m", f"openrlhf.cli.{entry}"]
+    for name, d in vocab.VOCABULARY[entry].items():
+        words += [f"--{name}", *_any_value(d)]
+    cmd = split_command(words)
+    assert all(not f.problem for f in cmd.flags)
+    outcomes = map_command(cmd).outcomes
+    for flag, o in zip(cmd.flags, outcomes, strict=True):
+        assert o.keys or o.none or o.note or o.overridden_by, flag.text
+        assert "not carried over by this importer" not in o.none, flag.text
+    for flat in vocab.FLAT[entry]:  # every flat name resolves to flags of this entry point
+        assert vocab.resolve(entry, flat), flat
