@@ -8,7 +8,8 @@ What a file may define, by ``agent.executor``:
     openai      ``async def run_agent(prompt, label, session)`` or ``class AgentExecutor(OpenAIAgentExecutor)``
     auto        whichever of the above the file has (AgentExecutor first, then AgentInstance, then run_agent)
 
-An OpenRLHF file needs one change: ``from openrlhf.utils.agent import ...`` -> ``from rlhf.agents import ...``.
+An OpenRLHF file runs as it is: ``from openrlhf.utils.agent import ...`` resolves to rlhf.agents through
+rlhf.compat.openrlhf when no real OpenRLHF is installed (``from rlhf.agents import ...`` works too).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rlhf.agents.base import AgentExecutorBase
 from rlhf.agents.errors import AgentError
 from rlhf.agents.multi_turn import MultiTurnAgentExecutor
 from rlhf.agents.single_turn import SingleTurnAgentExecutor
+from rlhf.compat import openrlhf as openrlhf_compat
 
 EXECUTORS = ("multi_turn", "openai", "auto")  # what an agent file can provide; single_turn needs no file
 
@@ -41,6 +43,7 @@ def load_agent_module(path: str | Path) -> ModuleType:
         raise AgentError(f"agent.path={str(path)!r}: not a python file that can be imported")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses, pickling and typing look the module up by name
+    openrlhf_compat.install()  # OpenRLHF agent files import openrlhf.utils.agent
     try:
         spec.loader.exec_module(module)
     except Exception as exc:

@@ -1,4 +1,5 @@
-"""rlhf-recipes ls | show NAME | cp NAME FILE | validate NAME|all | explain KEY — one small class per verb."""
+"""rlhf-recipes ls | show NAME | cp NAME FILE | validate NAME|all | explain KEY | import-openrlhf — one small class per
+verb."""
 
 from __future__ import annotations
 
@@ -151,7 +152,28 @@ class Explain:
         return 0
 
 
-VERBS = {"ls": Ls(), "show": Show(), "cp": Cp(), "validate": Validate(), "explain": Explain()}
+class ImportOpenRLHF:
+    help = "convert an OpenRLHF command line or script into a recipe, reporting what became of every flag"
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        from rlhf.compat.openrlhf_cli import add_arguments
+
+        add_arguments(p)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rlhf.compat.openrlhf_cli import run
+
+        return run(args)
+
+
+VERBS = {
+    "ls": Ls(),
+    "show": Show(),
+    "cp": Cp(),
+    "validate": Validate(),
+    "explain": Explain(),
+    "import-openrlhf": ImportOpenRLHF(),
+}
 
 
 def main(argv: list[str] | None = None) -> None:

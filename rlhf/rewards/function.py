@@ -6,7 +6,9 @@
 
 ``queries`` are prompt + response texts, ``prompts`` the prompt texts, ``labels`` the data labels. We call it once
 per batch with every sample (OpenRLHF calls it per sample), and pass ``responses=`` too when the function accepts
-that keyword or ``**kwargs``. An ``async def reward_func`` is awaited.
+that keyword or ``**kwargs``. An ``async def reward_func`` is awaited. A file written for OpenRLHF runs as it is:
+its ``from openrlhf.utils import extract_boxed_answer, grade_answer`` resolves to rlhf.compat.openrlhf when no real
+OpenRLHF is installed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlhf.compat import openrlhf as openrlhf_compat
 from rlhf.rewards.result import RewardError, RewardResult, coerce_result
 
 FUNCTION_NAME = "reward_func"
@@ -35,6 +38,7 @@ def load_reward_func(path: str | Path) -> Callable[..., Any]:
     if spec is None or spec.loader is None:
         raise RewardError(f"reward function file {path} cannot be imported (is it a .py file?)")
     module = importlib.util.module_from_spec(spec)
+    openrlhf_compat.install()  # OpenRLHF reward files import openrlhf.utils (grade_answer, ...)
     try:
         spec.loader.exec_module(module)
     except Exception as e:

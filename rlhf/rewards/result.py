@@ -50,6 +50,8 @@ def _as_list(value: Any) -> list[Any] | None:
 
 
 def _floats(value: Any, n: int, what: str, origin: str, allow_scalar: bool = False) -> list[float]:
+    if allow_scalar and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        value = value.item()  # a 0-d tensor, e.g. OpenRLHF's math_reward_func.py logs rewards.mean()
     items = _as_list(value)
     if items is None:
         if allow_scalar and isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -1,0 +1,321 @@
+"""`rlhf-recipes import-openrlhf`: OpenRLHF's documented commands (flat flags), dotted versions of them and a
+REINFORCE++-baseline script become recipes that compose, validate and plan; the report accounts for every flag;
+OpenRLHF's batch arithmetic survives the conversion."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from openrlhf_commands import DOTTED, FLAT, REINFORCE_PP_BASELINE
+
+from rlhf.cli.recipes import main as recipes_main
+from rlhf.compat.openrlhf_args import ImportProblem, find_entry
+from rlhf.compat.openrlhf_cli import convert, words_from_script
+from rlhf.compat.openrlhf_convert import openrlhf_grad_accum, openrlhf_steps_per_rollout
+from rlhf.compat.openrlhf_report import NONE, UNRECOGNISED, lines
+from rlhf.launch.plan import plan
+from rlhf.spec import build, derive, validate
+from rlhf.spec.build import compose
+
+PROMPTS = "data.train_files=[OpenRLHF/prompt-collection-v0.1]"
+# name: (algorithm option, the keys validation names for the command exactly as documented, overrides that fix it)
+EXPECTED = {
+    "ppo": ("ppo", {"data.train_files"}, [PROMPTS]),  # the documented command names no prompt dataset
+    "rm": ("rm", set(), []),
+    "ppo_own_rm": ("ppo", {"data.train_files"}, [PROMPTS]),
+    # OpenRLHF refuses this one too: group estimators need n_samples_per_prompt > 1.
+    "grpo": ("grpo", {"data.train_files", "rollout.samples_per_prompt"}, [PROMPTS, "rollout.samples_per_prompt=8"]),
+    "dpo": ("dpo", set(), []),
+    "sft": ("sft", set(), []),
+    "rm_packing": ("rm", set(), []),
+    "ppo_dynamic_batch": ("ppo", set(), []),
+    "reward_func_fragment": ("ppo", {"reward.function", "data.train_files[0]"}, None),  # fixed in its own test
+}
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """Run in an empty folder holding what the commands point at (the RM trained by command 2, a reward file)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "output" / "llama3-8b-rm").mkdir(parents=True)
+    (tmp_path / "reward_func.py").write_text(
+        "def reward_func(queries, prompts, labels):\n    return [0.0] * len(queries)\n"
+    )
+    return tmp_path
+
+
+def _convert_script(text: str, **kw):
+    words, notes = words_from_script(text, "test.sh")
+    return convert(words, notes=notes, **kw)
+
+
+def _written(conv, folder: Path, name: str) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(conv.yaml())
+    return path
+
+
+def _problems(path: Path, *overrides: str) -> list:
+    return validate(build(compose([f"+recipe={path}", *overrides])))
+
+
+def _flag_words(text: str) -> list[str]:
+    words, _ = words_from_script(text, "test.sh")
+    return words[find_entry(words)[0] + 1 :]
+
+
+@pytest.mark.parametrize("name", list(FLAT))
+def test_documented_flat_command_becomes_a_recipe_that_validates_and_plans(name, in_tmp):
+    algorithm, problems, fixes = EXPECTED[name]
+    conv = _convert_script(FLAT[name])
+    assert conv.cmd.vocabulary() == "flat"
+    assert conv.recipe.choices["algorithm"] == algorithm
+    path = _written(conv, in_tmp, name)
+    assert {e.key for e in _problems(path)} == problems
+    if fixes is not None:
+        spec = build(compose([f"+recipe={path}", *fixes]))
+        assert validate(spec) == []
+        assert plan(spec).verdict()
+
+
+def test_reward_function_fragment_validates_once_its_file_and_dataset_exist(in_tmp):
+    conv = _convert_script(FLAT["reward_func_fragment"])
+    report = {r.flag: r for r in lines(conv.cmd, conv.mapping, conv.recipe)}
+    assert report["..."].marker == UNRECOGNISED  # the fragment's "..." is reported, never dropped
+    path = _written(conv, in_tmp, "fragment")
+    spec = build(compose([f"+recipe={path}", "reward.function=./reward_func.py", PROMPTS]))
+    assert validate(spec) == []
+    assert derive(spec).reward_source == "function"
+
+
+@pytest.mark.parametrize("text", [*FLAT.values(), *DOTTED.values(), REINFORCE_PP_BASELINE], ids=lambda t: t[:40])
+def test_report_accounts_for_every_flag_in_order(text, in_tmp):
+    conv = _convert_script(text)
+    rows = lines(conv.cmd, conv.mapping, conv.recipe)
+    words = _flag_words(text)
+    flag_words = [w for w in words if w.startswith("--")]
+    assert [r.flag.split()[0] for r in rows if r.flag.startswith("--")] == flag_words
+    assert all(r.marker and r.detail for r in rows)
+    # Nothing falls through to the catch-all: every flag of the vocabulary has a meaning here or a reason.
+    assert not [r for r in rows if "not carried over by this importer" in r.detail]
+
+
+@pytest.mark.parametrize("name", list(DOTTED))
+def test_flat_and_dotted_versions_of_a_command_give_the_same_recipe(name, in_tmp):
+    flat, dotted = _convert_script(FLAT[name]), _convert_script(DOTTED[name])
+    assert dotted.cmd.vocabulary() == "dotted"
+    assert flat.recipe.choices == dotted.recipe.choices
+    assert flat.recipe.values == dotted.recipe.values
+
+
+def test_reinforce_pp_baseline_script_with_arrays_and_variables(in_tmp):
+    conv = _convert_script(REINFORCE_PP_BASELINE)
+    r = conv.recipe
+    assert r.choices == {
+        "algorithm": "reinforce_pp_baseline",
+        "model": "qwen2_5_7b",
+        "placement": "colocate_all",
+        "rollout": "vllm",
+        "hardware": "8xh100",
+        "trainer": "default",
+    }
+    assert r.values["checkpoint.dir"] == "/data/exp/qwen2.5-7b-rpp-baseline/ckpt"  # ${EXP_DIR:-/data/exp}
+    assert r.values["reward.function"] == "./reward_func.py"
+    assert r.values["algorithm.is_correction.type"] == "icepop"
+    assert r.values["algorithm.filters.dynamic_filtering"] is True
+    # 1e-3, k2, as a loss: the preset's own values, so carried over but not written.
+    assert (r.equal["algorithm.kl.coef"], r.equal["algorithm.kl.estimator"]) == (0.001, "k2")
+    assert r.equal["algorithm.kl.placement"] == "loss"
+    path = _written(conv, in_tmp, "rpp")
+    spec = build(compose([f"+recipe={path}"]))
+    assert validate(spec) == []
+    assert derive(spec).roles == ("policy", "reference", "rollout")
+
+
+def _dotted_ppo(*flags: str) -> str:
+    return "python3 -m openrlhf.cli.train_ppo_ray --actor.model_name_or_path OpenRLHF/Llama-3-8b-sft-mixture " + (
+        " ".join(flags)
+    )
+
+
+# (flags, actor GPUs): colocated on one node; and split over three nodes with actor+ref sharing two of them.
+BATCHES = [
+    (
+        [
+            "--train.colocate_all",
+            "--vllm.num_engines 8",
+            "--train.batch_size 128 --train.micro_batch_size 4",
+            "--rollout.batch_size 64 --rollout.n_samples_per_prompt 8 --train.max_epochs 2",
+            "--algo.advantage.estimator group_norm",
+            "--reward.remote_url http://127.0.0.1:5000/get_reward",
+        ],
+        8,
+    ),
+    (
+        [
+            "--actor.num_nodes 2 --ref.num_nodes 2 --train.colocate_actor_ref",
+            "--critic.num_nodes 1 --critic.num_gpus_per_node 4 --reward.num_nodes 1 --reward.num_gpus_per_node 4",
+            "--train.colocate_critic_reward --vllm.num_engines 4 --vllm.tensor_parallel_size 2",
+            "--train.batch_size 512 --train.micro_batch_size 2",
+            "--rollout.batch_size 256 --rollout.n_samples_per_prompt 4 --train.max_epochs 1",
+            "--reward.model_name_or_path OpenRLHF/Llama-3-8b-rm-700k",
+        ],
+        16,
+    ),
+]
+
+
+@pytest.mark.parametrize(("flags", "actor_gpus"), BATCHES, ids=["colocated", "split_3_nodes"])
+def test_derived_accumulation_and_steps_per_rollout_equal_openrlhfs(flags, actor_gpus, in_tmp):
+    conv = _convert_script(_dotted_ppo(*flags))
+    s = conv.mapping.values
+    train_batch, micro = s["trainer.global_batch"], s["trainer.micro_batch_per_device"]
+    path = _written(conv, in_tmp, "batches")
+    spec = build(compose([f"+recipe={path}", PROMPTS]))
+    assert validate(spec) == []
+    d = derive(spec)
+    assert d.devices["policy"] == actor_gpus
+    assert d.grad_accum["policy"] == openrlhf_grad_accum(train_batch, micro, actor_gpus)
+    steps = openrlhf_steps_per_rollout(
+        s["rollout.prompts_per_step"], s["rollout.samples_per_prompt"], train_batch, s["trainer.epochs_per_rollout"]
+    )
+    assert d.optimizer_steps_per_rollout == steps
+
+
+def test_split_placement_devices_and_hardware_follow_openrlhfs_groups(in_tmp):
+    conv = _convert_script(_dotted_ppo(*BATCHES[1][0]))
+    assert conv.recipe.choices["placement"] == "split"
+    assert conv.recipe.values["placement.colocate"] == [["policy", "reference"], ["critic", "reward"]]
+    spec = conv.recipe.spec
+    d = derive(spec)
+    assert {r: d.devices[r] for r in d.roles} == {"policy": 16, "reference": 16, "critic": 4, "reward": 4, "rollout": 8}
+    assert (spec.hardware.nodes, spec.hardware.devices_per_node) == (4, 8)  # 16 + 4 + 8 = 28 GPUs
+
+
+def test_openrlhf_defaults_are_carried_where_ours_differ(in_tmp):
+    conv = _convert_script(_dotted_ppo("--train.colocate_all --vllm.num_engines 8", "--reward.remote_url http://h:1/r"))
+    v = conv.recipe.values
+    assert v["rollout.prompts_per_step"] == 1024  # --rollout.batch_size default
+    assert v["data.apply_chat_template"] is False  # off unless asked in OpenRLHF
+    assert v["algorithm.advantage.lambd"] == 1.0  # OpenRLHF's GAE lambda default
+    assert v["rollout.enable_sleep"] is False
+    assert set(conv.mapping.carried) >= {"rollout.prompts_per_step", "data.apply_chat_template"}
+
+
+def test_unknown_flags_bad_values_and_repeated_flags_are_reported(in_tmp):
+    conv = _convert_script(
+        _dotted_ppo(
+            "--not.a_flag 3 4",
+            "--train.batch_size many",
+            "--rollout.batch_size 64 --rollout.batch_size 32",
+            "--ptx_coef 0.05",
+            "--ds.ring_attn_size 2",
+        )
+    )
+    rows = {r.flag: r for r in lines(conv.cmd, conv.mapping, conv.recipe)}
+    assert rows["--not.a_flag 3 4"].marker == UNRECOGNISED
+    assert "takes an int" in rows["--train.batch_size many"].detail
+    assert rows["--rollout.batch_size 64"].marker == "~~"
+    assert conv.recipe.values["rollout.prompts_per_step"] == 32
+    assert rows["--ptx_coef 0.05"].marker == NONE and "removed from OpenRLHF" in rows["--ptx_coef 0.05"].detail
+    assert "gradient accumulation differs" in rows["--ds.ring_attn_size 2"].detail
+
+
+def test_unknown_model_gets_the_nearest_dimensions_and_says_so(in_tmp):
+    conv = _convert_script(
+        _dotted_ppo("--train.colocate_all --vllm.num_engines 8").replace(
+            "OpenRLHF/Llama-3-8b-sft-mixture", "Qwen/Qwen3-4B-Thinking-2507"
+        )
+    )
+    assert conv.recipe.choices["model"] == "qwen3_8b"
+    assert conv.recipe.values["model.path"] == "Qwen/Qwen3-4B-Thinking-2507"
+    assert any("no conf/model option for Qwen/Qwen3-4B-Thinking-2507" in n for n in conv.recipe.notes)
+
+
+def test_hardware_option_or_gpu_type(in_tmp):
+    h200 = _convert_script(FLAT["ppo"], hardware="h200")
+    assert h200.recipe.choices["hardware"] == "1xh200"
+    assert h200.recipe.values["hardware.devices_per_node"] == 8
+    assert _convert_script(FLAT["ppo"], hardware="8xa100_80g").recipe.choices["hardware"] == "8xa100_80g"
+    with pytest.raises(ImportProblem, match="--hardware tpu"):
+        _convert_script(FLAT["ppo"], hardware="tpu")
+
+
+def test_cli_writes_recipe_and_report_and_checks_the_plan(in_tmp, capsys):
+    script = in_tmp / "train_dpo.sh"
+    script.write_text(FLAT["dpo"])
+    with pytest.raises(SystemExit) as done:
+        recipes_main(["import-openrlhf", str(script), "-o", "dpo.yaml", "--report", "report.txt", "--check"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "OpenRLHF train_dpo, flat flags" in out and "verdict:" in out
+    assert (in_tmp / "report.txt").read_text() in out
+    text = (in_tmp / "dpo.yaml").read_text()
+    assert text.startswith("# @package _global_\n") and "  - override /algorithm: dpo" in text
+    assert "lr: 5.0e-07  # --learning_rate" in text
+
+
+def test_cli_takes_the_command_after_double_dash(in_tmp, capsys):
+    argv = ["import-openrlhf", "--hardware", "h100", "-o", "sft.yaml", "--", "deepspeed", "--num_gpus", "4"]
+    argv += ["--module", "openrlhf.cli.train_sft", "--pretrain", "Qwen/Qwen2.5-0.5B-Instruct", "--dataset", "a/b"]
+    with pytest.raises(SystemExit) as done:
+        recipes_main(argv)
+    assert done.value.code == 0
+    spec = build(compose([f"+recipe={in_tmp / 'sft.yaml'}"]))
+    assert (spec.model.name, spec.hardware.devices_per_node) == ("qwen2_5_0_5b", 4)
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        ("echo hello\n", "runs no OpenRLHF command"),
+        ("deepspeed --module openrlhf.cli.train_kto --pretrain x\n", "train_kto: removed from OpenRLHF"),
+        ("python -m openrlhf.cli.train_sft --x 1\npython -m openrlhf.cli.train_rm\n", "runs 2 OpenRLHF commands"),
+        ("python -m openrlhf.cli.train_sft --input_template 'unterminated\n", "unterminated '"),
+    ],
+)
+def test_cli_errors_name_the_problem_without_a_traceback(script, message, in_tmp, capsys):
+    (in_tmp / "s.sh").write_text(script)
+    with pytest.raises(SystemExit) as done:
+        recipes_main(["import-openrlhf", "s.sh"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_cli_refuses_to_overwrite_without_force(in_tmp, capsys):
+    (in_tmp / "s.sh").write_text(FLAT["sft"])
+    (in_tmp / "taken.yaml").write_text("x: 1\n")
+    with pytest.raises(SystemExit) as done:
+        recipes_main(["import-openrlhf", "s.sh", "-o", "taken.yaml"])
+    assert done.value.code == 2
+    assert "taken.yaml exists" in capsys.readouterr().err
+    assert os.path.getsize(in_tmp / "taken.yaml") == 5
+
+
+def _any_value(d) -> list[str]:
+    from rlhf.compat import openrlhf_flags as vocab
+
+    one = {int: "2", float: "0.5"}.get(d.type, "x")
+    return {vocab.BOOL: [], vocab.ONE: [one], vocab.TWO: [one, one], vocab.MANY: ["q_proj", "v_proj"]}[d.arity]
+
+
+@pytest.mark.parametrize("entry", ["train_ppo_ray", "train_sft", "train_rm", "train_dpo"])
+def test_every_flag_of_every_vocabulary_has_a_meaning_or_a_reason(entry):
+    from rlhf.compat import openrlhf_flags as vocab
+    from rlhf.compat.openrlhf_args import split_command
+    from rlhf.compat.openrlhf_convert import map_command
+
+    words = ["python", "-m", f"openrlhf.cli.{entry}"]
+    for name, d in vocab.VOCABULARY[entry].items():
+        words += [f"--{name}", *_any_value(d)]
+    cmd = split_command(words)
+    assert all(not f.problem for f in cmd.flags)
+    outcomes = map_command(cmd).outcomes
+    for flag, o in zip(cmd.flags, outcomes, strict=True):
+        assert o.keys or o.none or o.note or o.overridden_by, flag.text
+        assert "not carried over by this importer" not in o.none, flag.text
+    for flat in vocab.FLAT[entry]:  # every flat name resolves to flags of this entry point
+        assert vocab.resolve(entry, flat), flat
