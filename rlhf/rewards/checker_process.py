@@ -9,9 +9,10 @@ started on the next call), and the caller is told it timed out.
     checker = CheckerProcess("rlhf.rewards.math_answer:check_math")
     checker.call(("\\boxed{4}", "4"), timeout_s=5.0)      # -> the function's result, or TIMED_OUT
 
-The child speaks JSON lines on stdin/stdout (arguments and results must be JSON values); it is started with
-``subprocess`` rather than ``multiprocessing`` so that it works the same from any thread and inside Ray workers
-(no re-import of the parent's ``__main__``, no fork of a threaded process).
+A target module may define ``warm_up()``, run once before the child reports ready. The child speaks JSON lines
+on stdin/stdout (arguments and results must be JSON values); it is started with ``subprocess`` rather than
+``multiprocessing`` so that it works the same from any thread and inside Ray workers (no re-import of the
+parent's ``__main__``, no fork of a threaded process).
 """
 
 from __future__ import annotations
@@ -129,9 +130,15 @@ def serve() -> None:
         out.write((json.dumps(msg) + "\n").encode())
         out.flush()
 
-    module, _, name = sys.argv[1].partition(":")
+    module_name, _, name = sys.argv[1].partition(":")
     try:
-        fn = getattr(importlib.import_module(module), name)
+        module = importlib.import_module(module_name)
+        fn = getattr(module, name)
+        # Imports and caches a first check would pay for (sympy, a task registry) are paid before "ready", so
+        # they do not count against the first check's deadline.
+        warm_up = getattr(module, "warm_up", None)
+        if warm_up is not None:
+            warm_up()
     except Exception as e:  # a missing extra: say so in the parent
         send({"error": f"{type(e).__name__}: {e}"})
         return

@@ -96,6 +96,11 @@ def parse_response(response: str) -> list:
     return _parse(response)
 
 
+def warm_up() -> None:
+    """Import math-verify and sympy and parse once (run by the checker process before its first check)."""
+    check_math("\\boxed{\\frac{1}{2}}", "0.5")
+
+
 def check_math(response: str, label: str) -> list[float]:
     """``[correct, answer_found]`` (0/1 each) for one response against its label; no timeout of its own."""
     gold = _parse_gold(label)

@@ -59,6 +59,11 @@ def extract_answer(response: str) -> str:
     return response.strip() if found is None else found
 
 
+def warm_up() -> None:
+    """Import reasoning-gym and its task registry (run by the checker process before its first check)."""
+    import reasoning_gym.utils  # noqa: F401
+
+
 def check_task(response: str, label: str) -> float:
     """The task's score_answer (0..1) of ``response`` for the item ``label`` names."""
     task, item = entry_of(read_label(label))
