@@ -87,11 +87,12 @@ def main() -> None:
     flags, overrides = _split_argv(argv)
     from rlhf.spec.build import rewrite_recipe_paths
     from rlhf.spec.paths import conf_dir
+    from rlhf.spec.reasoning_gym_source import quote_sources
     from rlhf.spec.store import register
 
     register()
     try:
-        overrides = rewrite_recipe_paths(with_default_recipe(overrides))
+        overrides = quote_sources(rewrite_recipe_paths(with_default_recipe(overrides)))
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     if "-m" in flags or "--multirun" in flags:

@@ -272,7 +272,7 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
         "response_length": fmean(exp.info["response_length"]),
         "total_length": fmean(exp.info["total_length"]),
         "truncated": fmean(exp.info["truncated"]),
-        "group_reward_std": group_reward_std(scored.rewards, n),
+        "group_reward_std": group_reward_std(exp.rewards.tolist(), n),
         "advantages_abs_mean": float(masked_mean(out.advantages.abs(), exp.action_mask)),
         **rollout_metrics(scored.rewards, exp.info["response_length"], exp.info["truncated"]),
         **timing,

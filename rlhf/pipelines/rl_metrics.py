@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from statistics import fmean, pstdev
+from statistics import fmean, pstdev, stdev
 
 
 def rollout_metrics(rewards: Sequence[float], response_lengths: Sequence[float], truncated: Sequence[float]) -> dict:
@@ -19,11 +19,17 @@ def rollout_metrics(rewards: Sequence[float], response_lengths: Sequence[float],
 
 
 def group_reward_std(rewards: Sequence[float], n: int) -> float:
-    """Mean over prompts of the (population) std of their n samples' rewards; 0 when n == 1."""
+    """OpenRLHF's ``group_reward_std``: the unbiased (n - 1) std of each prompt's n rewards, given to each of its
+    samples and averaged over samples, which equals the mean over prompts; 0 when n == 1.
+
+    Pass the rewards after the length penalties (the shaped rewards, before clipping and baselines), as OpenRLHF
+    computes it after its overlong penalty."""
     if n <= 1:
         return 0.0
+    if len(rewards) % n:
+        raise ValueError(f"group_reward_std: {len(rewards)} rewards do not split into groups of {n}")
     groups = [rewards[i : i + n] for i in range(0, len(rewards), n)]
-    return fmean(pstdev(g) for g in groups)
+    return fmean(stdev(g) for g in groups)
 
 
 def eval_metrics(

@@ -1,22 +1,32 @@
-"""Final-answer extraction and equivalence for math-style tasks (pure string functions; no sympy).
+"""Final-answer checking for math-style tasks with HF's ``math-verify`` (the library TRL's accuracy reward uses).
 
-Extraction order: the last ``\\boxed{...}`` (or ``\\fbox``), the last ``#### x`` line (GSM8K), the last
-"answer is x", else the last number in the text. Equivalence: equal after normalisation (spaces, ``$``,
-``\\left``/``\\right``, ``\\text{}``, ``\\dfrac``, trailing period, a leading ``x =``), or equal as numbers
-(integers, decimals, thousands separators, ``a/b``, ``\\frac{a}{b}``, percentages) within 1e-6 relative.
+What we add around it:
+  * the answer a response gives: the content of its last balanced ``\\boxed{...}`` / ``\\fbox{...}`` when there
+    is one (an unbalanced box is no answer), else math-verify's own extraction (LaTeX in ``$...$``, "the answer
+    is ...", or the last plain expression/number);
+  * the gold answer of a label: the last ``\\boxed{}`` or the text after the last ``####`` (GSM8K solutions),
+    else the whole label read as LaTeX, so ``1+x^2``, ``\\frac{1}{2}`` and ``(1, 2)`` parse as written;
+  * math-verify's ``signal.alarm`` timeouts are off (they fail off the main thread); :func:`check_math` is meant
+    to run in a :class:`~rlhf.rewards.checker_process.CheckerProcess`, which bounds each call with its own
+    deadline.
+
+Equivalence is math-verify's: numeric within its precision, symbolic after simplification, sets, intervals,
+equations, percentages and thousands separators.
 """
 
 from __future__ import annotations
 
-import math
+import logging
 import re
+from functools import lru_cache
+from typing import Any
 
-_NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|-?\.\d+"
+_BOX = re.compile(r"\\(?:boxed|fbox)")
 
 
 def extract_boxed(text: str) -> str | None:
     """Contents of the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces allowed), or ``\\boxed x``."""
-    starts = [m for m in re.finditer(r"\\(?:boxed|fbox)", text)]
+    starts = list(_BOX.finditer(text))
     if not starts:
         return None
     i = starts[-1].end()
@@ -36,68 +46,66 @@ def extract_boxed(text: str) -> str | None:
     return None  # unbalanced: no answer
 
 
-def extract_answer(text: str) -> str | None:
-    """The final answer a response gives, or None."""
-    boxed = extract_boxed(text)
-    if boxed is not None:
-        return boxed
-    hashes = re.findall(r"####\s*([^\n]+)", text)
-    if hashes:
-        return hashes[-1].strip()
-    stated = re.findall(r"answer is[:\s]*([^\n]+)", text, flags=re.IGNORECASE)
-    if stated:
-        return stated[-1].strip().rstrip(".").strip("$ ")
-    numbers = re.findall(_NUMBER, text)
-    return numbers[-1] if numbers else None
-
-
-def normalize(answer: str) -> str:
-    s = answer.strip()
-    s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s)
-    s = re.sub(r"\\(?:mathrm|mathbf)\{([^{}]*)\}", r"\1", s)
-    for token in ("\\left", "\\right", "\\!", "\\,", "\\;", "\\ ", "$", "^\\circ", "^{\\circ}"):
-        s = s.replace(token, "")
-    s = s.replace("\\%", "%").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    s = re.sub(r"\s+", "", s).rstrip(".")
-    s = re.sub(r"^[a-zA-Z]=", "", s)  # "x=5" -> "5"
-    return s
-
-
-def to_number(s: str) -> float | None:
-    """A number written as an int, decimal, 1,234, a/b, \\frac{a}{b}, \\frac ab or 50%, else None."""
-    s = s.rstrip("%")
-    m = re.fullmatch(r"(-?)\\frac\{([^{}]+)\}\{([^{}]+)\}|(-?)\\frac(\d)(\d)", s)
-    if m:
-        sign = -1.0 if (m.group(1) or m.group(4)) else 1.0
-        num, den = (m.group(2), m.group(3)) if m.group(2) else (m.group(5), m.group(6))
-        a, b = to_number(num), to_number(den)
-        return sign * a / b if a is not None and b else None
-    m = re.fullmatch(r"(-?[\d.]+)/(-?[\d.]+)", s)
-    if m:
-        a, b = to_number(m.group(1)), to_number(m.group(2))
-        return a / b if a is not None and b else None
-    if re.fullmatch(_NUMBER, s) and ("," not in s or re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s)):
-        try:
-            return float(s.replace(",", ""))
-        except ValueError:
-            return None
-    return None
-
-
-def answers_equal(predicted: str | None, gold: str) -> bool:
-    if predicted is None:
-        return False
-    a, b = normalize(predicted), normalize(gold)
-    if a == b:
-        return True
-    x, y = to_number(a), to_number(b)
-    return x is not None and y is not None and math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9)
-
-
 def gold_answer(label: str) -> str:
-    """A label may itself be a worked solution (``... #### 42`` or ``\\boxed{42}``): take its final answer."""
-    if "\\boxed" in label or "\\fbox" in label or "####" in label:
-        found = extract_answer(label)
-        if found is not None:
-            return found
+    """The final answer a label holds: its last ``\\boxed{}``, the text after its last ``####``, else itself."""
+    boxed = extract_boxed(label) if _BOX.search(label) else None
+    if boxed is not None:
+        return boxed.strip()
+    if "####" in label:
+        return label.rsplit("####", 1)[1].strip()
     return label.strip()
+
+
+@lru_cache(maxsize=1)
+def _math_verify() -> Any:
+    try:
+        import math_verify
+        from latex2sympy2_extended import NormalizationConfig
+    except ImportError as e:
+        raise ImportError(
+            "reward.verifier=math needs the math-verify package: pip install math-verify (it is a core "
+            "dependency of rlhf; reinstall rlhf if it is missing)"
+        ) from e
+    # Our deadline replaces math-verify's alarm; its warning about that, and its debug chatter, are noise here.
+    for name in ("math_verify", "math_verify.parser", "math_verify.grader", "latex2sympy2_extended"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # TRL's accuracy reward normalisation, but lenient on \frac12-style operators and boxed already unwrapped.
+    norm = NormalizationConfig(
+        nits=False, malformed_operators=True, basic_latex=True, equations=True, boxed="last", units=True
+    )
+    latex = math_verify.LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0)
+    return math_verify, (latex, math_verify.ExprExtractionConfig())
+
+
+def _parse(text: str) -> list:
+    mv, targets = _math_verify()
+    return mv.parse(text, targets, extraction_mode="first_match", parsing_timeout=None)
+
+
+@lru_cache(maxsize=4096)  # every label is checked samples_per_prompt times in a row
+def _parse_gold(label: str) -> list:
+    answer = gold_answer(label)
+    return _parse(answer if "$" in answer else f"\\boxed{{{answer}}}")
+
+
+def parse_response(response: str) -> list:
+    """math-verify's parse of the answer ``response`` gives ([] when none)."""
+    if _BOX.search(response):
+        boxed = extract_boxed(response)
+        return [] if boxed is None else _parse(f"\\boxed{{{boxed}}}")
+    return _parse(response)
+
+
+def warm_up() -> None:
+    """Import math-verify and sympy and parse once (run by the checker process before its first check)."""
+    check_math("\\boxed{\\frac{1}{2}}", "0.5")
+
+
+def check_math(response: str, label: str) -> list[float]:
+    """``[correct, answer_found]`` (0/1 each) for one response against its label; no timeout of its own."""
+    gold = _parse_gold(label)
+    predicted = parse_response(response)
+    if not gold or not predicted:
+        return [0.0, float(bool(predicted))]
+    mv, _ = _math_verify()
+    return [float(mv.verify(gold, predicted, timeout_seconds=None)), 1.0]

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from rlhf.rewards.function import FunctionReward
 from rlhf.rewards.remote import RemoteReward
 from rlhf.rewards.result import RewardError, RewardResult, coerce_result
-from rlhf.rewards.verifiers import verify
+from rlhf.rewards.verifiers import TIMED_VERIFIERS, verify
 from rlhf.spec.schema import ExperimentSpec, RewardSpec
 
 
@@ -72,7 +72,8 @@ def make_reward_source(spec: RewardSpec | ExperimentSpec, model_scorer: ModelSco
     if r.urls:
         return RemoteReward(r.urls, r.timeout_s, r.retries, r.request_batch)
     if r.verifier:
-        return VerifierReward(r.verifier)
+        options = {"timeout_s": r.verifier_timeout_s} if r.verifier in TIMED_VERIFIERS else {}
+        return VerifierReward(r.verifier, **options)
     if model_scorer is None:
         raise RewardError(
             f"reward.model_path={r.model_path!r}: a reward model is scored by the reward worker; pass its scorer as "

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlhf.spec.reasoning_gym_source import quote_sources
 from rlhf.spec.schema import ExperimentSpec
 
 PRIMARY_CONFIG = "config"
@@ -90,7 +91,7 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
     from rlhf.spec.store import register
 
     register()
-    overrides = rewrite_recipe_paths(overrides)
+    overrides = quote_sources(rewrite_recipe_paths(overrides))
     with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
         return hydra_compose(config_name=PRIMARY_CONFIG, overrides=list(overrides))
 

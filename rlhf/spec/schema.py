@@ -308,7 +308,9 @@ class DataSpec:
     """Datasets and how rows become tokens (OpenRLHF data.* flags)."""
 
     train_files: list[str] = key(
-        factory=list, doc="json/jsonl/csv/parquet/arrow files, dataset folders, builtin:NAME or hub org/name"
+        factory=list,
+        doc="json/jsonl/csv/parquet/arrow files, dataset folders, builtin:NAME, reasoning_gym:TASK?size=N&seed=S "
+        "(generated; the reasoning extra) or hub org/name",
     )
     train_probs: list[float] | None = key(
         None, "mixing probabilities, one per train file (null: concatenated)", items=items(ge=0, le=1), sums_to=1.0
@@ -348,7 +350,15 @@ class RewardSpec:
     model_path: str = key("", "reward model (sequence classification / value head)")
     function: str = key("", "python file defining reward_func(queries, prompts, labels)")
     urls: list[str] = key(factory=list, doc="HTTP endpoints of the remote reward protocol")
-    verifier: str = key("", "built-in verifier", choices=names.VERIFIERS, empty_ok=True)
+    verifier: str = key(
+        "",
+        "built-in verifier: exact | math (HF math-verify) | format | reasoning_gym (the task's own score_answer)",
+        choices=names.VERIFIERS,
+        empty_ok=True,
+    )
+    verifier_timeout_s: float = key(
+        5.0, "math/reasoning_gym: seconds per answer check; a check past it scores 0 (logged: verifier_timeout)", gt=0
+    )
     timeout_s: float = key(180.0, "remote reward: seconds per request", gt=0)
     retries: int = key(5, "remote reward: retries per request", ge=0)
     request_batch: int = key(64, "remote reward: samples per HTTP request", ge=1)

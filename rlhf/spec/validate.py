@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlhf.spec import names
+from rlhf.spec import names, reasoning_gym_source
 from rlhf.spec.derive import Derived, derive, reward_source
 from rlhf.spec.keys import domain_violations
 from rlhf.spec.schema import ROLES, ExperimentSpec
@@ -294,10 +294,18 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
 
             known = builtin_datasets()
             c.require(f[len("builtin:") :] in known, key, f, f"not a built-in dataset; built-ins: {', '.join(known)}")
+        elif reasoning_gym_source.is_source(f):
+            _check_reasoning_gym(f, key, c)
         elif _looks_local(f):
             c.require(os.path.exists(os.path.expanduser(f)), key, f, "no such file or folder")
         else:
-            c.require(bool(_HUB_NAME.match(f)), key, f, "not a file here, builtin:NAME, nor a hub dataset org/name")
+            c.require(
+                bool(_HUB_NAME.match(f)),
+                key,
+                f,
+                "not a file here, builtin:NAME, reasoning_gym:TASK, nor a hub dataset org/name",
+            )
+    _check_reasoning_gym_overlap(spec, c)
     if d.train_probs is not None:
         c.require(
             len(d.train_probs) == len(d.train_files),
@@ -315,6 +323,49 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
     res = spec.checkpoint.resume
     if res not in ("auto", "never"):
         c.require(Path(res).expanduser().exists(), "checkpoint.resume", res, "auto, never, or an existing checkpoint")
+
+
+def _check_reasoning_gym(source: str, key: str, c: _Collector) -> None:
+    try:
+        reasoning_gym_source.check_source(source)
+    except reasoning_gym_source.SourceError as e:
+        c.errors.append(SpecError(key, source, str(e)))
+
+
+def _check_reasoning_gym_overlap(spec: ExperimentSpec, c: _Collector) -> None:
+    """Eval rows generated from the training rows' seeds would measure memory, not skill."""
+
+    def parsed(files: list[str]) -> list[tuple[int, reasoning_gym_source.Source]]:
+        out = []
+        for i, f in enumerate(files):
+            if reasoning_gym_source.is_source(f):
+                try:
+                    out.append((i, reasoning_gym_source.parse_source(f)))
+                except reasoning_gym_source.SourceError:
+                    pass  # reported by _check_reasoning_gym
+        return out
+
+    train = parsed(list(spec.data.train_files))
+    for j, ev in parsed(list(spec.data.eval_files)):
+        for i, tr in train:
+            if reasoning_gym_source.overlap(tr, ev):
+                c.errors.append(
+                    SpecError(
+                        f"data.eval_files[{j}]",
+                        spec.data.eval_files[j],
+                        f"generates some of the rows of data.train_files[{i}] ({ev.task}: item i comes from seed + "
+                        f"i); give it seed={tr.seed + tr.size} or higher",
+                    )
+                )
+    if spec.reward.verifier == "reasoning_gym" and not spec.data.label_key:
+        c.errors.append(
+            SpecError(
+                "data.label_key",
+                None,
+                "reward.verifier=reasoning_gym reads each row's task from its label: set data.label_key=label "
+                "(the column reasoning_gym: sources fill)",
+            )
+        )
 
 
 def validate(spec: ExperimentSpec) -> list[SpecError]:
