@@ -66,7 +66,7 @@ class Scan:
 
 
 def _json_problem(e: json.JSONDecodeError) -> str:
-    return f"not valid JSON ({e.msg} at column {e.colno})"
+    return f"not valid JSON ({e.msg}, column {e.colno})"
 
 
 def _json_type(value: object) -> str:

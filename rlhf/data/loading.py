@@ -49,6 +49,8 @@ def _looks_local(source: str) -> bool:
 
 
 def _load_file(path: Path, on_bad_row: str = "error") -> Dataset:
+    verbosity = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its "Failed to load JSON" log: we say it better
     try:
         ds = datasets.load_dataset(FILE_LOADERS[path.suffix], data_files=str(path), split="train")
     except Exception:
@@ -61,6 +63,8 @@ def _load_file(path: Path, on_bad_row: str = "error") -> Dataset:
         if on_bad_row == "skip" and scan.can_skip:
             return _load_json_lines_marking_malformed(path)
         raise DataError(_malformed_message(path, scan)) from None
+    finally:
+        datasets.logging.set_verbosity(verbosity)
     if len(ds) == 0:
         raise DataError(_EMPTY.format(path=path))
     return ds

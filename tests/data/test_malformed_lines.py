@@ -25,7 +25,7 @@ def test_malformed_lines_are_named_by_file_and_line(tmp_path):
     with pytest.raises(DataError) as err:
         load_rows([path])
     message = str(err.value)
-    assert message.startswith(f"{path}: line 2: not valid JSON (Expecting value at column")
+    assert message.startswith(f"{path}: line 2: not valid JSON (Expecting value, column")
     assert "line 4: an array, not a JSON object" in message and "set data.on_bad_row=skip" in message
 
 
@@ -40,7 +40,7 @@ def test_skip_skips_malformed_lines_counts_them_and_keeps_line_numbers(tmp_path,
     rows = load_rows([path], on_bad_row="skip")  # a stand-in row per malformed line: later rows keep their line
     assert rows["_row"] == [0, 1, 2, 3, 4, 5]
     assert [m for m in rows["_malformed"] if m] == [
-        "line 2: not valid JSON (Expecting value at column 26)",
+        "line 2: not valid JSON (Expecting value, column 26)",
         "line 4: an array, not a JSON object ({...}: one row per line)",
     ]
 

@@ -237,7 +237,7 @@ def test_malformed_json_line_is_named_by_file_and_line(base_spec, tmp_path):
     good = json.dumps({"input": "1+1=", "label": "2"})
     path = write(tmp_path, "train.jsonl", f'{good}\n{{"input": "2+2=", "label": \n{good}\n[1, 2]\n')
     (e,) = errors(preflight(with_(base_spec, data={"train_files": [path]})))
-    assert e.startswith(f"data.train_files[0]={path!r}: line 2: not valid JSON (Expecting value at column")
+    assert e.startswith(f"data.train_files[0]={path!r}: line 2: not valid JSON (Expecting value, column")
     assert "line 4: an array, not a JSON object" in e and "data.on_bad_row=skip" in e
     skipping = preflight(with_(base_spec, data={"train_files": [path], "on_bad_row": "skip"}))
     assert skipping.errors == [] and "2 malformed line(s) will be skipped" in str(skipping.warnings[0])
@@ -322,3 +322,9 @@ def test_plan_check_runs_the_preflight_and_plain_plan_does_not(tmp_path):
     assert f"reward.function='{reward}': line 1, column" in checked.stderr and "SyntaxError" in checked.stderr
     good, _ = run_cli("rlhf-plan", "--check", cwd=tmp_path)
     assert good.returncode == 0 and "preflight: 0 problem(s), 0 warning(s)" in good.stderr
+
+
+@pytest.mark.parametrize("recipe", sorted(p.stem for p in (REPO / "recipes").glob("*.yaml")))
+def test_every_shipped_recipe_passes_the_preflight(recipe):
+    report = preflight(load_spec([f"+recipe={recipe}"]))
+    assert report.findings == [], [str(f) for f in report.findings]
