@@ -1,6 +1,8 @@
-"""rlhf-plan [--json] [+recipe=NAME] [key=value ...]: where every role runs and whether it fits in memory.
+"""rlhf-plan [--json] [--check] [+recipe=NAME] [key=value ...]: where every role runs and whether it fits in memory.
 
-Pure and fast (no Ray, torch or DeepSpeed): composes, validates and plans, then prints a table.
+Pure and fast (no Ray, torch or DeepSpeed): composes, validates and plans, then prints a table. ``--check`` also
+runs the preflight that ``rlhf-run`` runs before starting anything (reward and agent files parsed, reward URLs
+probed, data files scanned, the reward model's head looked for) and exits 2 naming every problem.
 """
 
 from __future__ import annotations
@@ -84,10 +86,21 @@ def render(p: Plan) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="rlhf-plan", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print the plan as JSON")
+    ap.add_argument("--check", action="store_true", help="also run the preflight (reward/agent files, URLs, data)")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +recipe=grpo_llama3_8b trainer.zero_stage=3")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    p = plan(spec_or_fail(with_default_recipe(args.overrides)))
+    spec = spec_or_fail(with_default_recipe(args.overrides))
+    p = plan(spec)
     print(p.to_json() if args.json else render(p))
+    if args.check:
+        from rlhf.cli.common import fail
+        from rlhf.launch.preflight import PreflightFailed, require_preflight
+
+        try:
+            report = require_preflight(spec)
+        except PreflightFailed as e:
+            fail(str(e))
+        print("\n".join([f"warning: {w}" for w in report.warnings] + [report.summary()]), file=sys.stderr)
 
 
 if __name__ == "__main__":

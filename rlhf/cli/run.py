@@ -66,6 +66,13 @@ def task(cfg) -> None:
         check(spec)
     except SpecInvalid as e:
         fail(str(e))
+    from rlhf.launch.preflight import require_preflight
+
+    try:
+        for warning in require_preflight(spec).warnings:  # files, URLs, data: before any process starts
+            print(f"warning: {warning}", file=sys.stderr)
+    except UserError as e:
+        fail(str(e))
     p = plan(spec)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -53,9 +53,9 @@ def data_kind(spec: ExperimentSpec) -> str:
 def load_split_rows(spec: ExperimentSpec) -> tuple[Dataset, Dataset | None]:
     """Raw train rows and eval rows (data.eval_files, else a seeded data.eval_fraction of train, else none)."""
     d = spec.data
-    train = load_rows(d.train_files, d.train_split, d.train_probs, spec.seed, d.max_samples)
+    train = load_rows(d.train_files, d.train_split, d.train_probs, spec.seed, d.max_samples, d.on_bad_row)
     if d.eval_files:
-        return train, load_rows(d.eval_files, d.eval_split, None, spec.seed, None)
+        return train, load_rows(d.eval_files, d.eval_split, None, spec.seed, None, d.on_bad_row)
     if d.eval_fraction > 0:
         return split_eval(train, d.eval_fraction, spec.seed)
     return train, None

@@ -8,7 +8,7 @@ from typing import Any
 
 from datasets import Dataset
 
-from rlhf.data.errors import ROW_COLUMN, SOURCE_COLUMN, BadRow, DataError, bad_row_error
+from rlhf.data.errors import MALFORMED_COLUMN, ROW_COLUMN, SOURCE_COLUMN, BadRow, DataError, bad_row_error
 from rlhf.data.report import DataReport
 
 OK, TRUNCATED, DROPPED = "ok", "truncated", "dropped"
@@ -39,6 +39,11 @@ def encode_rows(rows: Dataset, encode: Encoder, report: DataReport, on_bad_row: 
         for i in range(n):
             row = {k: v[i] for k, v in batch.items()}
             report.rows_read += 1
+            if row.get(MALFORMED_COLUMN):  # a line of the file that did not parse (see rlhf.data.loading)
+                if on_bad_row == "skip":
+                    report.skipped_bad += 1
+                    continue
+                raise DataError(f"{row[SOURCE_COLUMN]}: {row[MALFORMED_COLUMN]}; fix the line") from None
             try:
                 out = encode(row)
             except BadRow as bad:

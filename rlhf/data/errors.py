@@ -6,6 +6,7 @@ from rlhf.errors import UserError
 
 SOURCE_COLUMN = "_source"  # the file (or dataset name) a row was read from
 ROW_COLUMN = "_row"  # the row's 0-based index within that file
+MALFORMED_COLUMN = "_malformed"  # set on the stand-in row of a malformed line skipped by data.on_bad_row=skip
 
 
 class DataError(UserError):

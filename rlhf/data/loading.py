@@ -15,14 +15,18 @@ per source and to the total).
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import datasets
 from datasets import Dataset, DatasetDict, Json
+from datasets.exceptions import DatasetGenerationError
 
-from rlhf.data.errors import ROW_COLUMN, SOURCE_COLUMN, DataError
+from rlhf.data.errors import MALFORMED_COLUMN, ROW_COLUMN, SOURCE_COLUMN, DataError
+from rlhf.filescan import Scan, json_line_problem, scan_file
 from rlhf.spec import paths
 from rlhf.spec.reasoning_gym_source import PREFIX as REASONING_GYM_PREFIX
 
@@ -46,8 +50,53 @@ def _looks_local(source: str) -> bool:
     return Path(source).suffix in FILE_LOADERS or source.startswith(("/", "./", "../", "~"))
 
 
-def _load_file(path: Path) -> Dataset:
-    return datasets.load_dataset(FILE_LOADERS[path.suffix], data_files=str(path), split="train")
+def _load_file(path: Path, on_bad_row: str = "error") -> Dataset:
+    verbosity = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its "Failed to load JSON" log: we say it better
+    try:
+        ds = datasets.load_dataset(FILE_LOADERS[path.suffix], data_files=str(path), split="train")
+    except Exception:
+        # Only a file datasets refused is read again, line by line, to say which line is wrong.
+        scan = scan_file(path)
+        if scan is None or not (scan.empty or scan.bad):
+            raise
+        if scan.empty:
+            raise DataError(_EMPTY.format(path=path)) from None
+        if on_bad_row == "skip" and scan.can_skip:
+            return _load_json_lines_marking_malformed(path)
+        raise DataError(_malformed_message(path, scan)) from None
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+    if len(ds) == 0:
+        raise DataError(_EMPTY.format(path=path))
+    return ds
+
+
+_EMPTY = "{path}: the file is empty (no rows); add rows or remove it from data.train_files/eval_files"
+
+
+def _malformed_message(path: Path, scan: Scan) -> str:
+    if scan.can_skip:
+        fix = "fix the line(s), or set data.on_bad_row=skip to skip malformed lines (counted in the data report)"
+    elif scan.layout == "json array":
+        fix = "fix it (data.on_bad_row=skip cannot skip inside one JSON array; JSON Lines can be skipped by line)"
+    else:
+        fix = "fix the line(s) (data.on_bad_row=skip skips malformed lines of JSON Lines files only)"
+    return f"{path}: {scan.describe_bad()}; {fix}"
+
+
+def _load_json_lines_marking_malformed(path: Path) -> Dataset:
+    """``path`` with each malformed line replaced by a row holding only ``MALFORMED_COLUMN`` (its line and
+    problem), so that the row builders count it as a skipped bad row and every other row keeps its index."""
+    with tempfile.TemporaryDirectory(prefix="rlhf-clean-") as tmp:
+        clean = Path(tmp) / path.name
+        with path.open("rb") as src, clean.open("wb") as dst:
+            for n, raw in enumerate(src, 1):
+                problem = json_line_problem(raw.removeprefix(b"\xef\xbb\xbf") if n == 1 else raw)
+                if problem is not None:
+                    raw = json.dumps({MALFORMED_COLUMN: f"line {n}: {problem}"}).encode()
+                dst.write(raw if raw.endswith(b"\n") else raw + b"\n")
+        return datasets.load_dataset("json", data_files=str(clean), split="train")
 
 
 def _load_folder(path: Path, split: str) -> Dataset:
@@ -61,18 +110,18 @@ def _load_folder(path: Path, split: str) -> Dataset:
     return datasets.load_dataset(str(path), split=split)
 
 
-def _load_source(source: str, split: str) -> Dataset:
+def _load_source(source: str, split: str, on_bad_row: str = "error") -> Dataset:
     if source.startswith(REASONING_GYM_PREFIX):  # generated rows (rlhf.data.reasoning_gym)
         from rlhf.data.reasoning_gym import load_reasoning_gym
 
         return load_reasoning_gym(source)
     if source.startswith(BUILTIN_PREFIX):
-        return _load_file(builtin_path(source[len(BUILTIN_PREFIX) :]))
+        return _load_file(builtin_path(source[len(BUILTIN_PREFIX) :]), on_bad_row)
     path = Path(source).expanduser()
     if path.is_file():
         if path.suffix not in FILE_LOADERS:
             raise DataError(f"{source}: unsupported file type {path.suffix!r}; use one of {', '.join(FILE_LOADERS)}")
-        return _load_file(path)
+        return _load_file(path, on_bad_row)
     if path.is_dir():
         return _load_folder(path, split)
     if _looks_local(source):
@@ -97,15 +146,22 @@ def _quiet_progress() -> Iterator[None]:
             datasets.enable_progress_bars()
 
 
-def load_source(source: str, split: str = "train", max_samples: int | None = None) -> Dataset:
-    """One source as a Dataset with ``_source`` and ``_row`` columns (see the module docstring)."""
+def load_source(
+    source: str, split: str = "train", max_samples: int | None = None, on_bad_row: str = "error"
+) -> Dataset:
+    """One source as a Dataset with ``_source`` and ``_row`` columns (see the module docstring).
+
+    A malformed line of a local JSON Lines file is an error naming the file and line, or with ``on_bad_row="skip"``
+    a row holding only ``MALFORMED_COLUMN``, which the row builders count as a skipped bad row.
+    """
     try:
         with _quiet_progress():
-            ds = _load_source(source, split)
+            ds = _load_source(source, split, on_bad_row)
     except DataError:
         raise
     except Exception as e:  # a parse error inside the file: name the file
-        raise DataError(f"{source}: cannot be read as a dataset: {type(e).__name__}: {e}") from e
+        cause = e.__cause__ if isinstance(e, DatasetGenerationError) and e.__cause__ is not None else e
+        raise DataError(f"{source}: cannot be read as a dataset: {type(cause).__name__}: {cause}") from e
     if max_samples is not None:
         ds = ds.select(range(min(max_samples, len(ds))))
     ds = ds.remove_columns([c for c in (SOURCE_COLUMN, ROW_COLUMN) if c in ds.column_names])
@@ -139,17 +195,19 @@ def load_rows(
     probs: Sequence[float] | None = None,
     seed: int = 42,
     max_samples: int | None = None,
+    on_bad_row: str = "error",
 ) -> Dataset:
     """Read and mix ``files``: interleaved with ``probs`` (seeded, ``all_exhausted``) or concatenated in order.
 
     ``split`` applies to hub datasets and saved DatasetDict folders (a single file is its own ``train`` split).
-    ``max_samples`` caps each source and the result. Every row carries ``_source`` and ``_row``.
+    ``max_samples`` caps each source and the result. Every row carries ``_source`` and ``_row``. ``on_bad_row``
+    as in :func:`load_source`.
     """
     if not files:
         raise DataError("no data files given; set data.train_files (e.g. [builtin:arith])")
     if probs is not None and len(probs) != len(files):
         raise DataError(f"data.train_probs has {len(probs)} values for {len(files)} train files; give one per file")
-    parts = _align([load_source(f, split, max_samples) for f in files])
+    parts = _align([load_source(f, split, max_samples, on_bad_row) for f in files])
     if len(parts) == 1:
         mixed = parts[0]
     elif probs is not None:

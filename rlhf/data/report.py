@@ -9,9 +9,10 @@ from dataclasses import asdict, dataclass
 class DataReport:
     """Counts for one built dataset (e.g. ``name="train prompts"``).
 
-    ``rows_read`` rows came in; ``skipped_bad`` of them were unusable (missing key, wrong type) and skipped because
-    ``data.on_bad_row=skip``; ``dropped_too_long`` were longer than the limit and dropped; ``truncated`` were cut to
-    the limit and kept; ``rows_out`` samples remain (after packing: ``packed_rows`` rows hold them).
+    ``rows_read`` rows came in; ``skipped_bad`` of them were unusable (malformed line, missing key, wrong type) and
+    skipped because ``data.on_bad_row=skip``; ``dropped_too_long`` were longer than the limit and dropped;
+    ``truncated`` were cut to the limit and kept; ``rows_out`` samples remain (after packing: ``packed_rows`` rows
+    hold them).
     """
 
     name: str

@@ -92,11 +92,14 @@ def load_value_model(
     trust_remote_code: bool = False,
     gradient_checkpointing: bool = False,
     lora=None,
+    require_trained_head: bool = False,
 ):
     """A reward or critic model from ``path`` (a causal LM, a sequence-classification model, or one we saved).
 
     ``config.value_head_prefix`` in the checkpoint overrides ``value_head_prefix`` (as in OpenRLHF). With
     ``init_value_head`` the head starts from ``N(0, 1/(hidden+1))`` (RM training; a critic from the policy).
+    With ``require_trained_head`` a checkpoint without the head's weights raises
+    :class:`~rlhf.models.head_check.UntrainedValueHead` instead of scoring with a random head.
     """
     from transformers import AutoConfig, AutoModel
 
@@ -114,13 +117,20 @@ def load_value_model(
     cls = value_model_class(base_cls, value_head_prefix)
     # Starting a head from a causal LM is expected to report lm_head unused and the head missing: say it once, briefly.
     with _transformers_verbosity_error(init_value_head):
-        model = cls.from_pretrained(
+        loaded = cls.from_pretrained(
             path,
             config=config,
             dtype=torch_dtype(precision),
             attn_implementation=attn_implementation(attn),
             trust_remote_code=trust_remote_code,
+            output_loading_info=require_trained_head,
         )
+    model, info = loaded if require_trained_head else (loaded, {})
+    if require_trained_head and f"{value_head_prefix}.weight" in info.get("missing_keys", ()):
+        from rlhf.models.head_check import UntrainedValueHead, weight_names
+
+        names = weight_names(path) or set(info.get("unexpected_keys", ()))
+        raise UntrainedValueHead(path, value_head_prefix, names)
     # Non-persistent buffers are not restored by from_pretrained (the model is built on the meta device).
     model.load_normalization_from_config()
     model.config.use_cache = False

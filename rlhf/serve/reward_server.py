@@ -56,10 +56,17 @@ class RewardModelScorer:
         value_head_prefix: str = "score",
         max_len: int = 2048,
         batch_size: int = 32,
+        allow_untrained_head: bool = False,
     ) -> RewardModelScorer:
         from transformers import AutoTokenizer
 
-        model = load_reward_model(path, normalize=normalize, precision=precision, value_head_prefix=value_head_prefix)
+        model = load_reward_model(
+            path,
+            normalize=normalize,
+            precision=precision,
+            value_head_prefix=value_head_prefix,
+            allow_untrained_head=allow_untrained_head,
+        )
         tokenizer = AutoTokenizer.from_pretrained(path)
         return cls(model.to(device), tokenizer, max_len=max_len, batch_size=batch_size, name=path)
 
@@ -88,13 +95,25 @@ class RewardModelScorer:
         return out
 
 
-def load_reward_model(path: str, *, normalize: bool, precision: str, value_head_prefix: str) -> Any:
+def load_reward_model(
+    path: str, *, normalize: bool, precision: str, value_head_prefix: str, allow_untrained_head: bool = False
+) -> Any:
     """The reward model with a ``rewards(input_ids, attention_mask) -> [B]`` method.
 
     Uses the platform's value-head loader (rlhf.models) when present: it reads our RM checkpoints (any
     ``value_head_prefix``, stored mean/std) as well as plain sequence-classification ones. Otherwise transformers'
     ``AutoModelForSequenceClassification`` with one label (reward = logit at the last non-pad token).
+
+    A checkpoint without value-head weights (a policy, say) raises
+    :class:`~rlhf.models.head_check.UntrainedValueHead` unless ``allow_untrained_head``: its scores would be noise.
+    The safetensors header is read first, so the refusal comes before the weights are loaded.
     """
+    if not allow_untrained_head:
+        from rlhf.models.head_check import missing_value_head
+
+        problem = missing_value_head(path, value_head_prefix)
+        if problem is not None:
+            raise problem
     try:
         from rlhf.models.forward import value_model_rewards
         from rlhf.models.value_head import load_value_model
@@ -102,7 +121,12 @@ def load_reward_model(path: str, *, normalize: bool, precision: str, value_head_
         load_value_model = None
     if load_value_model is not None:
         model = load_value_model(
-            path, "reward", precision=precision, value_head_prefix=value_head_prefix, normalize_reward=normalize
+            path,
+            "reward",
+            precision=precision,
+            value_head_prefix=value_head_prefix,
+            normalize_reward=normalize,
+            require_trained_head=not allow_untrained_head,
         )
         model.rewards = lambda ids, mask: value_model_rewards(model, ids, mask, normalized=True)
         return model

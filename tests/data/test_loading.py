@@ -51,7 +51,7 @@ def test_missing_local_file_is_named_without_trying_the_hub(tmp_path):
 def test_unparsable_file_is_named(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"input": "ok"}\n{not json\n')
-    with pytest.raises(DataError, match="bad.jsonl: cannot be read"):
+    with pytest.raises(DataError, match="bad.jsonl: line 2: not valid JSON"):
         load_rows([str(bad)])
 
 

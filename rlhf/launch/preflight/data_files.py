@@ -1,0 +1,106 @@
+"""Reading the local data files far enough to name what would stop the run after start-up: an empty file, a malformed
+line (by file and line), or a first row without the columns the algorithm reads.
+
+JSON Lines, JSON and CSV files are scanned with the standard library (rlhf.filescan), up to :data:`SCAN_BYTES` per
+file (the loader names any malformed line beyond that itself); parquet files by their footer (the row count).
+Builtin datasets, saved dataset folders, arrow files and hub names are left to the loader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from rlhf.filescan import SCANNED_SUFFIXES, Scan, scan_file
+from rlhf.launch.preflight.findings import Finding
+from rlhf.spec.schema import ExperimentSpec
+
+SCAN_BYTES = 256 * 2**20
+SKIP_FIX = "or set data.on_bad_row=skip to skip malformed lines (counted in the data report)"
+
+
+def data_sources(spec: ExperimentSpec) -> Iterator[tuple[str, str]]:
+    """(key, source) of every train and eval source, e.g. ``("data.train_files[0]", "data/train.jsonl")``."""
+    d = spec.data
+    for i, f in enumerate(d.train_files):
+        yield f"data.train_files[{i}]", f
+    for i, f in enumerate(d.eval_files):
+        yield f"data.eval_files[{i}]", f
+
+
+def required_columns(spec: ExperimentSpec) -> dict[str, str]:
+    """Column -> the key that names it, for what the algorithm's row builder requires in every row."""
+    d, family = spec.data, spec.algorithm.family
+    if family == "rl":
+        keys = {"data.input_key": d.input_key, "data.label_key": d.label_key}
+    elif family == "sft":
+        keys = {"data.input_key": d.input_key, "data.output_key": d.output_key}
+    elif family == "dpo" and spec.algorithm.preference.loss == "kto":
+        keys = {"data.input_key": d.input_key, "data.output_key": d.output_key, "data.label_key": d.label_key}
+    else:
+        keys = {
+            "data.chosen_key": d.chosen_key,
+            "data.rejected_key": d.rejected_key,
+            "data.prompt_key": d.prompt_key,
+            "data.margin_key": d.margin_key,
+        }
+    return {column: key for key, column in keys.items() if column}
+
+
+def _scan_findings(key: str, source: str, scan: Scan, spec: ExperimentSpec) -> list[Finding]:
+    skip = spec.data.on_bad_row == "skip"
+    if scan.empty:
+        return [Finding(key, source, "the file is empty (no rows)", "add rows, or remove it from the list")]
+    out = []
+    if scan.bad and skip and scan.can_skip:
+        out.append(
+            Finding(
+                key, source, f"{scan.bad_count} malformed line(s) will be skipped: {scan.describe_bad()}", warning=True
+            )
+        )
+    elif scan.bad:
+        if scan.can_skip:
+            fix = "fix the line(s), " + SKIP_FIX
+        else:
+            fix = "fix the line(s)" if scan.layout == "csv" else "fix the file"
+            fix += f" (data.on_bad_row=skip cannot skip lines of a {scan.layout} file)" if skip else ""
+        out.append(Finding(key, source, scan.describe_bad(), fix))
+    if scan.first_keys is not None:
+        for column, setting in required_columns(spec).items():
+            if column in scan.first_keys:
+                continue
+            header = scan.layout == "csv"
+            where = "the header" if header else "the first row"
+            problem = f"{where} has no column {column!r} ({setting}); its columns: {', '.join(scan.first_keys)}"
+            fix = f"set {setting} to the column that holds it"
+            if header or not skip:
+                out.append(Finding(key, source, problem, fix))
+            else:
+                out.append(Finding(key, source, problem + "; such rows will be skipped", warning=True))
+    return out
+
+
+def _parquet_findings(key: str, source: str, path: Path) -> list[Finding]:
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_metadata(path).num_rows
+    except Exception as e:  # noqa: BLE001 - whatever pyarrow says about a broken file is the message
+        return [Finding(key, source, f"not a readable parquet file: {e}", "rewrite it, or remove it from the list")]
+    return [] if rows else [Finding(key, source, "the file has no rows", "add rows, or remove it from the list")]
+
+
+def check_data_files(spec: ExperimentSpec) -> list[Finding]:
+    out: list[Finding] = []
+    for key, source in data_sources(spec):
+        path = Path(source).expanduser()
+        if not path.is_file():
+            continue  # builtin:NAME, a folder, a hub name; a missing path is a validation error already
+        suffix = path.suffix.lower()
+        if suffix in SCANNED_SUFFIXES:
+            scan = scan_file(path, max_bytes=SCAN_BYTES)
+            if scan is not None:
+                out += _scan_findings(key, source, scan, spec)
+        elif suffix == ".parquet":
+            out += _parquet_findings(key, source, path)
+    return out
