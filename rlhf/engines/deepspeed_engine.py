@@ -34,9 +34,29 @@ LossFn = Callable[[Any, dict[str, Any], LossNormalizer | None], tuple[Tensor, di
 CKPT_TAG = "ds"  # DeepSpeed's sub-folder inside one of our checkpoint folders
 
 
+def _rendezvous_store(timeout: Any) -> Any:
+    """The group's TCPStore, hosted by rank 0 on a socket bound to MASTER_ADDR itself: torch's env:// rendezvous
+    would listen on every interface (the store's server binds the wildcard address), and we keep each socket on the
+    address it serves (loopback on a local cluster, the node's own address on a real one)."""
+    import socket
+
+    host, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"])
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    if rank != 0:
+        return dist.TCPStore(host, port, world, is_master=False, timeout=timeout)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    return dist.TCPStore(
+        host, port, world, is_master=True, timeout=timeout, wait_for_workers=False, master_listen_fd=sock.detach()
+    )
+
+
 def init_distributed(accelerator: str = "cpu", timeout_s: float = 600.0) -> None:
     """Join the process group described by RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (set by the role group):
-    gloo on CPU (DeepSpeed's CPU accelerator has no nccl), nccl on GPUs."""
+    gloo on CPU (DeepSpeed's CPU accelerator has no nccl), nccl on GPUs. The group is formed on our own store (see
+    :func:`_rendezvous_store`); DeepSpeed then adopts it."""
     import datetime
 
     import deepspeed
@@ -46,7 +66,15 @@ def init_distributed(accelerator: str = "cpu", timeout_s: float = 600.0) -> None
     backend = "nccl" if accelerator == "gpu" else "gloo"
     if accelerator == "gpu":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % max(torch.cuda.device_count(), 1))
-    deepspeed.init_distributed(dist_backend=backend, timeout=datetime.timedelta(seconds=timeout_s), verbose=False)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group(
+        backend,
+        store=_rendezvous_store(timeout),
+        rank=int(os.environ.get("RANK", "0")),
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
+        timeout=timeout,
+    )
+    deepspeed.init_distributed(dist_backend=backend, timeout=timeout, verbose=False)
 
 
 def shutdown_distributed() -> None:
