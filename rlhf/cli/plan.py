@@ -1,4 +1,5 @@
-"""rlhf-plan [--json] [+recipe=NAME] [key=value ...]: where every role runs and whether it fits in memory.
+"""rlhf-plan [--json] [-cd DIR] [-cn NAME] [+recipe=NAME] [key=value ...]: where every role runs and whether it fits
+in memory.
 
 Pure and fast (no Ray, torch or DeepSpeed): composes, validates and plans, then prints a table.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rlhf.cli.common import spec_or_fail, with_default_recipe
+from rlhf.cli.common import add_source_arguments, parse_with_overrides, source_of, spec_or_fail, with_default_recipe
 from rlhf.launch.memory import GB
 from rlhf.launch.plan import Plan, plan
 
@@ -66,9 +67,15 @@ def render(p: Plan) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="rlhf-plan", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print the plan as JSON")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +recipe=grpo_llama3_8b trainer.zero_stage=3")
-    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    p = plan(spec_or_fail(with_default_recipe(args.overrides)))
+    add_source_arguments(ap)
+    ap.add_argument(
+        "overrides",
+        nargs="*",
+        help="Hydra overrides, e.g. +recipe=grpo_llama3_8b trainer.zero_stage=3 (hydra.searchpath=[file://DIR] too)",
+    )
+    args = parse_with_overrides(ap, sys.argv[1:] if argv is None else argv)
+    source = source_of(args)
+    p = plan(spec_or_fail(with_default_recipe(args.overrides, source), source))
     print(p.to_json() if args.json else render(p))
 
 
