@@ -63,6 +63,17 @@ def source_of(args: argparse.Namespace) -> ConfigSource:
     return ConfigSource(getattr(args, "config_dir", None), getattr(args, "config_name", None))
 
 
+def recipe_override(name: str, source: ConfigSource = ConfigSource()) -> str:
+    """``+recipe=NAME``, or ``recipe=NAME`` where the user's primary config (-cn) already picks a recipe."""
+    if source.config_name:
+        from rlhf.spec.build import compose
+
+        chosen = compose([], config_dir=source.config_dir, config_name=source.config_name, return_hydra_config=True)
+        if "recipe" in chosen.hydra.runtime.choices:
+            return f"recipe={name}"
+    return f"+recipe={name}"
+
+
 def names_recipe(overrides: Sequence[str]) -> bool:
     return any(o.partition("=")[0].lstrip("+~") == "recipe" for o in overrides if "=" in o)
 

@@ -16,6 +16,7 @@ from rlhf.cli.common import (
     add_source_arguments,
     fail,
     parse_with_overrides,
+    recipe_override,
     source_of,
 )
 from rlhf.spec import SpecInvalid, build, check
@@ -37,7 +38,7 @@ def find_recipes(source: ConfigSource = ConfigSource()) -> dict[str, RecipeInfo]
 def _compose_with_choices(name: str, source: ConfigSource = ConfigSource()):
     from rlhf.cli.common import compose_or_fail
 
-    cfg = compose_or_fail([f"+recipe={name}"], source, return_hydra_config=True)
+    cfg = compose_or_fail([recipe_override(name, source)], source, return_hydra_config=True)
     choices = dict(cfg.hydra.runtime.choices)
     return cfg, choices
 
@@ -124,7 +125,9 @@ class Validate:
         for name in names:
             try:
                 cfg = compose(
-                    [f"+recipe={name}", *args.overrides], config_dir=source.config_dir, config_name=source.config_name
+                    [recipe_override(name, source), *args.overrides],
+                    config_dir=source.config_dir,
+                    config_name=source.config_name,
                 )
                 spec = build(cfg)
                 check(spec)
@@ -160,7 +163,8 @@ class Explain:
         if args.recipe:
             from rlhf.cli.common import compose_or_fail
 
-            resolved = compose_or_fail([f"+recipe={args.recipe}"], source_of(args))
+            source = source_of(args)
+            resolved = compose_or_fail([recipe_override(args.recipe, source)], source)
         for info in found:
             print(f"{info.path}: {info.type} = {info.default!r}")
             if info.doc:
