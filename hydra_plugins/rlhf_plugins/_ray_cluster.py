@@ -38,7 +38,8 @@ class _Job:
     bundles: list[dict[str, float]] = field(default_factory=list)
     pgs: list[Any] = field(default_factory=list)
     waiting: list[Any] = field(default_factory=list)  # pg.ready() refs not ready yet
-    queued_at: float = 0.0
+    queued_at: float = 0.0  # handed to the launcher
+    reserved_at: float = 0.0  # its placement groups requested
     started_at: float | None = None
     finished_at: float | None = None
     ret: JobReturn | None = None
@@ -183,6 +184,8 @@ class SweepRunner:
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         jobs = [self._prepare(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
+        for j in jobs:
+            j.queued_at = time.time()
         self._connect(jobs)  # before ray is imported here: a private cluster stays on 127.0.0.1
         import ray
 
@@ -227,7 +230,7 @@ class SweepRunner:
     def _reserve(self, job: _Job, prefix: str) -> None:
         from rlhf.launch.reservation import reserve
 
-        job.queued_at = time.time()
+        job.reserved_at = time.time()
         job.pgs = reserve(job.plan, f"{prefix}-{job.num}")
         job.waiting = [pg.ready() for pg in job.pgs]
         log.info("job %d: waiting for %s", job.num, _counted(job.bundles))
@@ -267,14 +270,14 @@ class SweepRunner:
 
     def _waited_too_long(self, job: _Job) -> bool:
         t = self.options.queue_timeout_s
-        return t is not None and time.time() - job.queued_at > t
+        return t is not None and time.time() - job.reserved_at > t
 
     def _give_up(self, job: _Job) -> None:
         from rlhf.launch.reservation import release
         from rlhf.launch.sweep import JobFailed
 
         release(job.pgs)
-        waited = time.time() - job.queued_at
+        waited = time.time() - job.reserved_at
         job.ret = _failed(
             job,
             JobFailed(

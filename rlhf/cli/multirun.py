@@ -50,6 +50,23 @@ def plugin_sweeper_defaults(base: DictConfig, overrides: Sequence[str]) -> list[
     return out
 
 
+def create_tracking_store(base: DictConfig) -> None:
+    """Create the sweep's sqlite MLflow store and experiment once, here, before any job: jobs that start together
+    would otherwise race to create the same database (MLflow's schema migration fails for all but one)."""
+    if not base.logging.mlflow:
+        return
+    from rlhf.tracking.mlflow_logger import default_tracking_uri
+
+    uri = base.logging.tracking_uri or default_tracking_uri()
+    if not uri.startswith("sqlite:"):
+        return  # a tracking server serialises its own writes
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    if client.get_experiment_by_name(base.logging.experiment) is None:
+        client.create_experiment(base.logging.experiment)
+
+
 def prepare(overrides: list[str], source: ConfigSource) -> list[str]:
     """Validate the sweep (exit with every invalid job listed, nothing started); return the overrides to hand to
     Hydra."""
@@ -80,4 +97,5 @@ def prepare(overrides: list[str], source: ConfigSource) -> list[str]:
     bad = validate_jobs(sweep.jobs, source) + composable_ends(sweep, source)
     if bad:
         report_invalid_jobs(bad, len(sweep.jobs) + 2 * len(sweep.sampled))
+    create_tracking_store(base)
     return [*overrides, *plugin_sweeper_defaults(base, overrides)]

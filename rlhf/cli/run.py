@@ -94,7 +94,9 @@ def task(cfg) -> float | None:
         record.finish(run_dir, "failed", error=str(e))
         raise JobFailed(f"job {record.num} [{' '.join(record.overrides)}]: {e}") from None
     except BaseException as e:
-        record.finish(run_dir, "failed", error=f"{type(e).__name__}: {e}")
+        import traceback
+
+        record.finish(run_dir, "failed", error=f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
         raise
     record.finish(run_dir, "completed", objective=value, objective_key=key, mlflow_run_id=summary.get("mlflow_run_id"))
     return value
