@@ -182,7 +182,13 @@ def explain_compose_error(e: BaseException) -> str:
     if isinstance(cause, ValidationError) and key:
         first = str(cause).splitlines()[0]
         return f"{key}: {first}"
-    return str(e).replace("\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.", "")
+    text = str(e).replace("\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.", "")
+    if "Could not find 'hydra/sweeper/" in text or "Could not find 'hydra/launcher/" in text:
+        text += (
+            "\n(sweeper and launcher plugins are packages: pip install hydra-optuna-sweeper, hydra-submitit-launcher"
+            " or hydra-joblib-launcher, or rlhf[sweeps]; hydra/launcher=ray_cluster ships with rlhf)"
+        )
+    return text
 
 
 def compose_or_fail(
