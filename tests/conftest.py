@@ -1,6 +1,13 @@
-"""Test-wide set-up: helpers shared by test folders (tests/sockets_helper.py) are importable from every test."""
+"""Test-wide set-up, before any test module imports ray.
+
+- Ray's public switch that keeps the clusters the tests start (private clusters, ray.cluster_utils nodes in
+  subprocesses) on 127.0.0.1. Ray reads it once, at import, so this is the earliest safe place for the test session
+  (rlhf-run sets it itself before it imports ray).
+- Helpers shared by test folders (tests/sockets_helper.py) importable from every test.
+"""
 
 import os
 import sys
 
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, os.path.dirname(__file__))

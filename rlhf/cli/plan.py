@@ -1,4 +1,5 @@
-"""rlhf-plan [--json] [--check] [+recipe=NAME] [key=value ...]: where every role runs and whether it fits in memory.
+"""rlhf-plan [--json] [--check] [-cd DIR] [-cn NAME] [+recipe=NAME] [key=value ...]: where every role runs and
+whether it fits in memory.
 
 Pure and fast (no Ray, torch or DeepSpeed): composes, validates and plans, then prints a table. ``--check`` also
 runs the preflight that ``rlhf-run`` runs before starting anything (reward and agent files parsed, reward URLs
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rlhf.cli.common import spec_or_fail, with_default_recipe
+from rlhf.cli.common import add_source_arguments, parse_with_overrides, source_of, spec_or_fail, with_default_recipe
 from rlhf.launch.memory import GB
 from rlhf.launch.plan import Plan, plan
 
@@ -87,9 +88,15 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="rlhf-plan", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print the plan as JSON")
     ap.add_argument("--check", action="store_true", help="also run the preflight (reward/agent files, URLs, data)")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. +recipe=grpo_llama3_8b trainer.zero_stage=3")
-    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    spec = spec_or_fail(with_default_recipe(args.overrides))
+    add_source_arguments(ap)
+    ap.add_argument(
+        "overrides",
+        nargs="*",
+        help="Hydra overrides, e.g. +recipe=grpo_llama3_8b trainer.zero_stage=3 (hydra.searchpath=[file://DIR] too)",
+    )
+    args = parse_with_overrides(ap, sys.argv[1:] if argv is None else argv)
+    source = source_of(args)
+    spec = spec_or_fail(with_default_recipe(args.overrides, source), source)
     p = plan(spec)
     print(p.to_json() if args.json else render(p))
     if args.check:

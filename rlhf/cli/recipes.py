@@ -1,5 +1,5 @@
-"""rlhf-recipes ls | show NAME | cp NAME FILE | validate NAME|all | explain KEY | import-openrlhf — one small class per
-verb."""
+"""rlhf-recipes [-cd DIR] [-cn NAME] ls | show NAME | cp NAME FILE | validate NAME|all [overrides] | explain KEY |
+import-openrlhf — one small class per verb. -cd adds your config folder (its recipe/ subfolder holds your recipes)."""
 
 from __future__ import annotations
 
@@ -10,27 +10,41 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from rlhf.cli.common import EXIT_USER_ERROR, fail
+from rlhf.cli.common import (
+    EXIT_USER_ERROR,
+    ConfigSource,
+    add_source_arguments,
+    fail,
+    parse_with_overrides,
+    recipe_override,
+    source_of,
+)
 from rlhf.spec import SpecInvalid, build, check
-from rlhf.spec.store import find_recipes
+from rlhf.spec.store import RecipeInfo
 
 
-def _compose_with_choices(name: str):
-    from hydra import compose, initialize_config_dir
+def find_recipes(source: ConfigSource = ConfigSource()) -> dict[str, RecipeInfo]:
+    """Every recipe on the search path: shipped, RLHF_RECIPE_PATH, and recipe/ of the -cd folder."""
+    from rlhf.spec.build import initialized
+    from rlhf.spec.store import recipes_on_search_path
 
-    from rlhf.spec.build import PRIMARY_CONFIG
-    from rlhf.spec.paths import conf_dir
-    from rlhf.spec.store import register
+    try:
+        with initialized(source.config_dir) as loader:
+            return recipes_on_search_path(loader)
+    except FileNotFoundError as e:
+        fail(str(e))
 
-    register()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
-        cfg = compose(config_name=PRIMARY_CONFIG, overrides=[f"+recipe={name}"], return_hydra_config=True)
+
+def _compose_with_choices(name: str, source: ConfigSource = ConfigSource()):
+    from rlhf.cli.common import compose_or_fail
+
+    cfg = compose_or_fail([recipe_override(name, source)], source, return_hydra_config=True)
     choices = dict(cfg.hydra.runtime.choices)
     return cfg, choices
 
 
-def _known(name: str) -> None:
-    recipes = find_recipes()
+def _known(name: str, source: ConfigSource = ConfigSource()) -> None:
+    recipes = find_recipes(source)
     if name not in recipes:
         fail(f"no recipe {name!r}; `rlhf-recipes ls` lists {len(recipes)}: {', '.join(sorted(recipes))}")
 
@@ -43,8 +57,9 @@ class Ls:
 
     def run(self, args: argparse.Namespace) -> int:
         rows = [("name", "algorithm", "model", "hardware", "placement", "rollout", "purpose")]
-        for name, info in sorted(find_recipes().items()):
-            _, ch = _compose_with_choices(name)
+        source = source_of(args)
+        for name, info in sorted(find_recipes(source).items()):
+            _, ch = _compose_with_choices(name, source)
             rows.append(
                 (name, ch["algorithm"], ch["model"], ch["hardware"], ch["placement"], ch["rollout"], info.purpose)
             )
@@ -61,11 +76,12 @@ class Show:
         p.add_argument("name")
 
     def run(self, args: argparse.Namespace) -> int:
-        _known(args.name)
-        cfg, _ = _compose_with_choices(args.name)
+        source = source_of(args)
+        _known(args.name, source)
+        cfg, _ = _compose_with_choices(args.name, source)
         OmegaConf.set_struct(cfg, False)
         cfg.pop("hydra")
-        print(f"# {find_recipes()[args.name].path}")
+        print(f"# {find_recipes(source)[args.name].path}")
         print(OmegaConf.to_yaml(cfg), end="")
         return 0
 
@@ -78,13 +94,14 @@ class Cp:
         p.add_argument("file")
 
     def run(self, args: argparse.Namespace) -> int:
-        _known(args.name)
+        source = source_of(args)
+        _known(args.name, source)
         dest = Path(args.file)
         if dest.is_dir():
             dest = dest / f"{args.name}.yaml"
         if dest.exists():
             fail(f"{dest} exists; choose another file name")
-        shutil.copyfile(find_recipes()[args.name].path, dest)
+        shutil.copyfile(find_recipes(source)[args.name].path, dest)
         print(f"copied {args.name} to {dest}; run it with: rlhf-run +recipe={dest}")
         return 0
 
@@ -94,18 +111,25 @@ class Validate:
 
     def add(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("name", help="a recipe name, or all")
+        p.add_argument("overrides", nargs="*", help="Hydra overrides applied to each recipe, e.g. model=my_model")
 
     def run(self, args: argparse.Namespace) -> int:
         from rlhf.launch.plan import plan
         from rlhf.spec.build import compose
 
-        names = sorted(find_recipes()) if args.name == "all" else [args.name]
+        source = source_of(args)
+        names = sorted(find_recipes(source)) if args.name == "all" else [args.name]
         if args.name != "all":
-            _known(args.name)
+            _known(args.name, source)
         failed = 0
         for name in names:
             try:
-                spec = build(compose([f"+recipe={name}"]))
+                cfg = compose(
+                    [recipe_override(name, source), *args.overrides],
+                    config_dir=source.config_dir,
+                    config_name=source.config_name,
+                )
+                spec = build(cfg)
                 check(spec)
                 p = plan(spec)
                 print(f"ok    {name}: {p.verdict()}")
@@ -137,9 +161,10 @@ class Explain:
             fail(f"{args.key}: no such config key{hint}")
         resolved = None
         if args.recipe:
-            from rlhf.spec.build import compose
+            from rlhf.cli.common import compose_or_fail
 
-            resolved = compose([f"+recipe={args.recipe}"])
+            source = source_of(args)
+            resolved = compose_or_fail([recipe_override(args.recipe, source)], source)
         for info in found:
             print(f"{info.path}: {info.type} = {info.default!r}")
             if info.doc:
@@ -178,10 +203,14 @@ VERBS = {
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="rlhf-recipes", description=__doc__)
+    # -cd/-cn before or after the verb: `rlhf-recipes -cd my_conf ls` and `rlhf-recipes ls -cd my_conf` alike.
+    add_source_arguments(ap)
+    common = argparse.ArgumentParser(add_help=False)
+    add_source_arguments(common, keep_earlier=True)
     sub = ap.add_subparsers(dest="verb", required=True)
     for name, verb in VERBS.items():
-        verb.add(sub.add_parser(name, help=verb.help, description=verb.help))
-    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+        verb.add(sub.add_parser(name, help=verb.help, description=verb.help, parents=[common]))
+    args = parse_with_overrides(ap, sys.argv[1:] if argv is None else argv)
     raise SystemExit(VERBS[args.verb].run(args))
 
 

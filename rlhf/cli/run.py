@@ -1,7 +1,10 @@
-"""rlhf-run [+recipe=NAME|FILE] [group=option] [key=value] [-m sweep]: compose, validate, plan, run.
+"""rlhf-run [-cd DIR] [-cn NAME] [+recipe=NAME|FILE] [group=option] [key=value] [-m sweep]: compose, validate,
+plan, run.
 
-A Hydra app: --help lists the groups, --cfg job prints the resolved config, --info shows the search path, -m runs
-a sweep. Bare ``rlhf-run`` runs +recipe=quickstart_cpu. Every job of a sweep is validated before any starts.
+A Hydra app: --help lists the groups, --cfg job prints the resolved config, --info shows the search path, -cd adds
+your config folder in front of the shipped one, -cn picks your primary config, -m runs a sweep through any sweeper
+and launcher plugin. Bare ``rlhf-run`` runs +recipe=quickstart_cpu. Every job a sweep names up front is validated
+before any starts; trials a sampling sweeper draws are validated in the job.
 """
 
 from __future__ import annotations
@@ -10,15 +13,9 @@ import os
 import sys
 from pathlib import Path
 
-from rlhf.cli.common import (
-    compose_or_fail,
-    expand_sweep,
-    fail,
-    report_invalid_jobs,
-    validate_jobs,
-    with_default_recipe,
-)
+from rlhf.cli.common import compose_or_fail, fail, with_default_recipe
 from rlhf.errors import UserError
+from rlhf.spec import SpecInvalid
 
 _HYDRA_FLAGS_WITH_VALUE = {
     "--cfg",
@@ -53,29 +50,82 @@ def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     return flags, overrides
 
 
-def task(cfg) -> None:
-    """One job: the composed config in, a trained model and an MLflow run out."""
+def _flag_value(flags: list[str], short: str, long: str) -> str | None:
+    """The value of a Hydra flag given as ``-cd X``, ``--config-dir X`` or ``--config-dir=X`` (the last one wins)."""
+    value = None
+    for i, f in enumerate(flags):
+        if f in (short, long) and i + 1 < len(flags):
+            value = flags[i + 1]
+        elif f.startswith(f"{long}="):
+            value = f.partition("=")[2]
+    return value
+
+
+def task(cfg) -> float | None:
+    """One job: the composed config in, a trained model and an MLflow run out. In a sweep the job writes its record
+    (job.json) and returns its objective (``sweep.objective``) to the sweeper; a problem the user can fix fails this
+    job alone (JobFailed), not the sweep."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from rlhf.spec.build import with_recipe_name
+    from rlhf.spec.store import register
+
+    register()  # resolvers and recipes, in a launcher's fresh process too
+    hc = HydraConfig.get()
+    with_recipe_name(cfg, hc.runtime.choices)
+    run_dir = Path(hc.runtime.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if hc.mode != RunMode.MULTIRUN:
+        try:
+            _run(cfg, run_dir)
+        except (SpecInvalid, UserError) as e:
+            from rlhf.launch.preflight import PreflightFailed
+
+            # 2: nothing was started (a bad config or a static mistake); 1: the run failed
+            fail(str(e), code=2 if isinstance(e, (SpecInvalid, PreflightFailed)) else 1)
+        return None
+    from rlhf.launch.sweep import JobFailed, JobRecord, console_copied_to
+
+    sweep_id = str(hc.sweep.dir)
+    record = JobRecord(num=int(hc.job.num), overrides=list(hc.overrides.task), sweep=sweep_id)
+    record.save(run_dir)
+    try:
+        with console_copied_to(run_dir / "console.log"):
+            key, value, summary = _run(cfg, run_dir, sweep_id=sweep_id)
+    except (SpecInvalid, UserError) as e:
+        record.finish(run_dir, "failed", error=str(e))
+        raise JobFailed(f"job {record.num} [{' '.join(record.overrides)}]: {e}") from None
+    except BaseException as e:
+        import traceback
+
+        record.finish(run_dir, "failed", error=f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+        raise
+    record.finish(run_dir, "completed", objective=value, objective_key=key, mlflow_run_id=summary.get("mlflow_run_id"))
+    return value
+
+
+def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float | None, dict]:
+    """Build, validate, plan and run; (objective metric, its value, the pipeline's summary)."""
+    from dataclasses import replace
+
     from omegaconf import OmegaConf
 
+    from rlhf.launch.cluster import keep_private_cluster_on_loopback
     from rlhf.launch.plan import plan
-    from rlhf.spec import SpecInvalid, build, check
+    from rlhf.launch.sweep import ObjectiveMissing, objective_of
+    from rlhf.spec import build, check
 
     spec = build(cfg)
-    try:
-        check(spec)
-    except SpecInvalid as e:
-        fail(str(e))
+    check(spec)
+    if sweep_id and not spec.sweep.id:
+        spec = replace(spec, sweep=replace(spec.sweep, id=sweep_id))
+    keep_private_cluster_on_loopback(spec.ray)  # before anything imports ray
     from rlhf.launch.preflight import require_preflight
 
-    try:
-        for warning in require_preflight(spec).warnings:  # files, URLs, data: before any process starts
-            print(f"warning: {warning}", file=sys.stderr)
-    except UserError as e:
-        fail(str(e))
+    for warning in require_preflight(spec).warnings:  # files, URLs, data: before any process starts
+        print(f"warning: {warning}", file=sys.stderr)
     p = plan(spec)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / "resolved_config.yaml")
     (run_dir / "plan.json").write_text(p.to_json())
     print(f"rlhf-run: {spec.recipe or '(no recipe)'} [{spec.algorithm.name}] -> {run_dir}")
@@ -83,37 +133,52 @@ def task(cfg) -> None:
         print(f"warning: the memory plan says this {p.verdict()} (rlhf-plan shows the table)", file=sys.stderr)
     from rlhf.launch.job import run as run_job
 
+    summary = run_job(spec, p, run_dir)
     try:
-        run_job(spec, p, run_dir)
-    except UserError as e:
-        fail(str(e), code=1)
+        key, value = objective_of(summary, spec)
+    except ObjectiveMissing:
+        if sweep_id:
+            raise
+        return None, None, summary  # a single run has no sweeper to report to
+    if value is None and sweep_id:
+        print(
+            "warning: this job has no objective for its sweeper: no best-checkpoint metric (eval.steps=0?); "
+            "name one with sweep.objective=METRIC",
+            file=sys.stderr,
+        )
+    return key, value, summary
 
 
 def main() -> None:
     argv = sys.argv[1:]
     flags, overrides = _split_argv(argv)
-    from rlhf.spec.build import rewrite_recipe_paths
-    from rlhf.spec.paths import conf_dir
+    from rlhf.cli.common import ConfigSource
+    from rlhf.spec.build import PRIMARY_CONFIG, rewrite_recipe_paths
+    from rlhf.spec.paths import conf_dir, user_config_dir
     from rlhf.spec.reasoning_gym_source import quote_sources
     from rlhf.spec.store import register
 
+    if _flag_value(flags, "-cp", "--config-path"):
+        fail("--config-path replaces rlhf's shipped config folder; add yours with -cd DIR (--config-dir) instead")
+    source = ConfigSource(_flag_value(flags, "-cd", "--config-dir"), _flag_value(flags, "-cn", "--config-name"))
     register()
     try:
-        overrides = quote_sources(rewrite_recipe_paths(with_default_recipe(overrides)))
+        if source.config_dir:
+            user_config_dir(source.config_dir)
+        overrides = quote_sources(rewrite_recipe_paths(with_default_recipe(overrides, source)))
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     if "-m" in flags or "--multirun" in flags:
-        jobs = expand_sweep(overrides)
-        bad = validate_jobs(jobs)
-        if bad:
-            report_invalid_jobs(bad, len(jobs))
+        from rlhf.cli.multirun import prepare
+
+        overrides = prepare(overrides, source)
     elif not any(f in flags for f in ("--help", "-h", "--hydra-help", "--info", "-i")):
-        compose_or_fail(overrides)  # Hydra's own message for a bad key suggests '+key', which the schema refuses
+        compose_or_fail(overrides, source)  # Hydra's message for a bad key suggests '+key', which the schema refuses
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     import hydra
 
     sys.argv = [sys.argv[0], *flags, *overrides]
-    app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base=None)(task)
+    app = hydra.main(config_path=str(conf_dir()), config_name=PRIMARY_CONFIG, version_base=None)(task)
     app()
 
 

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass
 
 from rlhf.spec.schema import RaySpec
 
 log = logging.getLogger(__name__)
+
+# Ray's public switch (read when ray is imported) that keeps a cluster it starts on 127.0.0.1 (machine.md).
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 # Set in every worker process: quiet tokenizers fork warnings; keep DeepSpeed's and Ray's chatter down.
 WORKER_ENV = {
@@ -65,6 +69,20 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def keep_private_cluster_on_loopback(ray_spec: RaySpec) -> None:
+    """Ray's own switch for a cluster on 127.0.0.1 only, for a job that will start a private cluster. Ray reads it
+    once, when ray is first imported, so call this before anything imports ray: rlhf-run does, as soon as the spec
+    is built, and rlhf.launch.job.run. An attached cluster keeps its interfaces (its nodes must reach each other)."""
+    if ray_spec.address or LOOPBACK_ENV in os.environ:
+        return
+    os.environ[LOOPBACK_ENV] = "0"
+    if "ray" in sys.modules:
+        log.warning(
+            "ray was imported before %s=0 was set; a private cluster may also listen on the external interface",
+            LOOPBACK_ENV,
+        )
+
+
 def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus: int | None = None) -> Cluster:
     """Attach to ``ray_spec.address`` when set, else start a private cluster on 127.0.0.1 with ``num_cpus``
     logical CPUs (``ray.num_cpus`` wins; at least the machine's count, so Ray never starves our bundles)."""
@@ -80,13 +98,6 @@ def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus:
         return Cluster(
             address=ray.get_runtime_context().gcs_address, started_here=False, node_ip=ray.util.get_node_ip_address()
         )
-    # Keep a private cluster on the loopback interface: nothing listens on the external one (machine.md).
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    if os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0":
-        # Ray reads the variable once, at import; this process may have imported ray before we set it.
-        from ray._private import ray_constants
-
-        ray_constants.ENABLE_RAY_CLUSTER = False
     cpus = ray_spec.num_cpus or max(num_cpus or 1, os.cpu_count() or 1)
     store = int(ray_spec.object_store_gb * 1024**3) if ray_spec.object_store_gb else None
     ray.init(

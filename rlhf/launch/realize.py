@@ -18,6 +18,7 @@ from rlhf import faults
 from rlhf.errors import UserError
 from rlhf.launch.cluster import Cluster, start_or_attach
 from rlhf.launch.plan import DeviceGroup, Plan, RolePlacement
+from rlhf.launch.reservation import adopt_reserved
 from rlhf.spec.schema import ExperimentSpec
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,9 @@ def _create_placement_group(group: DeviceGroup, timeout_s: float) -> GroupSlots:
     from ray.util.placement_group import placement_group, placement_group_table
 
     bundles = [dict(group.bundle) for _ in range(group.size)]
-    pg = placement_group(bundles, strategy="PACK", name=f"rlhf-{'+'.join(group.roles)}")
+    pg = adopt_reserved(group)  # already placed by the ray_cluster launcher, which queued this job for it
+    if pg is None:
+        pg = placement_group(bundles, strategy="PACK", name=f"rlhf-{'+'.join(group.roles)}")
     try:
         ray.get(pg.ready(), timeout=timeout_s)
     except ray.exceptions.GetTimeoutError:

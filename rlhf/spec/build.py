@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -82,19 +85,64 @@ def rewrite_recipe_paths(overrides: Sequence[str]) -> list[str]:
     return out
 
 
-def compose(overrides: Sequence[str] = ()) -> DictConfig:
-    """Compose conf/ + recipes with Hydra's compose API (no run directory, no logging set-up)."""
-    from hydra import compose as hydra_compose
+@contextmanager
+def initialized(config_dir: str | os.PathLike[str] | None = None) -> Iterator[Any]:
+    """Hydra's compose API set up as ``rlhf-run`` sets up its app: the shipped conf/ as the primary config folder,
+    the user's ``-cd`` folder in front of it, the schema and recipes in the ConfigStore. Yields Hydra's
+    ConfigLoader (group options, sources)."""
     from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
-    from rlhf.spec.paths import conf_dir
+    from rlhf.spec.paths import conf_dir, config_dirs_on_search_path
     from rlhf.spec.store import register
 
     register()
+    with config_dirs_on_search_path(config_dir), initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
+        yield GlobalHydra.instance().config_loader()
+
+
+def with_recipe_name(cfg: DictConfig, choices: Any) -> DictConfig:
+    """``recipe`` set from the chosen option where the recipe file did not set it (a file in a -cd folder's
+    ``recipe/``; stored recipes set it themselves), so runs are named after their recipe either way."""
+    chosen = choices.get("recipe") if choices is not None else None
+    if chosen and not cfg.get("recipe"):
+        with_struct = OmegaConf.is_struct(cfg)
+        OmegaConf.set_struct(cfg, False)
+        cfg.recipe = str(chosen)
+        OmegaConf.set_struct(cfg, with_struct)
+    return cfg
+
+
+def compose(
+    overrides: Sequence[str] = (),
+    *,
+    config_dir: str | os.PathLike[str] | None = None,
+    config_name: str | None = None,
+    return_hydra_config: bool = False,
+) -> DictConfig:
+    """Compose with Hydra's compose API (no run directory, no logging set-up): the shipped conf/ and recipes,
+    ``config_dir`` (``-cd``) in front, primary config ``config_name`` (``-cn``, default the shipped one), and
+    ``hydra.searchpath`` from the overrides or the primary config, exactly as ``rlhf-run`` composes."""
+    from hydra import compose as hydra_compose
+
     overrides = quote_sources(rewrite_recipe_paths(overrides))
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
-        return hydra_compose(config_name=PRIMARY_CONFIG, overrides=list(overrides))
+    with initialized(config_dir):
+        cfg = hydra_compose(
+            config_name=config_name or PRIMARY_CONFIG, overrides=list(overrides), return_hydra_config=True
+        )
+    with_recipe_name(cfg, cfg.hydra.runtime.choices)
+    if not return_hydra_config:
+        with_struct = OmegaConf.is_struct(cfg)
+        OmegaConf.set_struct(cfg, False)
+        cfg.pop("hydra")
+        OmegaConf.set_struct(cfg, with_struct)
+    return cfg
 
 
-def load_spec(overrides: Sequence[str] = ()) -> ExperimentSpec:
-    return build(compose(overrides))
+def load_spec(
+    overrides: Sequence[str] = (),
+    *,
+    config_dir: str | os.PathLike[str] | None = None,
+    config_name: str | None = None,
+) -> ExperimentSpec:
+    return build(compose(overrides, config_dir=config_dir, config_name=config_name))

@@ -1,12 +1,15 @@
 """Where things live: config groups, recipes (checkout or installed wheel), built-in datasets, caches.
 
 A source checkout keeps conf/ and recipes/ at the top level; a wheel carries them as rlhf/_conf and rlhf/_recipes.
-Users add their own recipe folders with the environment variable RLHF_RECIPE_PATH (os.pathsep-separated).
+Users add their own config folder with Hydra's ``-cd DIR`` (its groups, a ``recipe/`` subfolder, a primary config
+for ``-cn``) or ``hydra.searchpath``, and flat recipe folders with RLHF_RECIPE_PATH (os.pathsep-separated).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent.parent
@@ -23,6 +26,36 @@ def _first_existing(*candidates: Path) -> Path:
 def conf_dir() -> Path:
     """The Hydra config groups (conf/)."""
     return _first_existing(_PKG / "_conf", _PKG.parent / "conf")
+
+
+# The user's config folders (-cd) while the compose API runs; hydra_plugins.rlhf_plugins.search_path prepends them to
+# Hydra's search path exactly where `-cd` puts them for a Hydra app, so the CLIs and the app compose alike.
+_user_config_dirs: list[Path] = []
+
+
+def user_config_dir(path: str | os.PathLike[str]) -> Path:
+    """An absolute config folder given with -cd, or a clear error naming it."""
+    p = Path(path).expanduser().absolute()
+    if not p.is_dir():
+        raise FileNotFoundError(f"--config-dir {path}: no such folder")
+    return p
+
+
+@contextmanager
+def config_dirs_on_search_path(*dirs: str | os.PathLike[str] | None) -> Iterator[list[Path]]:
+    """While open, Hydra search paths built by the compose API start with ``dirs`` (as ``-cd`` would)."""
+    added = [user_config_dir(d) for d in dirs if d]
+    saved = list(_user_config_dirs)
+    _user_config_dirs[:0] = added
+    try:
+        yield added
+    finally:
+        _user_config_dirs[:] = saved
+
+
+def active_config_dirs() -> list[Path]:
+    """The folders :func:`config_dirs_on_search_path` holds open (read by the search-path plugin)."""
+    return list(_user_config_dirs)
 
 
 def recipe_dirs() -> list[Path]:

@@ -453,6 +453,23 @@ class RaySpec:
 
 
 @dataclass(frozen=True)
+class SweepSpec:
+    """What a job of a sweep (rlhf-run -m) reports to its sweeper, and the sweep it belongs to."""
+
+    objective: str = key(
+        "",
+        "metric a sweep job returns to its sweeper, e.g. eval_add_pass1 (its final value); "
+        "empty: the best value of the best-checkpoint metric (eval.best_metric)",
+    )
+    direction: str = key(
+        "maximize",
+        "whether a larger objective is better; rlhf-run passes it to Optuna unless hydra.sweeper.direction is given",
+        choices=("maximize", "minimize"),
+    )
+    id: str = key("", "the sweep a job belongs to, tagged on its MLflow run; empty: set by rlhf-run -m (its folder)")
+
+
+@dataclass(frozen=True)
 class ExperimentSpec:
     """The whole experiment. ``rlhf-run key=value`` overrides any field by its dotted path."""
 
@@ -473,3 +490,4 @@ class ExperimentSpec:
     logging: LoggingSpec = field(default_factory=LoggingSpec)
     agent: AgentSpec = field(default_factory=AgentSpec)
     ray: RaySpec = field(default_factory=RaySpec)
+    sweep: SweepSpec = field(default_factory=SweepSpec)

@@ -3,13 +3,16 @@
 The schema node makes every YAML typed: an unknown key or a wrong type fails at compose time with its full key.
 Recipes live in recipes/ (a Hydra group can only be named after its folder, and the top level keeps the plural),
 so each recipe file is stored as option NAME of the group ``recipe`` at package ``_global_``; ``+recipe=NAME``
-then works from a checkout, from an installed wheel and from the folders of RLHF_RECIPE_PATH alike.
+then works from a checkout, from an installed wheel and from the folders of RLHF_RECIPE_PATH alike. The ConfigStore
+is the last entry of Hydra's search path, so a user's ``recipe/NAME.yaml`` in a ``-cd`` folder or a
+``hydra.searchpath`` entry is found there too and wins over a stored recipe of the same name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -18,6 +21,7 @@ from rlhf.spec.paths import examples_dir, recipe_dirs
 from rlhf.spec.schema import ExperimentSpec
 
 SCHEMA_NAME = "rlhf_schema"
+RECIPE_GROUP = "recipe"
 
 
 @dataclass(frozen=True)
@@ -28,14 +32,12 @@ class RecipeInfo:
 
 
 def _unfreeze(node: DictConfig) -> None:
-    # Frozen dataclasses give read-only nodes; Hydra must merge group options into them while composing.
-    node._set_flag("readonly", None)
-    for key in node.keys():
-        child = node._get_node(key)
+    # Frozen dataclasses give read-only nodes (one per section); Hydra must merge group options into them.
+    OmegaConf.set_readonly(node, False)
+    for key in node:
+        child = node[key]
         if isinstance(child, DictConfig):
             _unfreeze(child)
-        elif child is not None:
-            child._set_flag("readonly", None)
 
 
 def _purpose(path: Path) -> str:
@@ -57,6 +59,25 @@ def find_recipes() -> dict[str, RecipeInfo]:
     return found
 
 
+def recipes_on_search_path(loader: Any) -> dict[str, RecipeInfo]:
+    """Every option of the group ``recipe`` that ``loader`` (a Hydra ConfigLoader) finds on its search path, with
+    its file where the option is a file (shipped, RLHF_RECIPE_PATH, or ``recipe/`` of a -cd/searchpath folder)."""
+    stored = find_recipes()
+    found: dict[str, RecipeInfo] = {}
+    for name in loader.get_group_options(RECIPE_GROUP):
+        for source in loader.get_sources():
+            if source.scheme() != "file" or not source.is_config(f"{RECIPE_GROUP}/{name}"):
+                continue
+            path = Path(source.path) / RECIPE_GROUP / f"{name}.yaml"
+            if path.is_file():
+                found[name] = RecipeInfo(name, path, _purpose(path))
+                break
+        else:
+            if name in stored:
+                found[name] = stored[name]
+    return found
+
+
 def register_recipe_file(path: Path, name: str | None = None) -> str:
     """Store one recipe file as option ``name`` (default: the file's stem) of the group ``recipe``."""
     name = name or path.stem
@@ -64,7 +85,7 @@ def register_recipe_file(path: Path, name: str | None = None) -> str:
     if not isinstance(node, DictConfig):
         raise ValueError(f"recipe {path} must be a YAML mapping")
     node["recipe"] = name
-    ConfigStore.instance().store(group="recipe", name=name, node=node, package="_global_")
+    ConfigStore.instance().store(group=RECIPE_GROUP, name=name, node=node, package="_global_")
     return name
 
 

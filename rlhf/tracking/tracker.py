@@ -32,6 +32,8 @@ class Tracker:
             run_id = run_id or self._saved_run_id()
             name = spec.logging.run_name or f"{spec.recipe or spec.algorithm.name}-{time.strftime('%Y%m%d-%H%M%S')}"
             tags = {"rlhf.algorithm": spec.algorithm.name, "rlhf.recipe": spec.recipe, "rlhf.run_dir": str(run_dir)}
+            if spec.sweep.id:
+                tags["rlhf.sweep"] = spec.sweep.id  # every job of a sweep: filter with tags.`rlhf.sweep` = '...'
             self.mlflow = MlflowRun(self.tracking_uri, spec.logging.experiment, name, run_id=run_id, tags=tags)
             (self.run_dir / TRACKING_FILE).write_text(
                 json.dumps({"run_id": self.mlflow.run_id, "tracking_uri": self.tracking_uri})

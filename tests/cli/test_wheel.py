@@ -37,6 +37,9 @@ def test_installed_wheel_plans_a_shipped_recipe(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "rlhf/_conf/config.yaml" in names and "rlhf/_recipes/grpo_llama3_8b.yaml" in names
     assert "rlhf/_examples/agents/arith_env.py" in names and "rlhf/data/builtin/arith.jsonl" in names
+    # rlhf's Hydra plugins, in Hydra's namespace package (which must stay without an __init__.py)
+    assert "hydra_plugins/rlhf_plugins/ray_cluster_launcher.py" in names
+    assert "hydra_plugins/rlhf_plugins/search_path.py" in names and "hydra_plugins/__init__.py" not in names
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
@@ -58,3 +61,18 @@ def test_installed_wheel_plans_a_shipped_recipe(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines()[0].startswith(str(target))
     assert "verdict: fits" in out.stdout
+    # Hydra finds the installed launcher plugin, and -cd reaches the search path from the wheel too
+    conf = tmp_path / "my_conf" / "recipe"
+    conf.mkdir(parents=True)
+    (conf / "mine.yaml").write_text("# @package _global_\n# mine\ndefaults:\n  - override /algorithm: rloo\n")
+    code = (
+        "from rlhf.spec.build import compose; import hydra_plugins.rlhf_plugins as p; print(p.__file__);"
+        "c = compose(['hydra/launcher=ray_cluster', '+recipe=mine'], config_dir='my_conf', return_hydra_config=True);"
+        "print(c.hydra.launcher._target_, c.algorithm.name)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[0].startswith(str(target))
+    assert "RayClusterLauncher rloo" in out.stdout

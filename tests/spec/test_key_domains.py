@@ -93,6 +93,7 @@ IMPOSSIBLE = [
     (CPU_RL, "agent.step_timeout_s=-1", "agent.step_timeout_s", "> 0"),
     (CPU_RL, "ray.num_cpus=0", "ray.num_cpus", ">= 1"),
     (CPU_RL, "ray.worker_niceness=25", "ray.worker_niceness", "[0, 19]"),
+    (CPU_RL, "sweep.direction=up", "sweep.direction", "one of maximize, minimize"),
     (CPU_RL, "seed=-1", "seed", ">= 0"),
     (SFT, "trainer.epochs=0", "trainer.epochs", ">= 1"),
 ]
