@@ -92,11 +92,29 @@ def register_recipe_file(path: Path, name: str | None = None) -> str:
 _registered = False
 
 
+def expose_hydra_plugins() -> None:
+    """Make rlhf's Hydra plugins (hydra_plugins/rlhf_plugins: the -cd search path, the ray_cluster launcher)
+    discoverable from a source checkout. Hydra finds plugins by listing the ``hydra_plugins`` namespace package's
+    path; an editable install maps our folder through an import hook that such a listing cannot see, so the folder
+    is added to the namespace path here. A wheel installs it beside the other plugins, where it is found anyway."""
+    from rlhf.spec.paths import source_root
+
+    root = source_root()
+    folder = root / "hydra_plugins" if root is not None else None
+    if folder is None or not (folder / "rlhf_plugins").is_dir():
+        return
+    import hydra_plugins
+
+    if str(folder) not in list(hydra_plugins.__path__):
+        hydra_plugins.__path__.append(str(folder))
+
+
 def register() -> None:
-    """Idempotent: the schema plus every recipe."""
+    """Idempotent: the schema plus every recipe (and rlhf's Hydra plugins made discoverable)."""
     global _registered
     if _registered:
         return
+    expose_hydra_plugins()
     # ${rlhf.examples:} in a recipe: the examples folder wherever the package runs from (checkout or wheel).
     OmegaConf.register_new_resolver("rlhf.examples", lambda: str(examples_dir()), replace=True)
     schema = OmegaConf.structured(ExperimentSpec)
