@@ -11,8 +11,8 @@ after one warm-up sync; the median is reported with the bytes moved, the sender'
 peak resident-memory growth during the sync.
 
 Floors, measured in the same run on the same bytes:
-  memcpy   one copy of the model's bytes into an already-touched buffer (torch copy_, the rank's thread count):
-           the least any route that moves the bytes once can cost
+  memcpy   one copy of the model's bytes into an already-touched buffer (torch copy_ with all the cores, and with
+           one thread, as each side of a sync runs): the least any route that moves the bytes once can cost
   gloo     a bare torch.distributed gloo broadcast of the model's bytes, in the same bucket size, between two plain
            processes on 127.0.0.1: the least the broadcast route can cost
 Targets (issue 10): at 500M, shared_memory within 3x of memcpy, broadcast within 2x of gloo, the driver flat.
@@ -200,6 +200,7 @@ def main() -> None:
         nbytes = next(r["bytes"] for e in entry["engines"].values() for r in e["routes"].values() if r["bytes"])
         entry["bytes"] = nbytes
         entry["memcpy_s"] = _floor_memcpy(nbytes, args.threads, args.repeats)
+        entry["memcpy1_s"] = _floor_memcpy(nbytes, 1, args.repeats)  # one thread, as each side of a sync runs
         entry["gloo_s"] = _floor_gloo(nbytes, bucket, args.repeats)
         results["sizes"][size] = entry
     ray.shutdown()
@@ -218,6 +219,9 @@ def _print(results: dict[str, Any]) -> None:
     for size, e in results["sizes"].items():
         gb = e["bytes"] / 1e9
         print(f"{size:>6} {gb:6.2f} {'floor':<6} {'memcpy':<14} {e['memcpy_s']:8.3f} {gb / e['memcpy_s']:6.2f}")
+        if "memcpy1_s" in e:
+            one = e["memcpy1_s"]
+            print(f"{size:>6} {gb:6.2f} {'floor':<6} {'memcpy 1 thr':<14} {one:8.3f} {gb / one:6.2f}")
         print(f"{size:>6} {gb:6.2f} {'floor':<6} {'bare gloo':<14} {e['gloo_s']:8.3f} {gb / e['gloo_s']:6.2f}")
         for backend, b in e["engines"].items():
             base = b["routes"].get("object_store", {}).get("seconds")

@@ -1,6 +1,44 @@
-"""The base of errors that are the user's to fix (bad config, data, reward file, endpoint): the CLI prints their
-message without a traceback. Anything else is a bug and keeps its traceback."""
+"""Errors shared by the layers.
+
+``UserError``: the user's to fix (bad config, data, reward file, endpoint): the CLI prints the message without a
+traceback. ``WorkerFailure``: a remote role failed (died, hung, or raised); the run lifecycle decides whether to
+restart it (rlhf.pipelines.lifecycle). ``RunInterrupted``: the run stopped on Ctrl-C or SIGTERM. Anything else is a
+bug and keeps its traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 
 class UserError(Exception):
     """An error whose message names what is wrong (key, file, row, role, URL) and the fix."""
+
+
+class WorkerFailure(RuntimeError):
+    """A role's process failed. ``kind``: died (the process is gone), hung (no answer in time), failed (it raised),
+    or a role-specific kind (weight sync: checksum, probe, timeout). ``rank``: the rank or engine index when known."""
+
+    restartable_kinds = ("died", "hung", "timeout")
+
+    def __init__(self, message: str, *, role: str, rank: int | None = None, kind: str = "failed") -> None:
+        super().__init__(message)
+        self.role = role
+        self.rank = rank
+        self.kind = kind
+
+    @property
+    def restartable(self) -> bool:
+        """Whether restarting the process can help (a crash or a hang; not a bug that will raise again)."""
+        return self.kind in self.restartable_kinds
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C or SIGTERM: the run stopped at ``step`` (a checkpoint there when ``checkpoint`` is set)."""
+
+    def __init__(self, signal_name: str, step: int, checkpoint: Path | None, run_dir: Path) -> None:
+        self.signal_name = signal_name
+        self.step = step
+        self.checkpoint = checkpoint
+        self.run_dir = run_dir
+        saved = f"checkpoint saved at {checkpoint}" if checkpoint else "no checkpoint saved"
+        super().__init__(f"interrupted ({signal_name}) at step {step}; {saved}")

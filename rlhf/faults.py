@@ -10,7 +10,10 @@ Points in use (grep for ``fault("``):
     sync.exit_after_bucket:N    a weight-sync receiver's process exits after receiving N buckets
     engine.exit_on_generate:N   a rollout engine's process exits on its N-th generate call (1-based)
     rank.exit_on_train_step:N   a training rank's process exits on its N-th optimizer step (1-based)
-    train.nan_loss:N            the N-th optimizer step of the policy reports a NaN loss
+    rank.hang_on_train_step:N   ... or stops answering there (sleeps for an hour)
+    rank.enospc_on_save:N       a training rank's N-th checkpoint save fails with ENOSPC (a full disk)
+With ``RLHF_FAULTS_ONCE_DIR`` set, a point fires once per run, not once per process: a marker file in that folder
+records it, so a restarted process does not fail again.
 """
 
 from __future__ import annotations
@@ -38,7 +41,29 @@ def fault(point: str) -> str | None:
     return _parse(value).get(point)
 
 
+ONCE_DIR = "RLHF_FAULTS_ONCE_DIR"
+_counts: dict[str, int] = {}
+
+
+def count_hits(point: str) -> bool:
+    """Count one pass through ``point``; True when its armed count ``N`` is reached (and, with a once-folder, the
+    point has not fired in this run yet)."""
+    arg = fault(point)
+    if arg is None:
+        return False
+    _counts[point] = _counts.get(point, 0) + 1
+    if _counts[point] != int(arg or 1):
+        return False
+    folder = os.environ.get(ONCE_DIR)
+    if folder:
+        marker = os.path.join(folder, point)
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+    return True
+
+
 def env() -> dict[str, str]:
-    """The variable for an actor's environment, when the driver has it set."""
-    value = os.environ.get(ENV)
-    return {ENV: value} if value else {}
+    """The variables for an actor's environment, when the driver has them set."""
+    return {k: os.environ[k] for k in (ENV, ONCE_DIR) if os.environ.get(k)}

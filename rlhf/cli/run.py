@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from rlhf.cli.common import compose_or_fail, fail, with_default_recipe
-from rlhf.errors import UserError
+from rlhf.errors import RunInterrupted, UserError
 from rlhf.spec import SpecInvalid
 
 _HYDRA_FLAGS_WITH_VALUE = {
@@ -77,8 +77,14 @@ def task(cfg) -> float | None:
     run_dir = Path(hc.runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if hc.mode != RunMode.MULTIRUN:
+        from rlhf.cli.resume import record_command, resume_line
+
+        record_command(run_dir)
         try:
             _run(cfg, run_dir)
+        except RunInterrupted as e:
+            print(resume_line(e), file=sys.stderr)
+            raise SystemExit(130) from None
         except (SpecInvalid, UserError) as e:
             from rlhf.launch.preflight import PreflightFailed
 
@@ -150,7 +156,18 @@ def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float |
 
 
 def main() -> None:
-    argv = sys.argv[1:]
+    try:
+        _main()
+    except KeyboardInterrupt:
+        print("interrupted before training started; nothing to resume", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def _main() -> None:
+    from rlhf.cli.resume import remember_command, resume_argv
+
+    argv = resume_argv(sys.argv[1:])  # --resume [RUN_DIR|latest]: the command that made RUN_DIR, into RUN_DIR
+    remember_command(argv)
     flags, overrides = _split_argv(argv)
     from rlhf.cli.common import ConfigSource
     from rlhf.spec.build import PRIMARY_CONFIG, rewrite_recipe_paths

@@ -40,6 +40,11 @@ def train_ds_config(
 ) -> dict[str, Any]:
     """Config for a trained model: ZeRO stage, precision, offload, clipping, batch sizes (consistent by
     construction: train_batch = micro x grad_accum x dp)."""
+    precision = _precision(trainer.precision)
+    if trainer.on_nonfinite == "skip" and trainer.precision == "bf16":
+        # DeepSpeed's ZeRO optimizer drops a step whose gradient norm is not finite: always for fp32 and fp16,
+        # for bf16 only when asked to check.
+        precision["bf16"]["check_grad_overflow"] = True
     return {
         "train_micro_batch_size_per_gpu": micro_batch,
         "gradient_accumulation_steps": grad_accum,
@@ -51,7 +56,7 @@ def train_ds_config(
             offload_params=trainer.offload_params,
             accelerator=accelerator,
         ),
-        **_precision(trainer.precision),
+        **precision,
         # torch AdamW (the CPU default) is not one of DeepSpeed's own optimizers: allow it with ZeRO and offload.
         "zero_allow_untested_optimizer": True,
         "zero_force_ds_cpu_optimizer": False,

@@ -242,6 +242,20 @@ class HFEngine:
         targets.update(dict(self.model.named_buffers(remove_duplicate=False)))
         return targets
 
+    def direct_targets(self) -> Any:
+        """``lookup(name, dtype, shape)``: the model's own tensor for ``name`` when a weight sync can write into it
+        directly (same dtype, shape, contiguous), else None. Tied weights share one tensor, so either name lands
+        in it. Build it once per sync: collecting the model's tensors walks every module."""
+        targets = self._targets()
+
+        def lookup(name: str, dtype: str, shape: tuple[int, ...]) -> Tensor | None:
+            t = targets.get(name)
+            if t is None or str(t.dtype).removeprefix("torch.") != dtype or tuple(t.shape) != tuple(shape):
+                return None
+            return t.data if t.is_contiguous() else None
+
+        return lookup
+
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Copy the given tensors into the model in place (names as in the HF state dict); names not given keep
         their values. A list or tuple is checked whole first (every name must exist and match in shape; nothing is

@@ -51,6 +51,17 @@ class Cluster:
             ray.shutdown()
 
 
+def worker_log(pid: int | None) -> str | None:
+    """The newest Ray worker log (stderr) of process ``pid``, under Ray's default temp folder, or None."""
+    if not pid:
+        return None
+    import glob
+
+    base = os.environ.get("RAY_TMPDIR", "/tmp/ray")
+    found = glob.glob(os.path.join(base, "session_*", "logs", f"worker-*-{pid}.err"))
+    return max(found, key=os.path.getmtime) if found else None
+
+
 def loopback_interface() -> str | None:
     """The loopback interface's name (lo on Linux, lo0 on macOS)."""
     import socket
@@ -113,4 +124,28 @@ def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus:
         logging_level=logging.WARNING,
         _system_config={"worker_niceness": ray_spec.worker_niceness},
     )
+    start_reaper()
     return Cluster(address=ray.get_runtime_context().gcs_address, started_here=True, node_ip="127.0.0.1")
+
+
+_reaper_started = False
+
+
+def start_reaper() -> None:
+    """Once per process: a watcher that ends this process's private Ray cluster if the process dies without
+    shutting it down (rlhf.launch.reaper)."""
+    global _reaper_started
+    if _reaper_started:
+        return
+    import subprocess
+    import sys
+
+    subprocess.Popen(
+        [sys.executable, "-m", "rlhf.launch.reaper", str(os.getpid())],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+    _reaper_started = True

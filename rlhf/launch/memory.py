@@ -26,7 +26,8 @@ training phase (all DeepSpeed roles' states + activations) and the rollout phase
 Weight sync (rollout.weight_sync), per device, with B = max(weight_sync_bucket_mb, the largest single weight):
     policy   ZeRO-3: every rank gathers one bucket (B) and rank 0 also packs it (B): 2B; ZeRO-0/1/2: rank 0 packs (B)
     rollout  the received bucket (B; vLLM keeps a partly loaded layer's tensors, counted in the same B)
-    host     CPU shared_memory: the /dev/shm segment (B, once per node); object_store (the reference route): every
+    host     CPU shared_memory: the /dev/shm segment (two chunks of max(256 MB, the largest weight), once per node);
+             object_store (the reference route): every
              policy rank's full host copy (P weights), the driver's packed copy and the object store's copy per node
 The sync phase holds the DeepSpeed roles' resident states (no activations), the sync buffers and, colocated, the
 engine's weights (its KV cache asleep): the device peak is the largest of the three phases.
@@ -196,7 +197,8 @@ def sync_bytes(spec: ExperimentSpec, derived: Derived, params: int) -> SyncBytes
         host_rank["policy"] = full  # named_weights: every rank's host copy
         host_node = full * (2 if ro.backend == "vllm" else 1)  # the object store's copy (+ the driver's packed one)
     elif route in ("shared_memory", "auto") and hw.accelerator == "cpu":
-        host_node = bucket  # the /dev/shm segment beside the sender
+        # the /dev/shm segment beside the sender: two chunks (rlhf.engines.weight_sync.sender.SHARED_CHUNK)
+        host_node = 2 * max(min(256 * 2**20, bucket), largest_tensor(spec.model) * wbytes)
     return SyncBytes(route=route, bucket=bucket, device=device, host_per_rank=host_rank, host_per_node=host_node)
 
 

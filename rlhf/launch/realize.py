@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlhf import faults
-from rlhf.errors import UserError
+from rlhf.errors import UserError, WorkerFailure
 from rlhf.launch.cluster import Cluster, start_or_attach
 from rlhf.launch.plan import DeviceGroup, Plan, RolePlacement
 from rlhf.launch.reservation import adopt_reserved
@@ -31,8 +31,8 @@ class PlacementError(UserError):
     """The cluster cannot hold a device group's bundles."""
 
 
-class WorkerError(RuntimeError):
-    """A worker of a role failed or died; the message names the role and rank."""
+class WorkerError(WorkerFailure):
+    """A worker of a role failed, died or hung; the message names the role and rank."""
 
 
 @dataclass
@@ -53,16 +53,22 @@ class GroupSlots:
         return out
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
 
 
 def _node_ip_and_port() -> tuple[str, int]:
     import ray
 
-    return ray.util.get_node_ip_address(), _free_port()
+    ip = ray.util.get_node_ip_address()
+    return ip, _free_port(ip)
 
 
 def _missing_resources(bundles: list[dict[str, float]]) -> str:
@@ -121,6 +127,7 @@ class RoleGroup:
         env: dict[str, str] | None = None,
         accelerator: str = "cpu",
         driver_ip: str = "127.0.0.1",
+        timeout_s: float | None = None,
         **kwargs: Any,
     ) -> None:
         import ray
@@ -139,6 +146,8 @@ class RoleGroup:
         remote_cls = actor_cls if hasattr(actor_cls, "remote") else ray.remote(actor_cls)
         local_ranks = slots.local_ranks()
         self.actors = []
+        self._spawn_args: list[tuple[Any, dict[str, Any], tuple, dict[str, Any]]] = []
+        self.timeout_s = timeout_s
         for rank in range(world):
             rank_env = {
                 "RANK": str(rank),
@@ -170,6 +179,7 @@ class RoleGroup:
                 "name": None,
                 "max_restarts": 0,
             }
+            self._spawn_args.append((remote_cls, options, args, kwargs))
             self.actors.append(remote_cls.options(**options).remote(*args, **kwargs))
 
     @staticmethod
@@ -179,7 +189,7 @@ class RoleGroup:
 
         rank0_ip = slots.node_ips[0]
         if rank0_ip in (driver_ip, "127.0.0.1", ""):
-            return (rank0_ip or "127.0.0.1"), _free_port()
+            return (rank0_ip or "127.0.0.1"), _free_port(rank0_ip or "127.0.0.1")
         # Rank 0 lives on another node: ask that node for a free port.
         probe = ray.remote(num_cpus=0)(_node_ip_and_port).options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -214,25 +224,72 @@ class RoleGroup:
 
     def get(self, refs: list[Any], what: str = "call") -> list[Any]:
         """Results in rank order. The first failure raises at once (naming role and rank), so a dead rank never
-        leaves us waiting on the survivors stuck in a collective."""
+        leaves us waiting on the survivors stuck in a collective; a call taking longer than the group's timeout
+        (``trainer.remote_timeout_s``) is reported as hung."""
+        import time
+
         import ray
 
         pending = {ref: r for r, ref in enumerate(refs)}
         results: dict[int, Any] = {}
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+            if not done:
+                ranks = sorted(pending.values())
+                raise WorkerError(
+                    f"role {self.role} rank {ranks[0]} did not finish {what} within {self.timeout_s:.0f} s "
+                    f"(trainer.remote_timeout_s){self.log_hint(ranks[0])}",
+                    role=self.role,
+                    rank=ranks[0],
+                    kind="hung",
+                )
             ref = done[0]
             rank = pending.pop(ref)
             try:
                 results[rank] = ray.get(ref)
             except ray.exceptions.RayActorError as e:
-                raise WorkerError(f"role {self.role} rank {rank} died during {what}: {e}") from e
+                raise WorkerError(
+                    f"role {self.role} rank {rank} died during {what}: {_first_line(e)}{self.log_hint(rank)}",
+                    role=self.role,
+                    rank=rank,
+                    kind="died",
+                ) from e
             except ray.exceptions.RayTaskError as e:
                 cause = e.as_instanceof_cause() if hasattr(e, "as_instanceof_cause") else e
                 if isinstance(cause, UserError) or isinstance(getattr(e, "cause", None), UserError):
                     raise e.cause from None
-                raise WorkerError(f"role {self.role} rank {rank} failed in {what}:\n{e}") from e
+                raise WorkerError(
+                    f"role {self.role} rank {rank} failed in {what}:\n{e}", role=self.role, rank=rank, kind="failed"
+                ) from e
         return [results[r] for r in range(len(refs))]
+
+    def pid(self, rank: int) -> int | None:
+        return self.pids.get(rank) if hasattr(self, "pids") else None
+
+    def log_hint(self, rank: int) -> str:
+        """'; its log: PATH' for the rank's Ray worker log, when it can be found."""
+        from rlhf.launch.cluster import worker_log
+
+        log = worker_log(self.pid(rank))
+        return f"; its log: {log}" if log else ""
+
+    def record_pids(self, pids: Sequence[int]) -> None:
+        self.pids = dict(enumerate(pids))
+
+    def respawn(self, rank: int) -> Any:
+        """Replace rank ``rank``'s actor (killed if still alive) by a new one in the same bundle with the same
+        arguments; returns the new handle (its init methods still have to be called)."""
+        import ray
+
+        try:
+            ray.kill(self.actors[rank], no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        remote_cls, options, args, kwargs = self._spawn_args[rank]
+        self.actors[rank] = remote_cls.options(**options).remote(*args, **kwargs)
+        return self.actors[rank]
 
     def kill(self) -> None:
         """Leave the process group cleanly where possible, then end the actors."""
@@ -309,16 +366,23 @@ class Realized:
             *args,
             env={**self.worker_env(), **(env or {})},
             accelerator=self.spec.hardware.accelerator,
+            timeout_s=self.spec.trainer.remote_timeout_s,
             driver_ip=self.cluster.node_ip,
             **kwargs,
         )
         self.role_groups.append(group)
         return group
 
-    def shutdown(self) -> None:
-        """Kill the actor groups, remove the placement groups, stop a private cluster."""
-        import ray
+    def restart_rollout_engine(self, started: Any, engine: int) -> Any:
+        """Replace rollout engine ``engine`` of ``started`` (a RolloutEngineGroup) by a fresh one in the same
+        bundle; returns the new actor once it is ready."""
+        from rlhf.launch.rollout import restart_engine
 
+        return restart_engine(started, engine)
+
+    def kill_actors(self) -> None:
+        """End every actor of the job (rollout engines and role groups), keeping the cluster and the placement
+        groups, so the job's actors can be started again (a restart after a training rank died)."""
         for r in self.rollout_groups:
             if r.role_group is None:
                 r.kill()
@@ -326,6 +390,12 @@ class Realized:
         for g in self.role_groups:
             g.kill()
         self.role_groups.clear()
+
+    def shutdown(self) -> None:
+        """Kill the actor groups, remove the placement groups, stop a private cluster."""
+        import ray
+
+        self.kill_actors()
         if ray.is_initialized():
             for s in self.slots.values():
                 try:

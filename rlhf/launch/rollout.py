@@ -31,6 +31,7 @@ class RolloutEngineGroup:
     info: list[dict[str, Any]] = field(default_factory=list)
     workers_per_engine: int = 1  # processes that receive weights per engine (vLLM: tensor_parallel_size)
     role_group: Any = None  # hf: the RoleGroup (shut down with the others)
+    respawners: list[Any] = field(default_factory=list)  # vLLM: per engine, a callable starting it again
 
     def kill(self) -> None:
         import ray
@@ -43,11 +44,28 @@ class RolloutEngineGroup:
         self.actors = []
 
 
-def _wait_ready(backend: str, actors: list[Any]) -> list[dict[str, Any]]:
+def restart_engine(started: RolloutEngineGroup, engine: int) -> Any:
+    """Start engine ``engine`` again (killing what is left of it) in its bundle; returns the ready actor."""
+    import ray
+
+    if started.role_group is not None:
+        actor = started.role_group.respawn(engine)
+    else:
+        try:
+            ray.kill(started.actors[engine], no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        actor = started.respawners[engine]()
+    started.actors[engine] = actor
+    started.info[engine] = _wait_ready(started.backend, [actor], first=engine)[0]
+    return actor
+
+
+def _wait_ready(backend: str, actors: list[Any], first: int = 0) -> list[dict[str, Any]]:
     import ray
 
     info = []
-    for i, actor in enumerate(actors):
+    for i, actor in enumerate(actors, start=first):
         try:
             info.append(ray.get(actor.ready.remote()))
         except ray.exceptions.RayActorError as e:
@@ -72,12 +90,20 @@ def start_rollout_engines(
             num_actors=spec.rollout.num_engines,
             env=env,
         )
-        return RolloutEngineGroup("hf", group.actors, _wait_ready("hf", group.actors), 1, group)
-    actors = _start_vllm(realized, spec, model_path, env)
-    return RolloutEngineGroup("vllm", actors, _wait_ready("vllm", actors), spec.rollout.tensor_parallel_size)
+        info = _wait_ready("hf", group.actors)
+        group.record_pids([i["pid"] for i in info])
+        return RolloutEngineGroup("hf", group.actors, info, 1, group)
+    respawners = _vllm_starters(realized, spec, model_path, env)
+    actors = [start() for start in respawners]
+    return RolloutEngineGroup(
+        "vllm", actors, _wait_ready("vllm", actors), spec.rollout.tensor_parallel_size, respawners=respawners
+    )
 
 
-def _start_vllm(realized: Any, spec: ExperimentSpec, model_path: str, env: dict[str, str] | None) -> list[Any]:
+def _vllm_starters(realized: Any, spec: ExperimentSpec, model_path: str, env: dict[str, str] | None) -> list[Any]:
+    """One callable per engine that starts it in its bundle (called again to restart it)."""
+    from functools import partial
+
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from rlhf.launch.vllm_actor import start_vllm_rollout_actor, vllm_runtime_env
@@ -110,7 +136,8 @@ def _start_vllm(realized: Any, spec: ExperimentSpec, model_path: str, env: dict[
         else:
             runtime_env = vllm_runtime_env(cpu_threads=None, extra_env=extra)
         actors.append(
-            start_vllm_rollout_actor(
+            partial(
+                start_vllm_rollout_actor,
                 model_path,
                 runtime_env=runtime_env,
                 num_cpus=num_cpus,

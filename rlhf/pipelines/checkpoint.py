@@ -81,15 +81,47 @@ class CheckpointManager:
     def driver_state(path: Path) -> dict[str, Any]:
         return json.loads((Path(path) / DRIVER_STATE).read_text())
 
+    @staticmethod
+    def step_of(path: Path) -> int | None:
+        m = _STEP_DIR.match(Path(path).name)
+        return int(m.group(1)) if m else None
+
+    def expected_bytes(self) -> int:
+        """The size of the newest complete checkpoint (the next one is about as large), or 0 before the first."""
+        done = self.complete()
+        return _tree_bytes(done[-1][1]) if done else 0
+
     # -- writing -------------------------------------------------------------------------------------------------
     def begin(self, step: int) -> Path:
-        """A fresh temporary folder for the checkpoint of ``step`` (stale temporaries are removed)."""
+        """A fresh temporary folder for the checkpoint of ``step`` (stale temporaries are removed), after checking
+        that the disk has room for one more checkpoint of the last one's size."""
         self.root.mkdir(parents=True, exist_ok=True)
         for p in self.root.glob(".tmp-*"):
             shutil.rmtree(p, ignore_errors=True)
+        need = self.expected_bytes()
+        free = shutil.disk_usage(self.root).free
+        if need and free < need * 1.05:
+            raise CheckpointError(
+                f"no space left on device for the checkpoint of step {step} in {self.root}: it needs "
+                f"~{need / 2**20:.0f} MB, {free / 2**20:.0f} MB free; free some space or set checkpoint.dir "
+                f"(the previous checkpoint {self.latest()} is intact)"
+            )
         tmp = self.root / f".tmp-{step_dir_name(step)}"
         tmp.mkdir()
         return tmp
+
+    def abort(self, tmp: Path, error: BaseException, step: int) -> None:
+        """A save failed: remove its partial folder; a full disk becomes a CheckpointError naming path and sizes."""
+        shutil.rmtree(tmp, ignore_errors=True)
+        free = shutil.disk_usage(self.root).free if self.root.exists() else 0
+        if isinstance(error, CheckpointError):
+            return
+        if _disk_full(error) or free < 2**20:
+            raise CheckpointError(
+                f"saving the checkpoint of step {step} into {tmp} failed: no space left on device "
+                f"({free / 2**20:.0f} MB free; ~{self.expected_bytes() / 2**20:.0f} MB needed); the partial folder was "
+                f"removed and the previous checkpoint {self.latest()} is intact"
+            ) from error
 
     def commit(self, tmp: Path, step: int, driver_state: dict[str, Any]) -> Path:
         """Seal ``tmp`` (written by every rank) as the checkpoint of ``step``; update ``latest``; rotate."""
@@ -108,6 +140,26 @@ class CheckpointManager:
         done = self.complete()
         for _, p in done[: max(len(done) - self.max_keep, 0)]:
             shutil.rmtree(p, ignore_errors=True)
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether ``error`` (or anything in its chain, e.g. from a Ray worker) says the disk is full. torch's writer
+    reports it as "basic_ios::clear: iostream error" or "failed writing", without errno."""
+    import errno
+
+    e: BaseException | None = error
+    while e is not None:
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            return True
+        text = str(e)
+        if "No space left" in text or "ENOSPC" in text:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -102,7 +102,9 @@ class RLWorkers:
         self.rollout = RolloutEngines(spec, realized, policy_path, env)
         self.rollout_colocated = realized.colocated("rollout", "policy")
         for group, refs in pending:
-            group.get(refs, "init")
+            infos = group.get(refs, "init")
+            if infos and isinstance(infos[0], dict) and "pid" in infos[0]:
+                group.record_pids([i["pid"] for i in infos])
         if fuse_ref:
             self.policy.run_all("init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload)
             self.reference = self.policy

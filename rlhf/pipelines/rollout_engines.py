@@ -14,13 +14,19 @@ from dataclasses import replace
 from typing import Any
 
 from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.errors import WorkerFailure
 from rlhf.spec.schema import ExperimentSpec
+
+
+class EngineFailure(WorkerFailure):
+    """A rollout engine died, hung or raised while generating; ``rank`` is its index."""
 
 
 class RolloutEngines:
     def __init__(self, spec: ExperimentSpec, realized: Any, model_path: str, env: dict[str, str] | None) -> None:
         self.spec = spec
         self.backend = spec.rollout.backend
+        self.realized = realized
         self.started = realized.start_rollout(model_path, env)
         self.actors = self.started.actors
         self.info = self.started.info
@@ -28,25 +34,57 @@ class RolloutEngines:
     def __len__(self) -> int:
         return len(self.actors)
 
-    def generate_async(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Any]:
-        """Contiguous shares of the prompts per engine (so results come back in prompt order); object refs."""
+    def generate_async(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[tuple[int, Any]]:
+        """Contiguous shares of the prompts per engine (so results come back in prompt order); (engine, ref)."""
         share = math.ceil(len(prompts) / len(self.actors))
         refs = []
         for i, actor in enumerate(self.actors):
             part = [list(map(int, p)) for p in prompts[i * share : (i + 1) * share]]
             if part:
                 seed = None if sampling.seed is None else sampling.seed + i
-                refs.append(actor.generate.remote(part, replace(sampling, seed=seed)))
+                refs.append((i, actor.generate.remote(part, replace(sampling, seed=seed))))
         return refs
 
-    def collect(self, refs: list[Any]) -> list[Rollout]:
+    def collect(self, refs: list[tuple[int, Any]]) -> list[Rollout]:
+        """The rollouts in prompt order; an engine that dies, raises or takes longer than trainer.remote_timeout_s
+        raises an EngineFailure naming it (the run lifecycle restarts it)."""
+        import time
+
         import ray
 
-        try:
-            parts = ray.get(refs)
-        except ray.exceptions.RayActorError as e:
-            raise RuntimeError(f"role rollout: an engine died during generate: {e}") from e
-        return [r for part in parts for r in part]
+        timeout = self.spec.trainer.remote_timeout_s
+        deadline = time.monotonic() + timeout
+        results: dict[int, list[Rollout]] = {}
+        pending = {ref: i for i, ref in refs}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=max(deadline - time.monotonic(), 0.0))
+            if not done:
+                i = min(pending.values())
+                raise EngineFailure(
+                    f"{self.label(i)} did not finish generating within {timeout:.0f} s (trainer.remote_timeout_s)",
+                    role="rollout",
+                    rank=i,
+                    kind="hung",
+                )
+            i = pending.pop(done[0])
+            try:
+                results[i] = ray.get(done[0])
+            except ray.exceptions.RayActorError as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise EngineFailure(
+                    f"{self.label(i)} died during generate: {first}", role="rollout", rank=i, kind="died"
+                ) from e
+            except ray.exceptions.RayTaskError as e:
+                raise EngineFailure(f"{self.label(i)} failed in generate:\n{e}", role="rollout", rank=i) from e
+        return [r for i, _ in refs for r in results[i]]
+
+    def label(self, i: int) -> str:
+        info = self.info[i] if i < len(self.info) else {}
+        return f"rollout engine {i} ({self.backend}, pid {info.get('pid', '?')})"
+
+    def restart(self, i: int) -> None:
+        """Start engine ``i`` again in its bundle (what is left of it is killed first)."""
+        self.realized.restart_rollout_engine(self.started, i)  # replaces actors[i] and info[i] in place
 
     def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
         return self.collect(self.generate_async(prompts, sampling))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +17,6 @@ from typing import Any
 
 from rlhf.errors import UserError
 from rlhf.pipelines.batching import EvalShards, per_rank_micro_batches, redistribute
-from rlhf.pipelines.checkpoint import CheckpointManager
-from rlhf.pipelines.run_files import run_artifacts
 from rlhf.spec.schema import ExperimentSpec
 
 log = logging.getLogger(__name__)
@@ -69,7 +66,9 @@ class Workers:
                 "init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload
             )
             self.reference.get(ref_refs, "init_frozen")
-        self.info = self.policy.get(refs, "init_trained")[0]
+        infos = self.policy.get(refs, "init_trained")
+        self.policy.record_pids([i["pid"] for i in infos])
+        self.info = infos[0]
         if fused:
             self.policy.run_all("init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload)
             self.reference = self.policy
@@ -100,117 +99,109 @@ def _steps(spec: ExperimentSpec, n_train: int) -> tuple[int, int]:
     return per_epoch, total
 
 
+class SupervisedRecipe:
+    """SFT, RM and DPO as a recipe of rlhf.pipelines.lifecycle: a task (sft.py, rm.py, dpo.py) says what differs;
+    the Runner owns resume, checkpoints, restarts, signals and tracking."""
+
+    def __init__(self, spec: ExperimentSpec, run_dir: Path, make_task: Callable[[ExperimentSpec, Any], Task]) -> None:
+        self.spec, self.run_dir, self.make_task = spec, Path(run_dir), make_task
+        self.workers: Workers | None = None
+        self.last_eval: dict[str, float] = {}
+
+    def prepare(self) -> int:
+        from rlhf.data import build_datasets
+        from rlhf.models.loading import tokenizer_for
+
+        spec = self.spec
+        # Data before processes: a bad row stops the job here, naming file, row and key.
+        self.tokenizer = tokenizer_for(spec.model)
+        self.task = self.make_task(spec, self.tokenizer)
+        self.family = self.task.family
+        self.label = f"{self.task.family} train"
+        self.progress_keys = self.task.progress_keys
+        self.splits = build_datasets(spec, self.tokenizer, self.task.data_kind)
+        print(self.splits.summary(), file=sys.stderr)
+        self.steps_per_epoch, self.total = _steps(spec, len(self.splits.train))
+        self.reset()
+        return self.total
+
+    def reset(self) -> None:
+        from rlhf.data import ResumableSampler
+
+        t = self.spec.trainer
+        self.sampler = ResumableSampler(
+            len(self.splits.train), t.global_batch, seed=self.spec.seed, shuffle=True, drop_last=True
+        )
+
+    def setup(self, realized: Any) -> None:
+        self.workers = Workers(self.spec, realized, self.task, self.total)
+
+    def teardown(self) -> None:
+        return None
+
+    def recover(self, failure: Any) -> bool:
+        return False  # only training ranks here: the Runner restarts them from the checkpoint
+
+    def _evaluate(self) -> dict[str, float]:
+        evalset, task, workers = self.splits.eval, self.task, self.workers
+        if evalset is None:
+            return {}
+        shards = EvalShards.build(len(evalset), workers.dp, self.spec.trainer.micro_batch_per_device)
+        batches = shards.batches(evalset, task.collate)
+        if task.reference_fn is not None:
+            batches = workers.attach_reference(task.reference_fn, batches)
+        out = workers.policy.run_per_rank("forward", [(task.eval_fn, b, None) for b in batches])
+        self.last_eval = task.eval_metrics(shards.gather(out))
+        return {f"eval/{k}": v for k, v in self.last_eval.items()}
+
+    def initial_eval(self) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        for report in self.splits.reports:
+            metrics.update(report.as_metrics())
+        metrics.update(self._evaluate())
+        return metrics
+
+    def step(self, step: int) -> dict[str, float]:
+        t, task, workers, train = self.spec.trainer, self.task, self.workers, self.splits.train
+        rows = train.rows(self.sampler.next_indices())
+        per_rank = per_rank_micro_batches(rows, workers.dp, t.micro_batch_per_device, task.collate)
+        if task.reference_fn is not None:
+            per_rank = workers.attach_reference(task.reference_fn, per_rank)
+        result = workers.policy.run_per_rank("train_step", [(mbs, task.loss_fn, task.mask_key) for mbs in per_rank])
+        metrics = {f"train/{k}": v for k, v in result[0].items()}
+        metrics["train/epoch"] = self.sampler.epoch + self.sampler.position / len(train)
+        eval_every = self.spec.eval.steps if self.spec.eval.steps > 0 else self.steps_per_epoch
+        if step % eval_every == 0 or step == self.total:
+            metrics.update(self._evaluate())
+        return metrics
+
+    def state(self, step: int) -> dict[str, Any]:
+        return {"sampler": self.sampler.state_dict()}
+
+    def save(self, folder: Path, step: int) -> None:
+        self.workers.policy.run_all("save_checkpoint", str(folder), {"step": step})
+        if self.spec.checkpoint.save_hf_every_checkpoint:
+            self.workers.policy.run_all("save_hf", str(folder / "hf"))
+
+    def load(self, folder: Path, state: dict[str, Any]) -> None:
+        self.workers.policy.run_all("load_checkpoint", str(folder))
+        self.sampler.load_state_dict(state["sampler"])
+
+    def finish(self) -> dict[str, Any]:
+        if not self.last_eval:
+            self._evaluate()
+        model_dir = self.run_dir / self.spec.checkpoint.output_dir
+        task = self.task
+        updates = task.final_config(self.last_eval) if task.final_config and self.last_eval else None
+        self.workers.policy.run_all("save_hf", str(model_dir), updates)
+        return {"model_dir": str(model_dir), "final_metrics": self.last_eval}
+
+
 def run_supervised(
     spec: ExperimentSpec, plan: Any, run_dir: Path, make_task: Callable[[ExperimentSpec, Any], Task], realize: Callable
 ) -> dict[str, Any]:
     """Train the task ``make_task(spec, tokenizer)`` as ``spec`` says; ``realize(spec, plan)`` gives the Ray
     placement (rlhf.launch.realize.realize)."""
-    from rlhf.data import ResumableSampler, build_datasets
-    from rlhf.models.loading import tokenizer_for
-    from rlhf.tracking import Progress, Tracker, summary_lines
+    from rlhf.pipelines.lifecycle import Runner
 
-    t_start = time.time()
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    t = spec.trainer
-    # Data before processes: a bad row stops the job here, naming file, row and key.
-    tokenizer = tokenizer_for(spec.model)
-    task = make_task(spec, tokenizer)
-    splits = build_datasets(spec, tokenizer, task.data_kind)
-    print(splits.summary(), file=sys.stderr)
-    train, evalset = splits.train, splits.eval
-    steps_per_epoch, total = _steps(spec, len(train))
-    sampler = ResumableSampler(len(train), t.global_batch, seed=spec.seed, shuffle=True, drop_last=True)
-
-    ckpt_root = Path(spec.checkpoint.dir)
-    ckpt = CheckpointManager(ckpt_root if ckpt_root.is_absolute() else run_dir / ckpt_root, spec.checkpoint.max_keep)
-    resume_from = ckpt.resolve_resume(spec.checkpoint.resume)
-    state = ckpt.driver_state(resume_from) if resume_from else {}
-    tracker = Tracker(spec, run_dir, run_id=state.get("mlflow_run_id"))
-    ok = False
-    realized = None
-    try:
-        tracker.rewind(int(state["step"]) if state else -1)  # a fresh run starts an empty metrics.jsonl
-        tracker.log_artifacts(run_artifacts(spec, plan, run_dir))
-        if not state:
-            for report in splits.reports:
-                tracker.log(report.as_metrics(), 0)
-        realized = realize(spec, plan)
-        workers = Workers(spec, realized, task, total)
-        dp, micro = workers.dp, t.micro_batch_per_device
-        start = 0
-        if resume_from:
-            workers.policy.run_all("load_checkpoint", str(resume_from))
-            sampler.load_state_dict(state["sampler"])
-            start = int(state["step"])
-            print(f"resumed from {resume_from} at step {start}", file=sys.stderr)
-
-        def evaluate(step: int) -> dict[str, float]:
-            if evalset is None:
-                return {}
-            shards = EvalShards.build(len(evalset), dp, micro)
-            batches = shards.batches(evalset, task.collate)
-            if task.reference_fn is not None:
-                batches = workers.attach_reference(task.reference_fn, batches)
-            out = workers.policy.run_per_rank("forward", [(task.eval_fn, b, None) for b in batches])
-            metrics = {f"eval/{k}": v for k, v in task.eval_metrics(shards.gather(out)).items()}
-            tracker.log(metrics, step)
-            return metrics
-
-        def save(step: int) -> Path:
-            tmp = ckpt.begin(step)
-            workers.policy.run_all("save_checkpoint", str(tmp), {"step": step})
-            if spec.checkpoint.save_hf_every_checkpoint:
-                workers.policy.run_all("save_hf", str(tmp / "hf"))
-            return ckpt.commit(
-                tmp,
-                step,
-                {"step": step, "sampler": sampler.state_dict(), "mlflow_run_id": tracker.run_id, "family": task.family},
-            )
-
-        last_eval = evaluate(0) if start == 0 else {}
-        progress = Progress(total, start, f"{task.family} train", task.progress_keys, spec.logging.progress)
-        if last_eval:
-            progress.write("step 0: " + ", ".join(f"{k}={v:.4g}" for k, v in last_eval.items()))
-        last_ckpt = resume_from
-        eval_every = spec.eval.steps if spec.eval.steps > 0 else steps_per_epoch
-        for step in range(start + 1, total + 1):
-            rows = train.rows(sampler.next_indices())
-            per_rank = per_rank_micro_batches(rows, dp, micro, task.collate)
-            if task.reference_fn is not None:
-                per_rank = workers.attach_reference(task.reference_fn, per_rank)
-            result = workers.policy.run_per_rank("train_step", [(mbs, task.loss_fn, task.mask_key) for mbs in per_rank])
-            metrics = {f"train/{k}": v for k, v in result[0].items()}
-            metrics["train/epoch"] = sampler.epoch + sampler.position / len(train)
-            tracker.log(metrics, step)
-            progress.update(metrics)
-            if step % eval_every == 0 or step == total:
-                last_eval = evaluate(step)
-                progress.write(f"step {step}: " + ", ".join(f"{k}={v:.4g}" for k, v in last_eval.items()))
-            if spec.checkpoint.save_steps > 0 and (step % spec.checkpoint.save_steps == 0 or step == total):
-                last_ckpt = save(step)
-        progress.close()
-        if not last_eval:
-            last_eval = evaluate(total)
-        model_dir = run_dir / spec.checkpoint.output_dir
-        updates = task.final_config(last_eval) if task.final_config and last_eval else None
-        workers.policy.run_all("save_hf", str(model_dir), updates)
-        result = {
-            "family": task.family,
-            "steps": total,
-            "seconds": time.time() - t_start,
-            "model_dir": str(model_dir),
-            "checkpoint": str(last_ckpt) if last_ckpt else None,
-            "mlflow_run_id": tracker.run_id,
-            "tracking_uri": tracker.tracking_uri if tracker.run_id else None,
-            "final_metrics": last_eval,
-            "run_dir": str(run_dir),
-        }
-        for line in summary_lines(result):
-            print(line, file=sys.stderr)
-        ok = True
-        return result
-    finally:
-        tracker.finish(ok)
-        if realized is not None:
-            realized.shutdown()
+    return Runner(spec, plan, run_dir, realize, SupervisedRecipe(spec, run_dir, make_task)).run()

@@ -19,20 +19,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.errors import WorkerFailure
 from rlhf.spec.schema import ExperimentSpec
 
 ROUTES = ("auto", "broadcast", "shared_memory", "object_store")
 _GRACE_S = 3.0  # after a first failure, how long the other members get to fail too (to name the real culprit)
 
 
-class WeightSyncError(RuntimeError):
+class WeightSyncError(WorkerFailure):
     """A sync (or its set-up or probe) failed; ``engine`` is the rollout engine at fault when one is known, so the
-    run lifecycle can restart it."""
+    run lifecycle can restart it. A checksum mismatch or a failed probe is not restartable: the run stops."""
+
+    restartable_kinds = ("died", "hung", "timeout", "failed")
 
     def __init__(self, message: str, *, engine: int | None = None, kind: str = "failed") -> None:
-        super().__init__(message)
-        self.engine = engine
-        self.kind = kind  # died | timeout | checksum | probe | failed
+        super().__init__(message, role="rollout", rank=engine, kind=kind)
+        self.engine = engine  # died | timeout | checksum | probe | failed
 
 
 def choose_routes(

@@ -301,6 +301,21 @@ class TrainerSpec:
     activation_mb_per_token: float | None = key(
         None, "override the plan's activation estimate (MiB per token; null: the formula)", gt=0
     )
+    max_restarts: int = key(
+        3,
+        "crashed or hung actors restarted per run before it stops (a rollout engine in place; a training rank: "
+        "every actor, from the last checkpoint); 0: stop at the first",
+        ge=0,
+    )
+    remote_timeout_s: float = key(
+        1800.0, "a call to a training rank or rollout engine taking longer is treated as hung (restarted)", gt=0
+    )
+    on_nonfinite: str = key(
+        "stop",
+        "a NaN/inf loss or gradient norm: stop (naming step, role and metric; the last checkpoint stays loadable) "
+        "| skip (DeepSpeed drops the step's update, ZeRO 1-3; 3 skipped in a row stop the run)",
+        choices=("stop", "skip"),
+    )
 
 
 @dataclass(frozen=True)
@@ -406,7 +421,12 @@ class CheckpointSpec:
     """Checkpoints, resume and the final model."""
 
     dir: str = key("checkpoints", "checkpoint folder, relative to the run directory", nonempty=True)
-    save_steps: int = key(0, "save every N steps; 0 only at the end", ge=0)
+    save_steps: int | None = key(
+        None, "save every N steps; null: about 10 checkpoints per run; 0: only at the end and on interrupt", ge=0
+    )
+    every_minutes: float | None = key(
+        30.0, "also save when this many minutes passed since the last checkpoint (null: off)", gt=0
+    )
     max_keep: int = key(3, "checkpoints kept (the oldest are deleted)", ge=1)
     resume: str = key(
         "auto", "auto: resume from dir when a checkpoint is there | never | a checkpoint path", nonempty=True

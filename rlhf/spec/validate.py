@@ -255,6 +255,12 @@ def _check_resources(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
     )
     for r in d.roles:
         c.require(d.devices.get(r, 0) >= 1, f"placement.devices.{r}", d.devices.get(r), "every role needs >= 1 device")
+    c.require(
+        t.on_nonfinite != "skip" or t.zero_stage >= 1,
+        "trainer.on_nonfinite",
+        t.on_nonfinite,
+        "skip needs trainer.zero_stage >= 1 (DeepSpeed's ZeRO optimizer is what drops a non-finite step)",
+    )
     lora = spec.model.lora
     if lora.rank > 0:
         c.require(

@@ -158,6 +158,14 @@ class EngineWorker(BaseWorker):
         norm_constant: float | None = None,
     ) -> dict[str, float]:
         """One optimizer step (see DeepSpeedTrainEngine.step)."""
+        from rlhf import faults
+
+        if faults.count_hits("rank.exit_on_train_step"):
+            os._exit(1)  # fault injection: a training rank dies
+        if faults.count_hits("rank.hang_on_train_step"):
+            import time
+
+            time.sleep(3600)  # fault injection: a training rank stops answering
         return self._trained().step(micro_batches, loss_fn, mask_key=mask_key, norm_constant=norm_constant)
 
     def forward(self, fn: Callable, batches: list[dict[str, Any]], name: str | None = None) -> list[Any]:
@@ -199,7 +207,8 @@ class EngineWorker(BaseWorker):
         if self.rank != 0:
             return {"rank": self.rank}
         self.sync_close()
-        capacity = max(self._sync_bucket_bytes, engine.largest_weight_bytes())
+        largest = engine.largest_weight_bytes()
+        capacity = max(self._sync_bucket_bytes, largest)
         self._sync_sender = WeightSender(
             GroupConfig.from_dict(cfg),
             self._sync_listen,
@@ -207,6 +216,7 @@ class EngineWorker(BaseWorker):
             capacity=capacity,
             checksums=checksums,
             shared=shared,
+            largest_tensor=largest,
         )
         return {"rank": 0, "capacity": capacity}
 
@@ -237,6 +247,12 @@ class EngineWorker(BaseWorker):
             self._sync_sender = None
 
     def save_checkpoint(self, path: str, client_state: dict[str, Any] | None = None) -> None:
+        from rlhf import faults
+
+        if faults.count_hits("rank.enospc_on_save"):
+            import errno
+
+            raise OSError(errno.ENOSPC, "No space left on device", path)  # fault injection: a full disk
         self._trained().save(path, client_state)
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:

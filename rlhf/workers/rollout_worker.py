@@ -30,6 +30,10 @@ class HFRolloutWorker:
         return {"pid": os.getpid(), "backend": "hf"}
 
     def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
+        from rlhf import faults
+
+        if faults.count_hits("engine.exit_on_generate"):
+            os._exit(1)  # fault injection: the engine's process dies mid-generate
         return self.engine.generate(prompts, sampling)
 
     def load_weights(self, named_tensors: list[tuple[str, Any]]) -> None:
@@ -56,12 +60,15 @@ class HFRolloutWorker:
         return {"rank": cfg["rank"], "route": route}
 
     def sync_pull(self, version: int, measure_memory: bool = False) -> list[dict[str, Any]]:
-        """Load the weights the sender streams, tensor by tensor (copied in place as they arrive)."""
+        """Load the weights the sender streams: each tensor received straight into the model's parameter (or, where
+        dtype or layout differ, copied in as it arrives)."""
         from rlhf.engines.weight_sync.memory import PeakRSS
 
         self.engine.wake()
+        targets = self.engine.direct_targets()
         with PeakRSS(measure_memory) as peak:
-            self.engine.load_weights(self._receiver.pull(version))
+            stream = self._receiver.pull(version, into=lambda e: targets(e.name, e.dtype, e.shape))
+            self.engine.load_weights(stream)
         report = self._receiver.report.to_dict()
         report["peak_rss_delta_mb"] = peak.delta_mb
         return [report]

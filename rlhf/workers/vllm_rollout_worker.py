@@ -33,6 +33,10 @@ class VLLMRolloutActor:
         }
 
     def generate(self, prompts: list[list[int]], sampling: SamplingSpec | dict[str, Any]) -> list[Rollout]:
+        from rlhf import faults
+
+        if faults.count_hits("engine.exit_on_generate"):
+            os._exit(1)  # fault injection: the engine's process dies mid-generate
         spec = sampling if isinstance(sampling, SamplingSpec) else SamplingSpec(**sampling)
         return self.engine.generate(prompts, spec)
 

@@ -39,17 +39,22 @@ def _buckets(weights, per_bucket=2):
     return [weights[i : i + per_bucket] for i in range(0, len(weights), per_bucket)]
 
 
-def _receiver_main(cfg: dict, route: str, stable: bool, versions: int, out, env: dict) -> None:
+def _raw(t: torch.Tensor) -> tuple:
+    # raw bytes, not tensors: torch would share tensors through fds that die with this process
+    return (str(t.dtype), tuple(t.shape), t.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+
+
+def _receiver_main(cfg: dict, route: str, stable: bool, versions: int, out, env: dict, direct: bool) -> None:
     os.environ.update(env)
     try:
         r = WeightReceiver(GroupConfig.from_dict(cfg), device=torch.device("cpu"), route=route, stable=stable)
         results = []
+        params = {n: torch.zeros_like(t) for n, t in _weights()}  # an engine's own tensors, written in place
         for v in range(1, versions + 1):
-            # raw bytes, not tensors: torch would share tensors through fds that die with this process
-            got = {
-                n: (str(t.dtype), tuple(t.shape), t.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-                for n, t in r.pull(v)
-            }
+            into = (lambda e: params.get(e.name)) if direct else None
+            got = {n: _raw(t) for n, t in r.pull(v, into=into)}
+            if direct:
+                got.update({n: _raw(t) for n, t in params.items() if n not in got})
             results.append((got, r.report.to_dict()))
         r.close()
         out.put(("ok", cfg["rank"], results))
@@ -57,7 +62,15 @@ def _receiver_main(cfg: dict, route: str, stable: bool, versions: int, out, env:
         out.put(("error", cfg["rank"], f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
 
 
-def _run(routes: list[str], *, versions: int = 1, env: dict | None = None, stable: bool = False, shared: bool = True):
+def _run(
+    routes: list[str],
+    *,
+    versions: int = 1,
+    env: dict | None = None,
+    stable: bool = False,
+    shared: bool = True,
+    direct: bool = False,
+):
     listen = listen_socket("127.0.0.1")
     port = listen.getsockname()[1]
     world = 1 + len(routes)
@@ -68,7 +81,7 @@ def _run(routes: list[str], *, versions: int = 1, env: dict | None = None, stabl
     procs = []
     for i, route in enumerate(routes):
         cfg = GroupConfig("127.0.0.1", port, world, i + 1, "gloo", data_ranks, TIMEOUT).to_dict()
-        p = ctx.Process(target=_receiver_main, args=(cfg, route, stable, versions, out, env or {}))
+        p = ctx.Process(target=_receiver_main, args=(cfg, route, stable, versions, out, env or {}, direct))
         p.start()
         procs.append(p)
     uses_shm = shared and "shared_memory" in routes
@@ -112,14 +125,15 @@ def test_header_round_trips_and_pack_keeps_raw_bytes():
         assert torch.equal(e.view(buf), t)  # bf16 included
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["yielded", "into-parameters"])
 @pytest.mark.parametrize("routes", [["broadcast"], ["shared_memory"], ["broadcast", "shared_memory", "broadcast"]])
-def test_every_route_delivers_every_tensor_bit_for_bit(routes):
-    reports, results = _run(routes, versions=2)
+def test_every_route_delivers_every_tensor_bit_for_bit(routes, direct):
+    reports, results = _run(routes, versions=2, direct=direct)
     for status, rank, payload in results:
         assert status == "ok", payload
         for v, (got, rep) in enumerate(payload, start=1):
             want = dict(_weights(v))
-            assert list(got) == list(want)
+            assert sorted(got) == sorted(want)
             for name, t in want.items():
                 assert torch.equal(_tensor(got[name]), t), (rank, v, name)
             assert rep["digest"] == reports[v - 1].digest and rep["first_mismatch"] is None

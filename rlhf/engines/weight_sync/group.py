@@ -132,6 +132,16 @@ class SyncGroup:
             raise RuntimeError("this member is not in the weight-sync data group")
         self.data.broadcast([payload]).wait()
 
+    def abort(self) -> None:
+        """Tear the groups down after a failure, so members still waiting on this one fail at once instead of
+        waiting for their timeout."""
+        for pg in {id(g): g for g in (self.data, self.control) if g is not None}.values():
+            try:
+                pg.abort()
+            except Exception:  # noqa: BLE001 - best effort: the peer may already be gone
+                pass
+        self.data = None
+
     def close(self) -> None:
         for pg in {id(g): g for g in (self.data, self.control) if g is not None}.values():
             try:

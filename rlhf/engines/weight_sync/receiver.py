@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -14,7 +14,18 @@ from torch import Tensor
 from rlhf import faults
 from rlhf.engines.weight_sync.group import GroupConfig, SyncGroup
 from rlhf.engines.weight_sync.shared import HostSegment, open_cuda
-from rlhf.engines.weight_sync.wire import ChecksumMismatch, Digest, Entry, Header, SyncReport, checksum
+from rlhf.engines.weight_sync.wire import (
+    ChecksumMismatch,
+    Digest,
+    Entry,
+    Header,
+    SyncReport,
+    checksum,
+    copy_with_checksum,
+)
+
+# Where a received tensor may land directly (the engine's own parameter), or None for a buffer.
+Destination = Callable[[Entry], "Tensor | None"]
 
 
 class WeightReceiver:
@@ -32,7 +43,6 @@ class WeightReceiver:
         self.device = device
         self.route = route
         self.stable = stable
-        self.label = f"rank {cfg.rank}"
         self._segment: HostSegment | None = None
         self._shared: Tensor | None = None
         self._scratch: Tensor | None = None
@@ -48,84 +58,112 @@ class WeightReceiver:
         self.group.barrier()
         self.report = SyncReport(version=-1, side="receiver", route=route)
 
-    def _payload(self, header: Header) -> Tensor:
-        if self._shared is not None:
-            return self._shared[: header.nbytes]
-        if self.stable or self._scratch is None or self._scratch.numel() < header.nbytes:
-            buf = torch.empty(header.nbytes, dtype=torch.uint8, device=self.device)
+    def _buffer(self, nbytes: int) -> Tensor:
+        if self.stable or self._scratch is None or self._scratch.numel() < nbytes:
+            buf = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
             if not self.stable:
                 self._scratch = buf
-        else:
-            buf = self._scratch
-        payload = buf[: header.nbytes]
-        self.group.broadcast_data(payload)
-        return payload
+            return buf
+        return self._scratch
 
-    def pull(self, version: int) -> Iterator[tuple[str, Tensor]]:
-        """Yield the sync's tensors as they arrive. Raises :class:`ChecksumMismatch` at the end if any tensor's
-        bytes differed (tensors from the first mismatch on are not yielded, the stream is still drained so the
-        sender never waits on us). A consumer that stops early makes the receiver drain the rest of the stream."""
+    def pull(self, version: int, into: Destination | None = None) -> Iterator[tuple[str, Tensor]]:
+        """Yield the sync's tensors as they arrive. ``into(entry)`` may name a tensor to receive straight into
+        (the engine's parameter: no copy on the broadcast route, one on the shared one); such tensors are not
+        yielded. Raises :class:`ChecksumMismatch` at the end if any tensor's bytes differed (tensors from the first
+        mismatch on are not yielded; the stream is still drained so the sender never waits on us). A consumer that
+        stops early makes the receiver drain the rest of the stream."""
         t0 = time.perf_counter()
         report = self.report = SyncReport(version=version, side="receiver", route=self.route)
         digest = Digest()
-        corrupt = faults.fault("sync.corrupt")
-        exit_after = faults.fault("sync.exit_after_bucket")
-        mismatch: str | None = None
-        finished = False
+        state = {"mismatch": None, "finished": False}
         try:
-            while True:
-                header = Header.decode(self.group.recv_bytes())
-                if header.version != version:
-                    raise RuntimeError(f"weight sync: expected version {version}, the sender sent {header.version}")
-                if header.last:
-                    finished = True
-                    report.digest = digest.hexdigest()
-                    if mismatch is None and header.digest and report.digest != header.digest:
-                        mismatch = "(sync digest)"
-                    break
-                payload = self._payload(header)
-                report.buckets += 1
-                if exit_after and report.buckets >= int(exit_after):
-                    os._exit(1)  # fault injection: this process dies mid-sync
-                items: list[tuple[str, Tensor]] = []
-                for e in header.entries:
-                    data = payload[e.offset : e.offset + e.nbytes]
-                    if corrupt and e.name == corrupt:
-                        data = data.clone()
-                        data[0] ^= 0xFF  # fault injection: one byte flipped in transit
-                    got = checksum(data) if e.checksum is not None else None
-                    digest.add(Entry(e.name, e.dtype, e.shape, e.offset, e.nbytes, got))
-                    if got != e.checksum and mismatch is None:
-                        mismatch = f"{e.name} (received checksum {got}, sent {e.checksum})"
-                    if mismatch is None:
-                        items.append((e.name, data.view(getattr(torch, e.dtype)).view(e.shape)))
-                    report.tensors += 1
-                    report.bytes += e.nbytes
-                acked = False
-                if self.stable and self._shared is not None:
-                    items = [(n, t.clone()) for n, t in items]  # own copies: the shared buffer is reused next
-                    if header.barrier:
-                        self.group.barrier()
-                        acked = True
-                yield from items
-                if header.barrier and not acked:
-                    self.group.barrier()
+            yield from self._stream(version, into, report, digest, state)
         except GeneratorExit:
-            if not finished:
-                self._drain(version)
+            if not state["finished"]:
+                self._drain()
+            raise
+        except BaseException:
+            self.group.abort()  # a broken stream: the sender and the other receivers stop waiting
             raise
         report.seconds = time.perf_counter() - t0
-        report.first_mismatch = mismatch
-        if mismatch is not None:
-            raise ChecksumMismatch(f"weight sync v{version}: tensor {mismatch} differs from what the sender sent")
+        report.first_mismatch = state["mismatch"]
+        if state["mismatch"] is not None:
+            raise ChecksumMismatch(
+                f"weight sync v{version}: tensor {state['mismatch']} differs from what the sender sent"
+            )
 
-    def _drain(self, version: int) -> None:
+    def _stream(self, version, into, report, digest, state) -> Iterator[tuple[str, Tensor]]:
+        corrupt = faults.fault("sync.corrupt")
+        exit_after = faults.fault("sync.exit_after_bucket")
+        while True:
+            header = Header.decode(self.group.recv_bytes())
+            if header.version != version:
+                raise RuntimeError(f"weight sync: expected version {version}, the sender sent {header.version}")
+            if header.last:
+                state["finished"] = True
+                report.digest = digest.hexdigest()
+                if state["mismatch"] is None and header.digest and report.digest != header.digest:
+                    state["mismatch"] = "(sync digest)"
+                return
+            report.buckets += 1
+            out: list[tuple[str, Tensor]] = []
+            shared = self._shared is not None and header.shared_offset >= 0
+            payload = self._shared[header.shared_offset :] if shared else self._buffer(header.nbytes)
+            for e in header.entries:
+                dest = into(e) if into is not None and state["mismatch"] is None else None
+                data = payload[e.offset : e.offset + e.nbytes]
+                if not shared:
+                    if dest is not None:
+                        data = dest.view(-1).view(torch.uint8)  # straight into the engine's parameter
+                    self.group.broadcast_data(data)
+                if exit_after and report.buckets >= int(exit_after):
+                    os._exit(1)  # fault injection: this process dies mid-sync
+                if corrupt and e.name == corrupt:
+                    if dest is None or shared:
+                        data = data.clone()
+                    data[0] ^= 0xFF  # fault injection: one byte flipped in transit
+                if shared and dest is not None:
+                    # from the shared half into the engine's parameter, checked on the way
+                    raw = dest.view(-1).view(torch.uint8)
+                    if e.checksum is not None:
+                        got = copy_with_checksum(raw, data)
+                    else:
+                        raw.copy_(data)
+                        got = None
+                    data = raw
+                else:
+                    got = checksum(data) if e.checksum is not None else None
+                digest.add(Entry(e.name, e.dtype, e.shape, e.offset, e.nbytes, got))
+                if got != e.checksum and state["mismatch"] is None:
+                    state["mismatch"] = f"{e.name} (received checksum {got}, sent {e.checksum})"
+                report.tensors += 1
+                report.bytes += e.nbytes
+                if state["mismatch"] is not None:
+                    continue
+                if dest is not None:
+                    report.in_place += 1
+                    continue
+                out.append((e.name, data.view(getattr(torch, e.dtype)).view(e.shape)))
+            acked = False
+            if header.barrier and (self.stable or not out):
+                if out:
+                    out = [(n, t.clone()) for n, t in out]  # own copies: the shared half is reused next
+                self.group.barrier()
+                acked = True
+            yield from out
+            if header.barrier and not acked:
+                self.group.barrier()
+
+    def _drain(self) -> None:
         """Receive and drop the rest of a sync (the consumer stopped early), so the sender is not left waiting."""
         while True:
             header = Header.decode(self.group.recv_bytes())
             if header.last:
                 return
-            self._payload(header)
+            if header.shared_offset < 0 or self._shared is None:
+                payload = self._buffer(header.nbytes)
+                for e in header.entries:
+                    self.group.broadcast_data(payload[e.offset : e.offset + e.nbytes])
             if header.barrier:
                 self.group.barrier()
 

@@ -1,0 +1,65 @@
+"""Ends a private Ray cluster's processes when the process that started it is gone, even after a SIGKILL (which
+gives that process no chance to clean up: Ray's dashboard and runtime-env agents were seen living on for minutes,
+holding ports). ``start_or_attach`` starts one reaper per process that starts a private cluster; it runs in its own
+session, so a terminal's Ctrl-C does not reach it.
+
+    python -m rlhf.launch.reaper DRIVER_PID
+
+Every second it records the driver's descendants (GCS, raylet, agents, workers, helper processes); once the driver
+is gone it waits a moment for a clean shutdown to finish, then terminates what is left and kills what still stays.
+A recorded process is only touched if its start time matches, so a recycled pid is left alone.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+GRACE_S = 2.0  # a driver that exited normally is shutting Ray down itself
+TERM_S = 3.0  # then SIGTERM, and SIGKILL after this long
+
+
+def watch(driver_pid: int, interval_s: float = 1.0) -> int:
+    import psutil
+
+    try:
+        driver = psutil.Process(driver_pid)
+    except psutil.NoSuchProcess:
+        return 0
+    known: dict[int, float] = {}
+    while driver.is_running() and driver.status() != psutil.STATUS_ZOMBIE:
+        try:
+            for p in driver.children(recursive=True):
+                known.setdefault(p.pid, p.create_time())
+        except psutil.Error:
+            pass
+        time.sleep(interval_s)
+    time.sleep(GRACE_S)
+    left = []
+    for pid, started in known.items():
+        try:
+            p = psutil.Process(pid)
+            if abs(p.create_time() - started) < 0.01:
+                left.append(p)
+        except psutil.Error:
+            continue
+    for p in left:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(left, timeout=TERM_S)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    return len(left)
+
+
+def main() -> None:
+    sys.exit(0 if watch(int(sys.argv[1])) >= 0 else 1)
+
+
+if __name__ == "__main__":
+    main()

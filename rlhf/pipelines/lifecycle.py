@@ -1,0 +1,321 @@
+"""One run lifecycle for every pipeline, in the spirit of torchtune's recipes: a pipeline is a small ``Recipe``
+(prepare its data, set up its actors, run one step, save and load its own state, finish, tear down) and the
+``Runner`` owns what every pipeline shares:
+
+- resume: the last complete checkpoint of the run folder (``checkpoint.resume``), or a note that there is none;
+- the checkpoint policy: every ``checkpoint.save_steps`` (default about ten per run) or ``checkpoint.every_minutes``,
+  at the end, and on SIGINT/SIGTERM at the next step boundary (a second signal stops at once);
+- restarts (``trainer.max_restarts``): a crashed or hung rollout engine is restarted in place by the recipe and its
+  step carried on; a crashed or hung training rank restarts every actor of the job from the last checkpoint;
+- numbers: the first non-finite loss or gradient norm stops the run naming step, role and metric
+  (``trainer.on_nonfinite=skip``: DeepSpeed drops the step, three in a row stop);
+- tracking (metrics.jsonl and MLflow, never the same step twice), progress, and teardown of every actor.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from rlhf.errors import RunInterrupted, UserError, WorkerFailure
+from rlhf.pipelines.checkpoint import CheckpointManager
+from rlhf.pipelines.interrupts import Interrupts
+from rlhf.pipelines.run_files import run_artifacts
+from rlhf.spec.schema import ExperimentSpec
+
+# Metric names whose non-finite value means the step's numbers went bad (suffix match on the logged key).
+WATCHED = ("loss", "policy_loss", "critic_loss", "grad_norm", "actor_grad_norm", "critic_grad_norm")
+SKIPS_IN_A_ROW = 3
+
+
+class Recipe(Protocol):
+    """What a pipeline supplies to the Runner."""
+
+    family: str
+    label: str  # progress bar label
+    progress_keys: tuple[str, ...]  # metrics shown on the bar
+
+    def prepare(self) -> int:
+        """Tokenizer and data, before any process starts (a bad row stops here); returns the number of steps."""
+        ...
+
+    def setup(self, realized: Any) -> None:
+        """Start the actors on the placement (again after a training rank died)."""
+        ...
+
+    def initial_eval(self) -> dict[str, float]:
+        """Metrics of the untrained model, logged at step 0 (empty: none)."""
+        ...
+
+    def step(self, step: int) -> dict[str, float]:
+        """One step; metrics keyed as logged (``train/...``, ``eval/...``). Called again for the same step after
+        :meth:`recover` succeeded, to carry it on from where it failed."""
+        ...
+
+    def recover(self, failure: WorkerFailure) -> bool:
+        """Repair ``failure`` in place (restart a rollout engine and bring it up to date); False when only a restart
+        of every actor from the last checkpoint can help."""
+        ...
+
+    def state(self, step: int) -> dict[str, Any]:
+        """The driver's state for a checkpoint (data position, controllers, ...); JSON-serialisable."""
+        ...
+
+    def save(self, folder: Path, step: int) -> None:
+        """The trained roles' states into ``folder``."""
+        ...
+
+    def load(self, folder: Path, state: dict[str, Any]) -> None:
+        """Restore what :meth:`save` and :meth:`state` wrote."""
+        ...
+
+    def reset(self) -> None:
+        """Back to the driver's initial state (a restart of every actor before the first checkpoint)."""
+        ...
+
+    def finish(self) -> dict[str, Any]:
+        """The final model (and anything else the pipeline writes at the end); fields of the summary."""
+        ...
+
+    def teardown(self) -> None:
+        """Stop what the recipe started besides the actors (threads, servers); idempotent."""
+        ...
+
+
+@dataclass
+class Restarts:
+    """The restart budget of one run (``trainer.max_restarts``)."""
+
+    limit: int
+    used: int = 0
+    history: list[str] = field(default_factory=list)
+
+    def take(self, failure: WorkerFailure, resume_hint: str) -> None:
+        if not failure.restartable or self.used >= self.limit:
+            why = "not a crash or a hang" if not failure.restartable else f"{self.used} restart(s) used of {self.limit}"
+            raise RunFailed(f"{failure}\nthe run stops ({why}; trainer.max_restarts); {resume_hint}") from failure
+        self.used += 1
+        self.history.append(f"{failure.role} rank {failure.rank}: {failure.kind}")
+        print(f"restart {self.used}/{self.limit}: {str(failure).splitlines()[0]}", file=sys.stderr, flush=True)
+
+
+class RunFailed(UserError):
+    """The run stopped on a failure it could not (or may not) recover from; the message says where to resume."""
+
+
+class NonFinite(UserError):
+    """A loss or gradient norm became NaN or infinite."""
+
+
+def checkpoint_every(spec: ExperimentSpec, total: int) -> int:
+    """Steps between checkpoints: ``checkpoint.save_steps``, or about ten per run when it is null; 0: never
+    (only at the end and on interrupt)."""
+    n = spec.checkpoint.save_steps
+    if n is None:
+        return max(math.ceil(total / 10), 1)
+    return n
+
+
+def nonfinite(metrics: dict[str, float]) -> list[tuple[str, float]]:
+    """The watched metrics that are NaN or infinite."""
+    out = []
+    for k, v in metrics.items():
+        if k.rsplit("/", 1)[-1] in WATCHED and isinstance(v, float) and not math.isfinite(v):
+            out.append((k, v))
+    return out
+
+
+def resume_command(run_dir: Path) -> str:
+    return f"rlhf-run --resume {run_dir}"
+
+
+class Runner:
+    """Runs a recipe on the plan's placement with the lifecycle above; returns the summary dict."""
+
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        plan: Any,
+        run_dir: Path,
+        realize: Callable[[ExperimentSpec, Any], Any],
+        recipe: Recipe,
+    ) -> None:
+        self.spec, self.plan, self.realize, self.recipe = spec, plan, realize, recipe
+        self.run_dir = Path(run_dir)
+        root = Path(spec.checkpoint.dir)
+        self.ckpt = CheckpointManager(root if root.is_absolute() else self.run_dir / root, spec.checkpoint.max_keep)
+        self.restarts = Restarts(spec.trainer.max_restarts)
+        self.realized: Any = None
+        self.last_ckpt: Path | None = None
+        self.skipped_in_a_row = 0
+        self.skipped = 0
+
+    # -- checkpoints ----------------------------------------------------------------------------------------------
+    def _save(self, step: int) -> Path:
+        driver = {**self.recipe.state(step), "step": step, "family": self.recipe.family}
+        if self.tracker.run_id:
+            driver["mlflow_run_id"] = self.tracker.run_id
+        tmp = self.ckpt.begin(step)
+        try:
+            self.recipe.save(tmp, step)
+            path = self.ckpt.commit(tmp, step, driver)
+        except BaseException as e:
+            self.ckpt.abort(tmp, e, step)  # removes the partial folder; raises a CheckpointError naming the cause
+            raise
+        self.last_ckpt, self.last_save_time = path, time.monotonic()
+        return path
+
+    def _due(self, step: int, total: int) -> bool:
+        every = checkpoint_every(self.spec, total)
+        if step == total:
+            return True
+        if every and step % every == 0:
+            return True
+        minutes = self.spec.checkpoint.every_minutes
+        return minutes is not None and time.monotonic() - self.last_save_time >= minutes * 60
+
+    def _resume_hint(self) -> str:
+        where = f"the last checkpoint is {self.last_ckpt}" if self.last_ckpt else "no checkpoint was written yet"
+        return f"{where}; resume with: {resume_command(self.run_dir)}"
+
+    # -- the run --------------------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        from rlhf.tracking import Progress, Tracker, summary_lines
+
+        t_start = time.time()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        total = self.recipe.prepare()
+        resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
+        state = self.ckpt.driver_state(resume_from) if resume_from else {}
+        self.tracker = Tracker(self.spec, self.run_dir, run_id=state.get("mlflow_run_id"))
+        if resume_from is None and self.spec.checkpoint.resume == "auto" and self.tracker.previous_steps():
+            print(
+                f"no checkpoint in {self.ckpt.root}: starting again from step 1 (the previous attempt logged "
+                f"{self.tracker.previous_steps()} step(s); MLflow keeps the points it has)",
+                file=sys.stderr,
+            )
+        self.last_ckpt, self.last_save_time = resume_from, time.monotonic()
+        status = "FAILED"
+        step = 0
+        try:
+            with Interrupts() as interrupts:
+                self.tracker.rewind(int(state["step"]) if state else -1)  # a fresh run: an empty metrics.jsonl
+                self.tracker.log_artifacts(run_artifacts(self.spec, self.plan, self.run_dir))
+                self.realized = self.realize(self.spec, self.plan)
+                self.recipe.setup(self.realized)
+                start = 0
+                if resume_from is not None:
+                    self.recipe.load(resume_from, state)
+                    start = int(state["step"])
+                    print(f"resumed from {resume_from} at step {start}", file=sys.stderr)
+                else:
+                    first = self.recipe.initial_eval()
+                    if first:
+                        self.tracker.log(first, 0)
+                        print(
+                            "step 0: " + ", ".join(f"{k.removeprefix('eval/')}={v:.3g}" for k, v in first.items()),
+                            file=sys.stderr,
+                        )
+                progress = Progress(
+                    total, start, self.recipe.label, self.recipe.progress_keys, self.spec.logging.progress
+                )
+                step = start + 1
+                while step <= total:
+                    if interrupts.requested:
+                        break
+                    try:
+                        metrics = self.recipe.step(step)
+                    except WorkerFailure as failure:
+                        self.restarts.take(failure, self._resume_hint())
+                        if self.recipe.recover(failure):
+                            continue  # the same step, carried on with the engine restarted
+                        step = self._restart_from_checkpoint(progress)
+                        continue
+                    self._check_numbers(metrics, step)
+                    metrics["train/restarts"] = float(self.restarts.used)
+                    self.tracker.log(metrics, step)
+                    progress.update(metrics)
+                    evals = {k.removeprefix("eval/"): v for k, v in metrics.items() if k.startswith("eval/")}
+                    if evals:
+                        progress.write(f"step {step}: " + ", ".join(f"{k}={v:.3g}" for k, v in evals.items()))
+                    if self._due(step, total) or interrupts.requested:
+                        self._save(step)
+                    step += 1
+                progress.close()
+                if interrupts.requested:
+                    done = step - 1
+                    if done > 0 and (self.last_ckpt is None or CheckpointManager.step_of(self.last_ckpt) != done):
+                        self._save(done)
+                    status = "KILLED"
+                    raise RunInterrupted(interrupts.requested, done, self.last_ckpt, self.run_dir)
+                result = {
+                    "family": self.recipe.family,
+                    "steps": total,
+                    "seconds": time.time() - t_start,
+                    "checkpoint": str(self.last_ckpt) if self.last_ckpt else None,
+                    "mlflow_run_id": self.tracker.run_id,
+                    "tracking_uri": self.tracker.tracking_uri if self.tracker.run_id else None,
+                    "run_dir": str(self.run_dir),
+                    "restarts": self.restarts.used,
+                    "skipped_steps": self.skipped,
+                    **self.recipe.finish(),
+                }
+            for line in summary_lines(result):
+                print(line, file=sys.stderr)
+            status = "FINISHED"
+            return result
+        except KeyboardInterrupt as e:  # a second signal: stop at once
+            status = "KILLED"
+            raise RunInterrupted(str(e) or "SIGINT", max(step - 1, 0), self.last_ckpt, self.run_dir) from None
+        finally:
+            self.recipe.teardown()
+            self.tracker.finish(status)
+            if self.realized is not None:
+                self.realized.shutdown()
+
+    def _restart_from_checkpoint(self, progress: Any) -> int:
+        """Every actor again, from the last checkpoint (or from the start when there is none); the step to run."""
+        self.recipe.teardown()
+        self.realized.kill_actors()
+        self.recipe.setup(self.realized)
+        ck = self.ckpt.latest()
+        if ck is None:
+            print("restarting from step 1 (no checkpoint yet)", file=sys.stderr)
+            self.recipe.reset()
+            back = 0
+        else:
+            state = self.ckpt.driver_state(ck)
+            self.recipe.load(ck, state)
+            back = int(state["step"])
+            print(f"restarted every actor from {ck} (step {back})", file=sys.stderr)
+        self.tracker.rewind(back)
+        progress.bar.n = back
+        return back + 1
+
+    def _check_numbers(self, metrics: dict[str, float], step: int) -> None:
+        bad = nonfinite(metrics)
+        if not bad:
+            self.skipped_in_a_row = 0
+            return
+        names = ", ".join(f"{k}={v}" for k, v in bad)
+        role = "critic" if all("critic" in k for k, _ in bad) else "policy"
+        if self.spec.trainer.on_nonfinite == "skip":
+            self.skipped += 1
+            self.skipped_in_a_row += 1
+            metrics["train/skipped_steps"] = float(self.skipped)
+            if self.skipped_in_a_row < SKIPS_IN_A_ROW:
+                print(f"step {step}: {names} ({role}); the step's update was dropped", file=sys.stderr)
+                return
+            raise NonFinite(
+                f"step {step}, role {role}: {names} for {SKIPS_IN_A_ROW} steps in a row (trainer.on_nonfinite=skip): "
+                f"the run stops; lower trainer.lr or check the data; {self._resume_hint()}"
+            )
+        raise NonFinite(
+            f"step {step}, role {role}: {names}: the numbers went bad, the run stops before saving them; lower "
+            f"trainer.lr (or set trainer.on_nonfinite=skip to drop such steps); {self._resume_hint()}"
+        )

@@ -1,0 +1,148 @@
+"""Faults injected into real runs (Ray, DeepSpeed, hf engines): a rollout engine killed mid-generate or mid-sync and
+a training rank killed or hung are restarted and the run finishes (with the hf engine, with the per-step metrics of
+an uninterrupted run); exhausted restarts, non-finite numbers and a full disk stop with a message that names what
+failed, the last checkpoint and the command to resume."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from rlhf.launch.job import run
+from rlhf.launch.plan import plan
+from rlhf.pipelines.checkpoint import CheckpointError, CheckpointManager
+from rlhf.pipelines.lifecycle import NonFinite, RunFailed
+from rlhf.spec.build import load_spec
+from rlhf.tracking.tracker import read_metrics
+
+pytestmark = pytest.mark.slow
+
+STEPS = 4
+BASE = [
+    "+recipe=grpo_tiny_cpu",
+    f"trainer.max_steps={STEPS}",
+    "rollout.prompts_per_step=8",
+    "trainer.global_batch=32",
+    "trainer.micro_batch_per_device=16",
+    "trainer.lr=5e-3",
+    "checkpoint.save_steps=1",
+    "eval.steps=0",
+    "logging.mlflow=false",
+    "logging.progress=false",
+]
+KEYS = ("train/reward", "train/policy_loss", "train/kl", "train/response_length")
+
+
+def _per_step(run_dir: Path) -> dict[int, tuple]:
+    return {int(r["step"]): tuple(r[k] for k in KEYS) for r in read_metrics(run_dir) if "train/reward" in r}
+
+
+def _run(run_dir: Path, *overrides: str) -> dict:
+    spec = load_spec([*BASE, *overrides])
+    return run(spec, plan(spec), run_dir)
+
+
+def _faults(monkeypatch, tmp_path: Path, faults: str) -> None:
+    once = tmp_path / "once"
+    once.mkdir(exist_ok=True)
+    monkeypatch.setenv("RLHF_FAULTS", faults)
+    monkeypatch.setenv("RLHF_FAULTS_ONCE_DIR", str(once))
+
+
+def _close(a: dict[int, tuple], b: dict[int, tuple]) -> bool:
+    return sorted(a) == sorted(b) and all(
+        math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-7) for s in a for x, y in zip(a[s], b[s], strict=True)
+    )
+
+
+@pytest.fixture(scope="module")
+def straight(ray_cluster, tmp_path_factory) -> dict[int, tuple]:
+    run_dir = tmp_path_factory.mktemp("straight")
+    _run(run_dir)
+    return _per_step(run_dir)
+
+
+def test_an_engine_killed_mid_generate_is_restarted_and_the_run_matches_an_uninterrupted_one(
+    straight, tmp_path, monkeypatch
+):
+    _faults(monkeypatch, tmp_path, "engine.exit_on_generate:2")
+    result = _run(tmp_path / "run")
+    assert result["restarts"] == 1
+    assert _close(_per_step(tmp_path / "run"), straight)
+
+
+def test_an_engine_killed_mid_sync_is_restarted_and_the_run_matches_an_uninterrupted_one(
+    straight, tmp_path, monkeypatch
+):
+    _faults(monkeypatch, tmp_path, "sync.exit_after_bucket:2")
+    result = _run(tmp_path / "run", "rollout.weight_sync=broadcast", "rollout.weight_sync_bucket_mb=0.25")
+    assert result["restarts"] == 1
+    assert _close(_per_step(tmp_path / "run"), straight)
+
+
+def test_a_training_rank_killed_restarts_every_actor_from_the_last_checkpoint(straight, tmp_path, monkeypatch):
+    _faults(monkeypatch, tmp_path, "rank.exit_on_train_step:3")
+    result = _run(tmp_path / "run")
+    assert result["restarts"] == 1
+    assert _close(_per_step(tmp_path / "run"), straight)  # resumed from step 2's checkpoint, equal per step
+
+
+def test_a_hung_training_rank_is_restarted_after_the_remote_timeout(straight, tmp_path, monkeypatch):
+    _faults(monkeypatch, tmp_path, "rank.hang_on_train_step:2")
+    result = _run(tmp_path / "run", "trainer.remote_timeout_s=15")
+    assert result["restarts"] == 1 and sorted(_per_step(tmp_path / "run")) == list(range(1, STEPS + 1))
+
+
+def test_exhausted_restarts_stop_naming_the_role_the_checkpoint_and_the_resume_command(
+    ray_cluster, tmp_path, monkeypatch
+):
+    _faults(monkeypatch, tmp_path, "engine.exit_on_generate:3")
+    with pytest.raises(RunFailed) as e:
+        _run(tmp_path / "run", "trainer.max_restarts=0")
+    msg = str(e.value)
+    assert "rollout engine 0" in msg and "died during generate" in msg and "trainer.max_restarts" in msg
+    assert f"rlhf-run --resume {tmp_path / 'run'}" in msg and "step00000002" in msg
+    assert CheckpointManager(tmp_path / "run" / "checkpoints").latest().name == "step00000002"
+
+
+def test_a_nonfinite_loss_stops_naming_step_role_and_metric_and_keeps_the_last_checkpoint(ray_cluster, tmp_path):
+    with pytest.raises(NonFinite) as e:
+        _run(tmp_path / "run", "trainer.lr=1e9", "trainer.max_steps=6")
+    msg = str(e.value)
+    assert "role policy" in msg and ("policy_loss=nan" in msg or "grad_norm=" in msg), msg
+    step = int(msg.split("step ")[1].split(",")[0])
+    latest = CheckpointManager(tmp_path / "run" / "checkpoints").latest()
+    assert latest is not None and CheckpointManager.step_of(latest) == step - 1  # saved before the bad step only
+    assert CheckpointManager.driver_state(latest)["step"] == step - 1
+
+
+def test_skip_drops_nonfinite_steps_and_stops_after_three_in_a_row(ray_cluster, tmp_path):
+    with pytest.raises(NonFinite) as e:
+        _run(tmp_path / "run", "trainer.lr=1e9", "trainer.max_steps=8", "trainer.on_nonfinite=skip")
+    assert "3 steps in a row" in str(e.value)
+    skipped = [r for r in read_metrics(tmp_path / "run") if "train/skipped_steps" in r]
+    assert [r["train/skipped_steps"] for r in skipped] == [1.0, 2.0, 3.0]
+
+
+def test_a_full_disk_names_the_path_and_removes_the_partial_checkpoint(ray_cluster, tmp_path, monkeypatch):
+    # The rank's save fails the way a full disk fails it (ENOSPC inside DeepSpeed's writer).
+    _faults(monkeypatch, tmp_path, "rank.enospc_on_save:2")
+    with pytest.raises(CheckpointError) as e:
+        _run(tmp_path / "run")
+    msg = str(e.value)
+    assert "no space left on device" in msg and "step00000002" in msg and "step00000001 is intact" in msg
+    ckpts = tmp_path / "run" / "checkpoints"
+    assert not list(ckpts.glob(".tmp-*")) and CheckpointManager(ckpts).latest().name == "step00000001"
+
+
+def test_a_checkpoint_larger_than_the_free_space_is_refused_before_writing(tmp_path):
+    m = CheckpointManager(tmp_path)
+    tmp = m.begin(1)
+    with open(tmp / "huge.bin", "wb") as f:  # sparse: 64 TiB of apparent size, no real blocks
+        f.truncate(64 * 2**40)
+    m.commit(tmp, 1, {"step": 1})
+    with pytest.raises(CheckpointError, match=r"no space left on device .* step 2 .* needs ~\d+ MB, \d+ MB free"):
+        m.begin(2)
+    assert not list(tmp_path.glob(".tmp-*"))
