@@ -12,6 +12,7 @@ Points in use (grep for ``fault("``):
     rank.exit_on_train_step:N   a training rank's process exits on its N-th optimizer step (1-based)
     rank.hang_on_train_step:N   ... or stops answering there (sleeps for an hour)
     rank.enospc_on_save:N       a training rank's N-th checkpoint save fails with ENOSPC (a full disk)
+    rank.nan_loss_on_train_steps:A-B   a training rank's optimizer steps A to B (1-based) get a NaN loss
 With ``RLHF_FAULTS_ONCE_DIR`` set, a point fires once per run, not once per process: a marker file in that folder
 records it, so a restarted process does not fail again.
 """
@@ -54,6 +55,20 @@ def count_hits(point: str) -> bool:
     _counts[point] = _counts.get(point, 0) + 1
     if _counts[point] != int(arg or 1):
         return False
+    return first_time(point)
+
+
+def in_range(point: str, n: int) -> bool:
+    """Whether ``n`` lies in the armed range ``A-B`` (or equals ``A``) of ``point``."""
+    arg = fault(point)
+    if not arg:
+        return False
+    lo, _, hi = arg.partition("-")
+    return int(lo) <= n <= int(hi or lo)
+
+
+def first_time(point: str) -> bool:
+    """True unless ``point`` already fired in this run (with a once-folder; without one, always True)."""
     folder = os.environ.get(ONCE_DIR)
     if folder:
         marker = os.path.join(folder, point)

@@ -144,7 +144,7 @@ def start_reaper() -> None:
         [sys.executable, "-m", "rlhf.launch.reaper", str(os.getpid())],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=open(os.environ["RLHF_REAPER_LOG"], "a") if os.environ.get("RLHF_REAPER_LOG") else subprocess.DEVNULL,
         start_new_session=True,
         close_fds=True,
     )

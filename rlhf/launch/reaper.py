@@ -12,6 +12,7 @@ A recorded process is only touched if its start time matches, so a recycled pid 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -27,10 +28,12 @@ def watch(driver_pid: int, interval_s: float = 1.0) -> int:
     except psutil.NoSuchProcess:
         return 0
     known: dict[int, float] = {}
+    me = os.getpid()  # started by the driver, so one of its children: never our own target
     while driver.is_running() and driver.status() != psutil.STATUS_ZOMBIE:
         try:
             for p in driver.children(recursive=True):
-                known.setdefault(p.pid, p.create_time())
+                if p.pid != me:
+                    known.setdefault(p.pid, p.create_time())
         except psutil.Error:
             pass
         time.sleep(interval_s)

@@ -34,6 +34,13 @@ class Interrupts:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
+    def reinstall(self) -> None:
+        """Ours again after something replaced them: Ray's driver installs a SIGTERM handler that aborts the
+        process (exit status -6) when it connects."""
+        if self._previous and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, self._handle)
+
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]

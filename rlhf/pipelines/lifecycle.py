@@ -130,6 +130,16 @@ def nonfinite(metrics: dict[str, float]) -> list[tuple[str, float]]:
     return out
 
 
+def _headline_evals(metrics: dict[str, float]) -> dict[str, float]:
+    """The eval metrics worth a console line (pass@k, loss, accuracy), without the lengths and counts."""
+    noise = ("response_length", "truncated", "num_samples", "samples")
+    return {
+        k.removeprefix("eval/"): v
+        for k, v in metrics.items()
+        if k.startswith("eval/") and not any(n in k for n in noise)
+    }
+
+
 def resume_command(run_dir: Path) -> str:
     return f"rlhf-run --resume {run_dir}"
 
@@ -207,6 +217,7 @@ class Runner:
                 self.tracker.rewind(int(state["step"]) if state else -1)  # a fresh run: an empty metrics.jsonl
                 self.tracker.log_artifacts(run_artifacts(self.spec, self.plan, self.run_dir))
                 self.realized = self.realize(self.spec, self.plan)
+                interrupts.reinstall()  # connecting to Ray replaced the SIGTERM handler
                 self.recipe.setup(self.realized)
                 start = 0
                 if resume_from is not None:
@@ -231,8 +242,7 @@ class Runner:
                     try:
                         metrics = self.recipe.step(step)
                     except WorkerFailure as failure:
-                        self.restarts.take(failure, self._resume_hint())
-                        if self.recipe.recover(failure):
+                        if self._recover(failure):
                             continue  # the same step, carried on with the engine restarted
                         step = self._restart_from_checkpoint(progress)
                         continue
@@ -240,7 +250,7 @@ class Runner:
                     metrics["train/restarts"] = float(self.restarts.used)
                     self.tracker.log(metrics, step)
                     progress.update(metrics)
-                    evals = {k.removeprefix("eval/"): v for k, v in metrics.items() if k.startswith("eval/")}
+                    evals = _headline_evals(metrics)
                     if evals:
                         progress.write(f"step {step}: " + ", ".join(f"{k}={v:.3g}" for k, v in evals.items()))
                     if self._due(step, total) or interrupts.requested:
@@ -277,6 +287,16 @@ class Runner:
             self.tracker.finish(status)
             if self.realized is not None:
                 self.realized.shutdown()
+
+    def _recover(self, failure: WorkerFailure) -> bool:
+        """Spend a restart on ``failure`` and let the recipe repair it in place; a failure while repairing spends
+        another. False: only every actor from the last checkpoint can help."""
+        while True:
+            self.restarts.take(failure, self._resume_hint())
+            try:
+                return self.recipe.recover(failure)
+            except WorkerFailure as again:
+                failure = again
 
     def _restart_from_checkpoint(self, progress: Any) -> int:
         """Every actor again, from the last checkpoint (or from the start when there is none); the step to run."""

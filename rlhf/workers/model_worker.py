@@ -166,6 +166,9 @@ class EngineWorker(BaseWorker):
             import time
 
             time.sleep(3600)  # fault injection: a training rank stops answering
+        self._steps_done = getattr(self, "_steps_done", 0) + 1
+        if faults.in_range("rank.nan_loss_on_train_steps", self._steps_done):
+            loss_fn = _nan_loss(loss_fn)  # fault injection: this step's numbers go bad
         return self._trained().step(micro_batches, loss_fn, mask_key=mask_key, norm_constant=norm_constant)
 
     def forward(self, fn: Callable, batches: list[dict[str, Any]], name: str | None = None) -> list[Any]:
@@ -271,6 +274,14 @@ class EngineWorker(BaseWorker):
 
     def reload_states(self) -> None:
         self._trained().reload_states()
+
+
+def _nan_loss(loss_fn: Callable) -> Callable:
+    def wrapped(model: Any, batch: Any, norm: Any) -> Any:
+        loss, metrics = loss_fn(model, batch, norm)
+        return loss * float("nan"), metrics
+
+    return wrapped
 
 
 def _to_cpu(x: Any) -> Any:

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from sockets_helper import listening_sockets_of
 
 from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.spec.validate import vllm_cpu_available
 from rlhf.tracking.tracker import read_metrics
-from sockets_helper import listening_sockets_of
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +72,8 @@ def test_an_interrupt_checkpoints_prints_one_line_exits_130_and_resume_finishes(
     run_dir = tmp_path / "run"
     proc = _start(tmp_path, run_dir, "trainer.max_steps=30", "checkpoint.save_steps=0")
     _wait_for(lambda: _steps_logged(run_dir) >= 2, proc, "two steps")
-    os.killpg(proc.pid, sig)  # the whole process group, as a terminal's Ctrl-C does
+    # Ctrl-C reaches the terminal's whole process group; SIGTERM comes to the process (kill PID, a supervisor)
+    os.killpg(proc.pid, sig) if sig == signal.SIGINT else os.kill(proc.pid, sig)
     rc = proc.wait(timeout=120)
     out = (tmp_path / "run.log").read_text()
     last = [ln for ln in out.splitlines() if ln.strip()][-1]

@@ -116,7 +116,7 @@ class WeightReceiver:
                     if dest is not None:
                         data = dest.view(-1).view(torch.uint8)  # straight into the engine's parameter
                     self.group.broadcast_data(data)
-                if exit_after and report.buckets >= int(exit_after):
+                if exit_after and report.buckets >= int(exit_after) and faults.first_time("sync.exit_after_bucket"):
                     os._exit(1)  # fault injection: this process dies mid-sync
                 if corrupt and e.name == corrupt:
                     if dest is None or shared:
