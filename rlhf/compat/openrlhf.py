@@ -115,10 +115,16 @@ class _FallbackFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             parent = sys.modules.get(fullname.rpartition(".")[0])
             if parent is None or not getattr(parent, _MARK, False):
                 return None  # a submodule of a real openrlhf: not ours to serve
+        elif self._later_finders_find(fullname, path, target):
+            return None  # a finder added after ours (a late editable install) knows a real one: let it serve
         module = PROVIDED.get(fullname)
         if module is None:
             raise _not_provided(f"module {fullname}")
         return importlib.util.spec_from_loader(fullname, self, is_package=module.package)
+
+    def _later_finders_find(self, fullname: str, path: Any, target: Any) -> bool:
+        finders = sys.meta_path[sys.meta_path.index(self) + 1 :] if self in sys.meta_path else []
+        return any(getattr(f, "find_spec", None) and f.find_spec(fullname, path, target) for f in finders)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return None  # the default module object
@@ -138,8 +144,12 @@ def _finder() -> _FallbackFinder | None:
 
 def install() -> None:
     """Make ``import openrlhf...`` resolve to the stand-in wherever no real package is found. Idempotent."""
-    if _finder() is None:
+    finder = _finder()
+    if finder is None:
         sys.meta_path.append(_FallbackFinder())
+    elif sys.meta_path[-1] is not finder:  # finders appended since: ours goes back to the end
+        sys.meta_path.remove(finder)
+        sys.meta_path.append(finder)
 
 
 def real_openrlhf_spec() -> importlib.machinery.ModuleSpec | None:

@@ -151,8 +151,9 @@ class SupervisedRecipe:
         if task.reference_fn is not None:
             batches = workers.attach_reference(task.reference_fn, batches)
         out = workers.policy.run_per_rank("forward", [(task.eval_fn, b, None) for b in batches])
-        self.last_eval = task.eval_metrics(shards.gather(out))
-        return {f"eval/{k}": v for k, v in self.last_eval.items()}
+        # Prefixed as logged: final_metrics, the RM's stored mean/std and sweep objectives read these names.
+        self.last_eval = {f"eval/{k}": v for k, v in task.eval_metrics(shards.gather(out)).items()}
+        return dict(self.last_eval)
 
     def initial_eval(self) -> dict[str, float]:
         metrics: dict[str, float] = {}

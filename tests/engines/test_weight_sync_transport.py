@@ -71,6 +71,8 @@ def _run(
     shared: bool = True,
     direct: bool = False,
 ):
+    # This process may already listen elsewhere (a Ray driver, other tests' servers): only the group's count.
+    before = set(listening_sockets_of(os.getpid()))
     listen = listen_socket("127.0.0.1")
     port = listen.getsockname()[1]
     world = 1 + len(routes)
@@ -88,7 +90,7 @@ def _run(
     sender = WeightSender(
         base, listen, device=torch.device("cpu"), capacity=1 << 20, shared="host" if uses_shm else None
     )
-    LISTENING[:] = listening_sockets_of(os.getpid())  # the store and gloo's sockets, with the group up
+    LISTENING[:] = [s for s in listening_sockets_of(os.getpid()) if s not in before]  # the store's, gloo's
     reports = []
     try:
         for v in range(1, versions + 1):

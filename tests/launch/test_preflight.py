@@ -132,7 +132,7 @@ class AgentInstance(AgentInstanceBase):
         (
             "multi_turn",
             "from openrlhf.utils.agent import AgentInstanceBase\n" + INSTANCE_WITHOUT_STEP.split("\n", 2)[2],
-            "replace 'from openrlhf.utils.agent import ...' with 'from rlhf.agents import ...'",
+            "class AgentInstance has no step() method",  # the OpenRLHF import resolves (rlhf.compat.openrlhf)
         ),
     ],
 )

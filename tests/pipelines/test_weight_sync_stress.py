@@ -15,6 +15,7 @@ from rlhf.engines.weight_sync.memory import PeakRSS
 from rlhf.launch.plan import plan
 from rlhf.launch.realize import realize
 from rlhf.models.loading import resolve_model_path
+from rlhf.pipelines.lifecycle import RunFailed
 from rlhf.pipelines.rollout_engines import RolloutEngines
 from rlhf.pipelines.weight_sync import WeightSync, WeightSyncError
 from rlhf.spec.build import load_spec
@@ -92,23 +93,27 @@ def _run(tmp_path: Path, *overrides: str):
 @pytest.mark.parametrize("route", ["broadcast", "shared_memory"])
 def test_a_corrupted_tensor_stops_the_run_naming_it(ray_cluster, tmp_path, monkeypatch, route):
     monkeypatch.setenv("RLHF_FAULTS", "sync.corrupt:model.layers.1.mlp.up_proj.weight")
-    with pytest.raises(WeightSyncError) as e:
+    with pytest.raises(RunFailed) as e:
         _run(tmp_path, f"rollout.weight_sync={route}")
-    msg = str(e.value)
-    assert "model.layers.1.mlp.up_proj.weight" in msg and e.value.kind == "checksum"
-    assert re.search(r"rollout engine [01] \(hf", msg) and e.value.engine in (0, 1)
+    # A corrupted sync is never retried: the run stops at once, naming the tensor and the engine.
+    msg, cause = str(e.value), e.value.__cause__
+    assert isinstance(cause, WeightSyncError) and cause.kind == "checksum" and cause.engine in (0, 1)
+    assert "model.layers.1.mlp.up_proj.weight" in msg and "not a crash or a hang" in msg
+    assert re.search(r"rollout engine [01] \(hf", msg)
 
 
 def test_an_engine_dying_mid_sync_is_named_within_the_timeout(ray_cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("RLHF_FAULTS", "sync.exit_after_bucket:1")
     t0 = time.monotonic()
-    with pytest.raises(WeightSyncError) as e:
+    with pytest.raises(RunFailed) as e:
         _run(
             tmp_path,
             "rollout.weight_sync=broadcast",
             "rollout.weight_sync_timeout_s=20",
             "rollout.weight_sync_bucket_mb=0.25",
+            "trainer.max_restarts=0",  # restarts after a death are tests/pipelines/test_faults.py's subject
         )
+    cause = e.value.__cause__
     assert re.search(r"rollout engine [01] \(hf, pid \d+\) died", str(e.value)), str(e.value)
-    assert e.value.engine in (0, 1) and e.value.kind == "died"
+    assert isinstance(cause, WeightSyncError) and cause.engine in (0, 1) and cause.kind == "died"
     assert time.monotonic() - t0 < 120  # start-up plus one step plus at most the sync timeout

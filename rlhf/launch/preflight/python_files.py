@@ -26,6 +26,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlhf.compat import openrlhf as openrlhf_compat
+
 REWARD_FUNC = "reward_func"
 REWARD_ARGS = ("queries", "prompts", "labels")
 _KEYWORDS_PASSED = {"responses"}  # rlhf.rewards.function passes responses= when the function takes it
@@ -109,8 +111,6 @@ def _names(tree: ast.Module) -> _Names:
 
 
 def _import_fix(root: str) -> str:
-    if root == "openrlhf":  # an OpenRLHF agent or reward file brought as is
-        return "replace 'from openrlhf.utils.agent import ...' with 'from rlhf.agents import ...'"
     return f"install it (pip install {root}) or put its folder on PYTHONPATH"
 
 
@@ -121,6 +121,7 @@ def _missing_imports(tree: ast.Module) -> list[FileFinding]:
         for n in ast.walk(tree)
     ):
         return []  # the file extends sys.path itself: what it can import is only known by running it
+    openrlhf_compat.install()  # as the loaders do: OpenRLHF files' 'import openrlhf...' resolves to rlhf's names
     found = []
     for node in tree.body:  # only unconditional statements: an import in a try may have a fallback
         if isinstance(node, ast.Import):
