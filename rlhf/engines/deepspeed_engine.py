@@ -240,6 +240,16 @@ class DeepSpeedTrainEngine(_EngineBase):
         self.global_step += 1
         return out
 
+    def set_peak_lr(self, lr: float) -> None:
+        """Change the schedule's peak learning rate from the next step on (the schedule's shape is kept)."""
+        sched = self.scheduler
+        sched.base_lrs = [lr for _ in sched.base_lrs]
+        lambdas = getattr(sched, "lr_lambdas", None)
+        for i, group in enumerate(self.optimizer.param_groups):
+            group["initial_lr"] = lr
+            factor = lambdas[i](sched.last_epoch) if lambdas else 1.0
+            group["lr"] = lr * factor
+
     @torch.no_grad()
     def forward_no_grad(self, fn: Callable[[Any, dict[str, Any]], Any], batch: dict[str, Any]) -> Any:
         """``fn(model, batch)`` in eval mode without gradients (e.g. the policy's old log-probs)."""

@@ -146,10 +146,21 @@ class StepState:
 
 class RLRecipe:
     """The RL pipeline as a recipe of rlhf.pipelines.lifecycle (the Runner owns resume, checkpoints, restarts,
-    signals and tracking)."""
+    signals and tracking).
+
+    With ``sft_warmup.steps = W`` the first W steps are supervised steps on the policy's own DeepSpeed engine (same
+    actors, same optimizer), logged as ``sft/*``; the engines then get the warmed-up weights and RL step k is step
+    W + k of the run (its sampling seeds are those of RL step k, so a run with and without warm-up draw alike)."""
 
     family = "rl"
-    progress_keys = ("train/reward", "train/score", "train/policy_loss", "train/kl", "train/response_length")
+    progress_keys = (
+        "train/reward",
+        "train/score",
+        "train/policy_loss",
+        "train/kl",
+        "train/response_length",
+        "sft/loss",
+    )
 
     def __init__(self, spec: ExperimentSpec, run_dir: Path) -> None:
         self.spec, self.run_dir = spec, Path(run_dir)
@@ -172,7 +183,10 @@ class RLRecipe:
         # Data before processes: a bad row stops the job here, naming file, row and key.
         self.splits = build_datasets(spec, self.tokenizer, "prompt")
         print(self.splits.summary(), file=sys.stderr)
-        self.total = _total_steps(spec, len(self.splits.train))
+        self.warmup = _SFTWarmup(spec, self.tokenizer) if spec.sft_warmup.steps > 0 else None
+        self.warmup_steps = spec.sft_warmup.steps if self.warmup else 0
+        self.rl_total = _total_steps(spec, len(self.splits.train))
+        self.total = self.warmup_steps + self.rl_total
         self.derived = derive(spec)
         self.reset()
         # The weight-sync probe: the same few prompts every time, so its figures compare across syncs.
@@ -187,10 +201,12 @@ class RLRecipe:
         self.best = (None, None)
         self.current = None
         self.pending = None
+        if self.warmup is not None:
+            self.warmup.reset()
 
     # -- actors -------------------------------------------------------------------------------------------------
     def setup(self, realized: Any) -> None:
-        opt_steps = self.total * max(self.derived.optimizer_steps_per_rollout, 1)
+        opt_steps = self.rl_total * max(self.derived.optimizer_steps_per_rollout, 1) + self.warmup_steps
         self.workers = RLWorkers(self.spec, realized, self.policy_path, opt_steps)
         self.workers.pad_id = self.tokenizer.pad_token_id
         self.gen = Generator(self.spec, self.workers, Scorer(self.spec, self.tokenizer, self.workers), self.stream)
@@ -208,7 +224,34 @@ class RLRecipe:
 
     # -- one step -----------------------------------------------------------------------------------------------
     def step(self, step: int) -> dict[str, float]:
+        if step <= self.warmup_steps:
+            return self._sft_step(step)
+        return self._rl_step(step)
+
+    def _sft_step(self, step: int) -> dict[str, float]:
+        policy, lr = self.workers.policy, self.spec.sft_warmup.lr
+        if lr is not None and not self.warmup.lr_set:
+            policy.run_all("set_peak_lr", lr)
+            self.warmup.lr_set = True
+        out = self.warmup.step(policy)
+        if step == self.warmup_steps:
+            if lr is not None:
+                policy.run_all("set_peak_lr", self.spec.trainer.lr)
+            # the reference is the warmed-up model (OpenRLHF: the SFT model), saved beside the run
+            sft_model = self.run_dir / "sft_warmup_model"
+            policy.run_all("save_hf", str(sft_model))
+            self.workers.refresh_reference(str(sft_model))
+            # the engines sample from the warmed-up policy from the first RL step on
+            out.update(self.workers.sync_weights())
+            out = {(k if k.startswith(("sft/", "rollout/")) else f"train/{k}"): v for k, v in out.items()}
+            if self.spec.eval.steps > 0 and self.splits.eval is not None:
+                self.last_eval = evaluate(self.spec, self.gen, self.workers, self.splits.eval, step)
+                out.update({f"eval/{k}": v for k, v in self.last_eval.items()})
+        return out
+
+    def _rl_step(self, run_step: int) -> dict[str, float]:
         spec, workers, gen = self.spec, self.workers, self.gen
+        step = run_step - self.warmup_steps  # the RL step (seeds, schedules) within the run's steps
         s = self.current if self.current is not None and self.current.step == step else StepState(step)
         self.current = s
         if s.scored is None:
@@ -225,7 +268,7 @@ class RLRecipe:
             workers.after_generation()
             s.t_gen = time.perf_counter() - s.t0
         if s.metrics is None:
-            if spec.rollout.async_mode and step < self.total and self.pending is None:
+            if spec.rollout.async_mode and step < self.rl_total and self.pending is None:
                 # the next rollout starts now, on the weights before this step's update (one step stale)
                 self.pending = gen.start(step + 1)
             t1 = time.perf_counter()
@@ -258,8 +301,12 @@ class RLRecipe:
             }
         )
         out = {(k if k.startswith("rollout/") else f"train/{k}"): v for k, v in metrics.items()}
-        if spec.eval.steps > 0 and self.splits.eval is not None and (step % spec.eval.steps == 0 or step == self.total):
-            self.last_eval = evaluate(spec, gen, workers, self.splits.eval, step)
+        if (
+            spec.eval.steps > 0
+            and self.splits.eval is not None
+            and (step % spec.eval.steps == 0 or step == self.rl_total)
+        ):
+            self.last_eval = evaluate(spec, gen, workers, self.splits.eval, run_step)
             out.update({f"eval/{k}": v for k, v in self.last_eval.items()})
             key = best_metric_key(self.last_eval, spec.eval.best_metric)
             if key and key in self.last_eval and (self.best[1] is None or self.last_eval[key] > self.best[1]):
@@ -291,12 +338,15 @@ class RLRecipe:
 
     # -- checkpoints --------------------------------------------------------------------------------------------
     def state(self, step: int) -> dict[str, Any]:
-        return {
+        out = {
             "sampler": self.stream.sampler.state_dict(),
             "kl_coef": self.kl_ctl.value,
             "best_key": self.best[0],
             "best_value": self.best[1],
         }
+        if self.warmup is not None:
+            out["sft_sampler"] = self.warmup.sampler.state_dict()
+        return out
 
     def save(self, folder: Path, step: int) -> None:
         for role, group in self.workers.trained_groups().items():
@@ -306,9 +356,14 @@ class RLRecipe:
         for role, group in self.workers.trained_groups().items():
             group.run_all("load_checkpoint", str(folder / role))
         self.stream.sampler.load_state_dict(state["sampler"])
+        if self.warmup is not None and "sft_sampler" in state:
+            self.warmup.sampler.load_state_dict(state["sft_sampler"])
         self.kl_ctl.value = float(state["kl_coef"])
         self.best = (state.get("best_key"), state.get("best_value"))
         self.current, self.pending = None, None
+        sft_model = self.run_dir / "sft_warmup_model"
+        if self.warmup_steps and int(state.get("step", 0)) >= self.warmup_steps and sft_model.is_dir():
+            self.workers.refresh_reference(str(sft_model))  # the reference was the warmed-up model
         self.workers.sync_weights()
 
     # -- the end ------------------------------------------------------------------------------------------------
@@ -325,6 +380,59 @@ class RLRecipe:
             "best": {"key": self.best[0], "value": self.best[1]} if self.best[0] else None,
             "reward_first_last": _first_last(_read(self.run_dir)),
         }
+
+
+class _SFTWarmup:
+    """The SFT steps before RL: the shipped SFT task's collate and loss on the warm-up pairs, through the policy's
+    own train_step (the same DeepSpeed engine and optimizer; trainer.global_batch samples per step)."""
+
+    def __init__(self, spec: ExperimentSpec, tokenizer: Any) -> None:
+        from dataclasses import replace
+
+        from rlhf.data import build_datasets
+        from rlhf.pipelines.sft import make_task
+
+        w = spec.sft_warmup
+        data = replace(
+            spec.data,
+            train_files=list(w.train_files),
+            train_probs=None,
+            eval_files=[],
+            eval_fraction=0.0,
+            input_key=w.input_key,
+            output_key=w.output_key,
+            label_key=None,
+        )
+        sft_spec = replace(spec, data=data)
+        self.task = make_task(sft_spec, tokenizer)
+        self.train = build_datasets(sft_spec, tokenizer, "sft").train
+        print(f"sft warm-up: {spec.sft_warmup.steps} steps over {len(self.train)} pairs", file=sys.stderr)
+        if len(self.train) < spec.trainer.global_batch:
+            raise UserError(
+                f"sft_warmup.train_files: {len(self.train)} pairs cannot fill one trainer.global_batch="
+                f"{spec.trainer.global_batch}; add pairs or lower the batch"
+            )
+        self.spec = spec
+        self.reset()
+
+    def reset(self) -> None:
+        from rlhf.data import ResumableSampler
+
+        self.lr_set = False
+        t = self.spec.trainer
+        self.sampler = ResumableSampler(
+            len(self.train), t.global_batch, seed=self.spec.seed, shuffle=True, drop_last=True
+        )
+
+    def step(self, policy: Any) -> dict[str, float]:
+        from rlhf.pipelines.batching import per_rank_micro_batches
+
+        rows = self.train.rows(self.sampler.next_indices())
+        per_rank = per_rank_micro_batches(
+            rows, len(policy), self.spec.trainer.micro_batch_per_device, self.task.collate
+        )
+        result = policy.run_per_rank("train_step", [(mbs, self.task.loss_fn, self.task.mask_key) for mbs in per_rank])
+        return {f"sft/{k}": v for k, v in result[0].items()}
 
 
 def run(

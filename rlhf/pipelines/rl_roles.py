@@ -160,6 +160,13 @@ class RLWorkers:
         mask = exp.action_mask.bool()
         return [lp[i][mask[i]].tolist() for i in range(len(rollouts))]
 
+    def refresh_reference(self, path: str) -> None:
+        """The reference becomes the model saved at ``path`` (after an SFT warm-up: the warmed-up policy, as the
+        reference is the SFT model in OpenRLHF's workflow)."""
+        if self.reference is None:
+            return
+        self.reference.run_all("init_frozen", "reference", model_path=path, offload=self.spec.reference.offload)
+
     # -- experience ----------------------------------------------------------------------------------------------
     def _forward(self, group: Any, fn: Any, exp: ExperienceBatch, name: str | None) -> list[Any]:
         """``fn`` over the batch: equal contiguous shares per rank, in micro-batches; results in sample order."""

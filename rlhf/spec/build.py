@@ -49,6 +49,8 @@ def absolute_paths(spec: ExperimentSpec) -> ExperimentSpec:
         train_files=[_absolute(f) for f in spec.data.train_files],
         eval_files=[_absolute(f) for f in spec.data.eval_files],
     )
+    warmup = replace(spec.sft_warmup, train_files=[_absolute(f) for f in spec.sft_warmup.train_files])
+    spec = replace(spec, sft_warmup=warmup)
     resume = spec.checkpoint.resume
     if resume not in ("auto", "never"):
         spec = replace(spec, checkpoint=replace(spec.checkpoint, resume=_absolute(resume)))

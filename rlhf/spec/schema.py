@@ -448,6 +448,20 @@ class LoggingSpec:
 
 
 @dataclass(frozen=True)
+class SFTWarmupSpec:
+    """RL only: supervised steps on the policy before RL starts, in the same run (OpenRLHF's SFT-then-RL workflow
+    in one command: one cluster, one set of actors, one MLflow run with sft/* and train/* metrics)."""
+
+    steps: int = key(
+        0, "SFT optimizer steps (trainer.global_batch samples each) before the first RL step; 0: none", ge=0
+    )
+    train_files: list[str] = key(factory=list, doc="SFT pairs (same forms as data.train_files)")
+    input_key: str = key("input", "column of the prompt", nonempty=True)
+    output_key: str = key("output", "column of the response", nonempty=True)
+    lr: float | None = key(None, "peak learning rate of the warm-up steps (null: trainer.lr)", gt=0)
+
+
+@dataclass(frozen=True)
 class AgentSpec:
     """Agents and environments (OpenRLHF's agent protocols)."""
 
@@ -509,5 +523,6 @@ class ExperimentSpec:
     checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
     logging: LoggingSpec = field(default_factory=LoggingSpec)
     agent: AgentSpec = field(default_factory=AgentSpec)
+    sft_warmup: SFTWarmupSpec = field(default_factory=SFTWarmupSpec)
     ray: RaySpec = field(default_factory=RaySpec)
     sweep: SweepSpec = field(default_factory=SweepSpec)

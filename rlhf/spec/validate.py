@@ -277,6 +277,19 @@ def _check_resources(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
         )
 
 
+def _check_warmup(spec: ExperimentSpec, c: _Collector) -> None:
+    w = spec.sft_warmup
+    if w.steps <= 0:
+        return
+    c.require(
+        spec.algorithm.family == "rl",
+        "sft_warmup.steps",
+        w.steps,
+        "an SFT warm-up runs before RL; for SFT alone use algorithm=sft",
+    )
+    c.require(bool(w.train_files), "sft_warmup.train_files", [], "name the SFT pairs to warm up on")
+
+
 def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
     m = spec.model
     if not m.make_local:
@@ -293,8 +306,10 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
             c.require(os.path.exists(os.path.expanduser(p)), key, p, "no such file or folder")
     d = spec.data
     c.require(bool(d.train_files), "data.train_files", [], "name at least one dataset")
-    for i, f in enumerate(list(d.train_files) + list(d.eval_files)):
-        key = f"data.train_files[{i}]" if i < len(d.train_files) else f"data.eval_files[{i - len(d.train_files)}]"
+    named = [(f"data.train_files[{i}]", f) for i, f in enumerate(d.train_files)]
+    named += [(f"data.eval_files[{i}]", f) for i, f in enumerate(d.eval_files)]
+    named += [(f"sft_warmup.train_files[{i}]", f) for i, f in enumerate(spec.sft_warmup.train_files)]
+    for key, f in named:
         if f.startswith("builtin:"):
             from rlhf.spec.paths import builtin_datasets
 
@@ -382,6 +397,7 @@ def validate(spec: ExperimentSpec) -> list[SpecError]:
     _check_batches(spec, d, c)
     _check_algorithm(spec, d, c)
     _check_resources(spec, d, c)
+    _check_warmup(spec, c)
     _check_paths(spec, c)
     return c.errors
 

@@ -269,6 +269,9 @@ class EngineWorker(BaseWorker):
     def save_hf(self, path: str, config_updates: dict[str, Any] | None = None) -> None:
         self._trained().save_hf(path, tokenizer=self.tokenizer, config_updates=config_updates)
 
+    def set_peak_lr(self, lr: float) -> None:
+        self._trained().set_peak_lr(lr)
+
     def offload_states(self) -> None:
         self._trained().offload_states()
 
