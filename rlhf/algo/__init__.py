@@ -1,4 +1,5 @@
-"""Pure tensor math of RLHF: advantages, KL, policy/value losses, aggregation, SFT/RM/preference losses.
+"""Pure tensor math of RLHF: advantages, KL, distillation rewards, policy/value losses, aggregation, SFT/RM/preference
+losses.
 
 Imports torch and the standard library only. The registries below are keyed by the exact strings the config uses;
 ``REGISTRY.get(name)`` raises an error listing the valid names for an unknown one.
@@ -11,6 +12,7 @@ from rlhf.algo.advantages import (
     compute_advantages_and_returns,
 )
 from rlhf.algo.aggregation import LOSS_AGGREGATIONS, LossNormalizer, aggregate, step_loss_normalizer
+from rlhf.algo.distill import reverse_kl_estimate, reverse_kl_rewards
 from rlhf.algo.kl import KL_ESTIMATORS, compute_approx_kl, compute_reward, kl_loss, make_kl_controller
 from rlhf.algo.logprobs import entropy_from_logits, log_probs_from_logits, masked_mean, masked_sum, masked_whiten
 from rlhf.algo.policy_loss import IS_CORRECTIONS, POLICY_LOSSES, entropy_bonus, policy_loss, value_loss
@@ -60,6 +62,8 @@ __all__ = [
     "overlong_penalty",
     "policy_loss",
     "preference_accuracy",
+    "reverse_kl_estimate",
+    "reverse_kl_rewards",
     "sft_loss",
     "step_loss_normalizer",
     "stop_properly_penalty",

@@ -13,6 +13,8 @@ OpenRLHF ``compute_advantages_and_returns`` in ``openrlhf/trainer/ppo_utils/expe
 | reinforce_baseline   | r_i - mean(R)                       | return           | yes      |
 | group_norm (GRPO)    | (r_i - mean(R)) / (std(R) + 1e-9)   | return           | no       |
 | dr_grpo              | r_i - mean(R)                       | return           | no       |
+| opd                  | none: per-token teacher log-ratio   | return (γ = 0:   | yes      |
+|                      | (rlhf.algo.distill)                 | the token's own) |          |
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class AdvantageEstimator:
         is_group: subtracts a baseline computed over the n samples of each prompt; gamma is forced to 1.
         whiten: advantages are whitened over all tokens of the rollout batch.
         baseline: maps the scalar rewards ``R[P, n]`` to the rewards used in ``compute_reward``; ``None`` = identity.
+        teacher: on-policy distillation: the per-token rewards come from a teacher's log-probs
+            (``teacher_rewards``) and the scalar rewards are not used.
     """
 
     name: str
@@ -48,6 +52,7 @@ class AdvantageEstimator:
     is_group: bool
     whiten: bool
     baseline: Callable[[Tensor], Tensor] | None = None
+    teacher: bool = False
 
 
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
@@ -76,6 +81,7 @@ for _estimator in (
     AdvantageEstimator("rloo", needs_critic=False, is_group=True, whiten=False, baseline=rloo_baseline),
     AdvantageEstimator("group_norm", needs_critic=False, is_group=True, whiten=False, baseline=group_norm_baseline),
     AdvantageEstimator("dr_grpo", needs_critic=False, is_group=True, whiten=False, baseline=mean_baseline),
+    AdvantageEstimator("opd", needs_critic=False, is_group=False, whiten=True, teacher=True),
 ):
     ADVANTAGE_ESTIMATORS.add(_estimator.name, _estimator)
 
@@ -156,6 +162,7 @@ def compute_advantages_and_returns(
     n_samples_per_prompt: int = 1,
     reward_clip_range: tuple[float, float] | None = DEFAULT_REWARD_CLIP,
     no_std_norm: bool = False,
+    teacher_rewards: Tensor | None = None,
 ) -> AdvantageOutput:
     """Advantages and returns for one rollout batch, in OpenRLHF's order (``compute_advantages_and_returns``):
 
@@ -164,6 +171,10 @@ def compute_advantages_and_returns(
     3. GAE with the critic's values (gae) or cumulative returns, ``A = G`` (others); gamma is 1 for group estimators;
     4. whitening over every action token of the batch, ``(A - μ) · rsqrt(clamp(σ², 1e-8))`` (gae, reinforce,
        reinforce_baseline; ``no_std_norm`` keeps only ``A - μ``).
+
+    ``opd`` (on-policy distillation) replaces step 1: the scalar rewards are not used, and ``teacher_rewards``
+    (:func:`rlhf.algo.distill.reverse_kl_rewards`) are added per token to what step 2 gives (a reference KL, if
+    any); with γ = 0 each token's advantage is its own reward.
 
     Pass the *whole* rollout batch: the group baseline needs all n samples of each prompt and whitening uses the
     statistics of every token. Length penalties (:mod:`rlhf.algo.shaping`) are applied to ``rewards`` beforehand.
@@ -179,14 +190,22 @@ def compute_advantages_and_returns(
         n_samples_per_prompt: n.
         reward_clip_range: clip applied to the post-baseline scalar reward; ``None`` disables it.
         no_std_norm: whiten by subtracting the mean only.
+        teacher_rewards: ``[B, T]`` per-token distillation rewards, required by ``opd`` (and only used by it).
     """
     spec = ADVANTAGE_ESTIMATORS.get(estimator)
     if spec.needs_critic and values is None:
         raise ValueError(f"advantage estimator {estimator!r} needs critic values")
     # OpenRLHF forces gamma to 1 for group estimators (with a warning); spec validation reports a configured != 1.
     gamma = 1.0 if spec.is_group else gamma
-    scalar = apply_group_baseline(rewards.float(), spec, n_samples_per_prompt)
+    if spec.teacher:
+        if teacher_rewards is None:
+            raise ValueError(f"advantage estimator {estimator!r} needs the teacher's per-token rewards")
+        scalar = torch.zeros_like(rewards, dtype=torch.float32)  # the teacher is the whole training signal
+    else:
+        scalar = apply_group_baseline(rewards.float(), spec, n_samples_per_prompt)
     token_rewards = compute_reward(scalar, kl_coef, kl, action_mask, reward_clip_range)
+    if spec.teacher:
+        token_rewards = token_rewards + teacher_rewards.float() * action_mask
     if spec.needs_critic:
         advantages, returns = gae_advantages_and_returns(values.float(), token_rewards, action_mask, gamma, lambd)
     else:

@@ -12,7 +12,8 @@ Trained roles (policy, critic) under DeepSpeed ZeRO with N data-parallel ranks, 
     offload_optimizer moves master, fp32 grads and Adam to host memory; offload_params (ZeRO-3) the weights too.
     LoRA: the base weights frozen (weights only), the adapters trained in full.
     This is what deepspeed's estimate_zero{2,3}_model_states_mem_needs compute (tests compare the two).
-Frozen roles (reference, reward): weights only, sharded /N under ZeRO-3, 0 when offloaded.
+Frozen roles (reference, reward, teacher): weights only, sharded /N under ZeRO-3, 0 when offloaded. The teacher of
+    on-policy distillation has teacher.params_b billion parameters, or the student's count when that is not given.
 Activations (trained roles, per device, one micro-batch of T tokens = micro_batch_per_device x data.max_len):
     no checkpointing: 34*T*h bytes per layer (Korthikanti et al. with flash/sdpa attention), x2 in fp32;
     checkpointing:    2*T*h per layer + one layer's 34*T*h; plus the fp32 logits T*V*4 (log-probs need them).
@@ -58,6 +59,13 @@ def param_count(m: ModelSpec) -> tuple[int, int]:
     head = 0 if m.tie_word_embeddings else m.vocab_size * h
     total = embed + head + m.num_layers * layer + h
     return total, max(layer, embed)
+
+
+def teacher_params(spec: ExperimentSpec) -> int:
+    """The distillation teacher's parameters: ``teacher.params_b`` when given, else counted as the student."""
+    if spec.teacher.params_b is not None:
+        return int(spec.teacher.params_b * 1e9)
+    return param_count(spec.model)[0]
 
 
 def lora_param_count(m: ModelSpec) -> int:
@@ -249,10 +257,13 @@ def estimate(spec: ExperimentSpec, derived: Derived) -> list[GroupMemory]:
                 )
                 act = activation_bytes(spec, t.micro_batch_per_device)
                 per_role[role] = StateBytes(s.weights, s.grads, s.optimizer, act, 0.0, s.host)
-            elif role in ("reference", "reward"):
-                offload = spec.reference.offload if role == "reference" else spec.reward.offload
+            elif role in ("reference", "reward", "teacher"):
+                offload = {"reference": spec.reference.offload, "reward": spec.reward.offload}.get(
+                    role, spec.teacher.offload
+                )
                 stage = 3 if t.zero_stage == 3 else 0
-                per_role[role] = frozen_states(params, dp, stage, t.precision, offload)
+                size = teacher_params(spec) if role == "teacher" else params
+                per_role[role] = frozen_states(size, dp, stage, t.precision, offload)
             elif role == "rollout":
                 total, kv = rollout_bytes(spec, params)
                 per_role[role] = StateBytes(rollout=total)

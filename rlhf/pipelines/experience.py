@@ -24,6 +24,7 @@ TENSOR_FIELDS = (
     "rollout_logprobs",
     "old_logprobs",
     "ref_logprobs",
+    "teacher_logprobs",
     "values",
     "rewards",
     "advantages",
@@ -41,6 +42,7 @@ class ExperienceBatch:
     rollout_logprobs: Tensor  # [B, T-1] the rollout engine's log-probs of the generated tokens, 0 elsewhere
     old_logprobs: Tensor | None = None  # [B, T-1] recomputed by the policy engine before training
     ref_logprobs: Tensor | None = None  # [B, T-1] reference model
+    teacher_logprobs: Tensor | None = None  # [B, T-1] distillation teacher (algorithm=opd)
     values: Tensor | None = None  # [B, T-1] critic
     rewards: Tensor | None = None  # [B] scalar reward after penalties (before baselines)
     advantages: Tensor | None = None  # [B, T-1]

@@ -1,11 +1,12 @@
-"""The RL loop: one program for PPO, GRPO, Dr. GRPO, RLOO, REINFORCE++(-baseline), GSPO and DAPO; the algorithm
-is only which registry entries rlhf.algo uses.
+"""The RL loop: one program for PPO, GRPO, Dr. GRPO, RLOO, REINFORCE++(-baseline), GSPO, DAPO and on-policy
+distillation; the algorithm is only which registry entries rlhf.algo uses.
 
 One step (OpenRLHF section 5.3):
   1. draw prompts_per_step prompts; generate samples_per_prompt each on the rollout engines (token in, token out)
   2. score them (reward function, remote endpoint, verifier, agent or reward model); DAPO dynamic filtering drops
      groups whose mean score is not strictly inside the range and draws fresh prompts to refill them
-  3. experience: old log-probs (policy), reference log-probs, critic values; length penalties; KL; advantages
+  3. experience: old log-probs (policy), reference and teacher log-probs, critic values; length penalties; KL;
+     advantages (OPD: from the teacher's per-token log-ratio)
   4. train the critic, then the policy (epochs_per_rollout passes, global_batch samples per optimizer step)
   5. push the policy's weights into the rollout engines; KL controller update; log; checkpoint; evaluate
 Async mode generates step k+1 while step k trains, so samples are at most one policy update old.
@@ -25,7 +26,14 @@ from typing import Any
 
 import torch
 
-from rlhf.algo import compute_advantages_and_returns, compute_approx_kl, make_kl_controller, masked_mean
+from rlhf.algo import (
+    compute_advantages_and_returns,
+    compute_approx_kl,
+    make_kl_controller,
+    masked_mean,
+    reverse_kl_estimate,
+    reverse_kl_rewards,
+)
 from rlhf.algo.shaping import overlong_penalty, stop_properly_penalty
 from rlhf.engines.protocol import Rollout
 from rlhf.errors import UserError, WorkerFailure
@@ -54,6 +62,16 @@ def shaped_rewards(spec: ExperimentSpec, scored: Scored, exp: ExperienceBatch) -
     return r
 
 
+def teacher_rewards(exp: ExperienceBatch) -> torch.Tensor | None:
+    """On-policy distillation's per-token rewards, log p_teacher - log p_student of each sampled token (the
+    student's log-probs are the trainer's, before this step's update); None without a teacher."""
+    if exp.teacher_logprobs is None:
+        return None
+    if exp.old_logprobs is None:
+        raise RuntimeError("on-policy distillation needs the student's log-probs from the experience pass")
+    return reverse_kl_rewards(exp.old_logprobs, exp.teacher_logprobs, exp.action_mask)
+
+
 def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pad_id: int, kl_coef: float):
     """Rollouts + rewards -> an experience batch with advantages and returns, and its metrics."""
     info = {"datasource": [row["datasource"] for row in scored.rows]}
@@ -64,6 +82,7 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
     kl = None
     if exp.ref_logprobs is not None and exp.old_logprobs is not None:
         kl = compute_approx_kl(exp.old_logprobs, exp.ref_logprobs, a.kl.estimator) * exp.action_mask
+    distill = teacher_rewards(exp)
     out = compute_advantages_and_returns(
         exp.rewards,
         exp.action_mask,
@@ -76,6 +95,7 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
         n_samples_per_prompt=spec.rollout.samples_per_prompt,
         reward_clip_range=tuple(spec.reward.clip_range),
         no_std_norm=a.advantage.no_std_norm,
+        teacher_rewards=distill,
     )
     exp.advantages, exp.returns = out.advantages, out.returns
     n = spec.rollout.samples_per_prompt
@@ -93,6 +113,8 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
     }
     if kl is not None:
         metrics["kl"] = float(masked_mean(kl, exp.action_mask))
+    if distill is not None:
+        metrics["reverse_kl"] = float(reverse_kl_estimate(exp.old_logprobs, exp.teacher_logprobs, exp.action_mask))
     if exp.rollout_logprobs is not None and exp.old_logprobs is not None:
         metrics["logprobs_diff"] = float(masked_mean((exp.old_logprobs - exp.rollout_logprobs).abs(), exp.action_mask))
     for k, v in scored.extra_logs.items():

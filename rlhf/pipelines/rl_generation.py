@@ -52,7 +52,10 @@ class Scorer:
     def __init__(self, spec: ExperimentSpec, tokenizer: Any, workers: Any) -> None:
         self.spec, self.tokenizer, self.workers = spec, tokenizer, workers
         self.source = None
-        if derive(spec).reward_source in ("function", "remote", "verifier"):
+        d = derive(spec)
+        # On-policy distillation may run without a reward source: the teacher trains, samples score 0.
+        self.unscored = "teacher" in d.roles and d.reward_source is None
+        if d.reward_source in ("function", "remote", "verifier"):
             from rlhf.rewards import make_reward_source
 
             self.source = make_reward_source(spec)
@@ -71,6 +74,9 @@ class Scorer:
             queries = [p + resp for p, resp in zip(prompts, responses, strict=True)]
             res = self.source.score(queries, prompts, responses, labels)
             return Scored(rollouts, rows, list(res.rewards), list(res.scores), dict(res.extra_logs))
+        if self.unscored:
+            zeros = [0.0] * len(rollouts)
+            return Scored(rollouts, rows, zeros, list(zeros), {})
         if self.workers.reward is None:
             raise UserError(
                 f"agent file {self.spec.agent.path}: episodes came back with reward None and no reward.* source is "

@@ -3,6 +3,8 @@
 policy      EngineWorker ranks with the trained causal LM (the reference fused into the same processes when the
             plan colocates them with equal ranks)
 reference   frozen causal LM (own group unless fused)
+teacher     frozen causal LM of on-policy distillation (algorithm=opd), placed like the reference: fused into the
+            policy's processes when the plan colocates them with equal ranks, else its own group
 critic      EngineWorker ranks with the trained value model (gae only); the reward model fused in when colocated
 reward      frozen reward model (only when the reward comes from a model)
 rollout     rollout engines: HFRolloutWorker (hf) or VLLMRolloutActor in the vllm venv (vllm)
@@ -17,6 +19,7 @@ import time
 from functools import partial
 from typing import Any
 
+from rlhf.errors import UserError
 from rlhf.pipelines.experience import ExperienceBatch, micro_batches, split
 from rlhf.pipelines.rl_losses import (
     ActorLossSettings,
@@ -37,16 +40,47 @@ def _threads(spec: ExperimentSpec) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(max(hw.cpus_per_node // hw.devices_per_node, 1))}
 
 
+def check_teacher_tokenizer(spec: ExperimentSpec, policy_path: str) -> str:
+    """The teacher's path, once its tokenizer is known to be the student's. Validation compares local folders
+    without loading anything; a student made locally (model.make_local) or a hub name is compared here, when both
+    can be read: by their files when both are folders, else by loading both tokenizers' vocabularies."""
+    from pathlib import Path
+
+    from rlhf.spec.tokenizer_files import tokenizer_difference
+
+    teacher = spec.teacher.model_path
+    student = spec.model.tokenizer_path or policy_path
+    local = Path(teacher).expanduser()
+    teacher = str(local) if local.exists() else teacher
+    if Path(student).is_dir() and Path(teacher).is_dir():
+        diff = tokenizer_difference(student, teacher)
+    else:
+        from transformers import AutoTokenizer
+
+        trust = spec.model.trust_remote_code
+        a = AutoTokenizer.from_pretrained(student, trust_remote_code=trust).get_vocab()
+        b = AutoTokenizer.from_pretrained(teacher, trust_remote_code=trust).get_vocab()
+        diff = None if a == b else f"their vocabularies differ ({len(a)} vs {len(b)} tokens)"
+    if diff is not None:
+        raise UserError(
+            f"teacher.model_path={spec.teacher.model_path}: the teacher must share the student's tokenizer "
+            f"({student}), but {diff}"
+        )
+    return teacher
+
+
 def reuses_current_logprobs(spec: ExperimentSpec) -> bool:
     """True when the actor makes exactly one optimizer step per rollout and nothing before training needs the old
     log-probs (no KL in the reward): the policy's weights when training starts are the weights that would
     recompute them, so the loss takes its own detached log-probs as the old ones (ratio 1, as TRL does) and the
-    experience pass skips one forward over every sample. Several steps or epochs per rollout keep the pass."""
+    experience pass skips one forward over every sample. Several steps or epochs per rollout keep the pass, and so
+    does on-policy distillation (its rewards are the teacher's log-probs minus the student's, before training)."""
     from rlhf.spec.derive import derive
 
     kl = spec.algorithm.kl
     kl_in_reward = kl.placement == "reward" and kl.coef > 0
-    return derive(spec).optimizer_steps_per_rollout == 1 and not kl_in_reward
+    d = derive(spec)
+    return d.optimizer_steps_per_rollout == 1 and not kl_in_reward and "teacher" not in d.roles
 
 
 class RLWorkers:
@@ -57,13 +91,18 @@ class RLWorkers:
         self.roles = set(realized.plan.roles)
         env = _threads(spec) if spec.hardware.accelerator == "cpu" else None
         self.temperature = spec.rollout.temperature or 1.0
+        # Before any actor starts: a teacher whose tokenizer differs would score other tokens than the student's.
+        teacher_path = check_teacher_tokenizer(spec, policy_path) if "teacher" in self.roles else ""
         fuse_ref = "reference" in self.roles and realized.can_fuse("policy", "reference")
-        self.policy = realized.create_group(
-            "policy", TrainerWorker, spec, "policy", fused=("reference",) if fuse_ref else (), env=env
-        )
+        fuse_teacher = "teacher" in self.roles and realized.can_fuse("policy", "teacher")
+        fused = ("reference",) * fuse_ref + ("teacher",) * fuse_teacher  # frozen models in the policy's processes
+        self.policy = realized.create_group("policy", TrainerWorker, spec, "policy", fused=fused, env=env)
         self.reference = None
         if "reference" in self.roles and not fuse_ref:
             self.reference = realized.create_group("reference", ModelWorker, spec, "reference", env=env)
+        self.teacher = None
+        if "teacher" in self.roles and not fuse_teacher:
+            self.teacher = realized.create_group("teacher", ModelWorker, spec, "teacher", env=env)
         self.critic = None
         self.reward = None
         fuse_rm = "critic" in self.roles and "reward" in self.roles and realized.can_fuse("critic", "reward")
@@ -82,6 +121,11 @@ class RLWorkers:
                 "init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload
             )
             pending.append((self.reference, refs))
+        if self.teacher is not None:
+            refs = self.teacher.async_run_all(
+                "init_frozen", "teacher", model_path=teacher_path, offload=spec.teacher.offload
+            )
+            pending.append((self.teacher, refs))
         rm_path = spec.reward.model_path or None
         if self.critic is not None:
             critic_path = spec.critic.model_path or rm_path or policy_path
@@ -108,6 +152,9 @@ class RLWorkers:
         if fuse_ref:
             self.policy.run_all("init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload)
             self.reference = self.policy
+        if fuse_teacher:
+            self.policy.run_all("init_frozen", "teacher", model_path=teacher_path, offload=spec.teacher.offload)
+            self.teacher = self.policy
         if fuse_rm:
             self.critic.run_all(
                 "init_frozen", "reward", kind="reward", model_path=rm_path, normalize_reward=spec.reward.normalize
@@ -181,7 +228,7 @@ class RLWorkers:
         return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts])
 
     def make_experience(self, exp: ExperienceBatch) -> dict[str, float]:
-        """Fill old (policy) and reference log-probs, critic values and reward-model rewards in place."""
+        """Fill old (policy), reference and teacher log-probs and critic values in place."""
         width = exp.action_mask.shape[1]
         timing = {}
         t0 = time.perf_counter()
@@ -191,6 +238,9 @@ class RLWorkers:
         if self.reference is not None:
             name = "reference"
             exp.ref_logprobs = self._stitch(self._forward(self.reference, fn, exp, name), width) * exp.action_mask
+        if self.teacher is not None:
+            teacher = self._stitch(self._forward(self.teacher, fn, exp, "teacher"), width)
+            exp.teacher_logprobs = teacher * exp.action_mask
         if self.critic is not None:
             exp.values = self._stitch(self._forward(self.critic, critic_values_fn, exp, None), width) * exp.action_mask
         timing["timing/logprobs"] = time.perf_counter() - t0

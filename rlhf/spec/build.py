@@ -25,6 +25,7 @@ PATH_KEYS = (
     ("reward", "function"),
     ("critic", "model_path"),
     ("reference", "model_path"),
+    ("teacher", "model_path"),
     ("agent", "path"),
 )
 

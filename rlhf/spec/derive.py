@@ -19,7 +19,7 @@ class Derived:
     groups: tuple[tuple[str, ...], ...]  # device groups: roles in one group share the same bundles
     devices: dict[str, int] = field(default_factory=dict)  # devices per role
     total_devices: int = 0
-    reward_source: str | None = None  # model | function | remote | verifier | agent
+    reward_source: str | None = None  # model | function | remote | verifier | agent (opd: may be none)
     samples_per_step: int = 0  # RL: prompts_per_step * samples_per_prompt
     optimizer_steps_per_rollout: int = 0  # RL: samples_per_step / global_batch * epochs_per_rollout
     grad_accum: dict[str, int] = field(default_factory=dict)  # per trained role
@@ -64,6 +64,8 @@ def roles(spec: ExperimentSpec) -> tuple[str, ...]:
         present.add("reference")
     if spec.algorithm.advantage.estimator in names.CRITIC_ESTIMATORS:
         present.add("critic")
+    if spec.algorithm.advantage.estimator in names.TEACHER_ESTIMATORS:
+        present.add("teacher")
     if reward_source(spec) == ["model"]:
         present.add("reward")
     return tuple(r for r in ROLES if r in present)

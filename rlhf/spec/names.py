@@ -6,10 +6,12 @@ tests/spec/test_names_match_registries.py checks that these equal the keys of rl
 from __future__ import annotations
 
 FAMILIES = ("rl", "sft", "rm", "dpo")
-ADVANTAGE_ESTIMATORS = ("gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo")
+ADVANTAGE_ESTIMATORS = ("gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo", "opd")
 # Estimators that compute a baseline over the samples of one prompt: gamma is forced to 1, no critic.
 GROUP_ESTIMATORS = ("reinforce_baseline", "rloo", "group_norm", "dr_grpo")
 CRITIC_ESTIMATORS = ("gae",)
+# On-policy distillation: advantages from a frozen teacher's per-token log-probs (the teacher role exists only here).
+TEACHER_ESTIMATORS = ("opd",)
 POLICY_LOSSES = ("ppo", "gspo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 KL_PLACEMENTS = ("reward", "loss")

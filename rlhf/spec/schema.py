@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from rlhf.spec import names
 from rlhf.spec.keys import items, key
 
-ROLES = ("policy", "reference", "critic", "reward", "rollout")
+ROLES = ("policy", "reference", "teacher", "critic", "reward", "rollout")
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,7 @@ class RoleDevices:
 
     policy: int | None = key(None, "devices (data-parallel ranks) of the policy", ge=0)
     reference: int | None = key(None, "devices of the reference model", ge=0)
+    teacher: int | None = key(None, "devices of the distillation teacher (algorithm=opd)", ge=0)
     critic: int | None = key(None, "devices of the critic", ge=0)
     reward: int | None = key(None, "devices of the reward model", ge=0)
     rollout: int | None = key(None, "devices of the rollout engines (num_engines x tensor_parallel_size)", ge=0)
@@ -185,7 +186,7 @@ class PlacementSpec:
 
     name: str = key("colocate_all", "placement option name (informational)", nonempty=True)
     colocate: list[list[str]] = key(
-        factory=lambda: [["policy", "reference", "critic", "reward", "rollout"]],
+        factory=lambda: [["policy", "reference", "teacher", "critic", "reward", "rollout"]],
         doc="groups of roles that share the same bundles; roles in no group get their own",
     )
     devices: RoleDevices = field(default_factory=RoleDevices)
@@ -404,6 +405,19 @@ class ReferenceSpec:
 
 
 @dataclass(frozen=True)
+class TeacherSpec:
+    """The frozen teacher of on-policy distillation (algorithm=opd): it scores the student's own samples token by
+    token, at the rollout temperature like the reference. It must share the student's tokenizer (checked at
+    validation for local folders, at load for hub names)."""
+
+    model_path: str = key("", "teacher model: local HF folder or hub name org/name; algorithm=opd needs it")
+    offload: bool = key(False, "teacher weights in host memory")
+    params_b: float | None = key(
+        None, "teacher size in billions of parameters, for the plan's memory estimate (null: the student's)", gt=0
+    )
+
+
+@dataclass(frozen=True)
 class EvalSpec:
     """Evaluation during training (RL: pass@k per datasource; SFT/RM/DPO: eval loss and accuracy)."""
 
@@ -519,6 +533,7 @@ class ExperimentSpec:
     reward: RewardSpec = field(default_factory=RewardSpec)
     critic: CriticSpec = field(default_factory=CriticSpec)
     reference: ReferenceSpec = field(default_factory=ReferenceSpec)
+    teacher: TeacherSpec = field(default_factory=TeacherSpec)
     eval: EvalSpec = field(default_factory=EvalSpec)
     checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
     logging: LoggingSpec = field(default_factory=LoggingSpec)

@@ -17,6 +17,7 @@ from rlhf.spec import names, reasoning_gym_source
 from rlhf.spec.derive import Derived, derive, reward_source
 from rlhf.spec.keys import domain_violations
 from rlhf.spec.schema import ROLES, ExperimentSpec
+from rlhf.spec.tokenizer_files import tokenizer_difference
 
 
 @dataclass(frozen=True)
@@ -174,13 +175,29 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             f"must be in [1, rollout.max_new_tokens={ro.max_new_tokens}] (the last tokens of the budget)",
         )
     sources = reward_source(spec)
-    c.require(
-        len(sources) == 1,
-        "reward",
-        sources or None,
-        "RL needs exactly one reward source: reward.model_path, reward.function, reward.urls, reward.verifier "
-        "or an agent (agent.path with agent.executor multi_turn|openai)",
-    )
+    if est in names.TEACHER_ESTIMATORS:
+        # The teacher is the training signal; a reward source only scores samples (train/score, eval pass@k).
+        c.require(
+            len(sources) <= 1,
+            "reward",
+            sources,
+            f"{est} takes at most one reward source (it scores samples for train/score and eval; the teacher trains)",
+        )
+        c.require(
+            bool(sources) or spec.eval.steps == 0,
+            "eval.steps",
+            spec.eval.steps,
+            f"eval pass@k needs a reward source to judge answers: set reward.verifier (e.g. exact) or eval.steps=0; "
+            f"{est} itself trains on the teacher alone",
+        )
+    else:
+        c.require(
+            len(sources) == 1,
+            "reward",
+            sources or None,
+            "RL needs exactly one reward source: reward.model_path, reward.function, reward.urls, reward.verifier "
+            "or an agent (agent.path with agent.executor multi_turn|openai)",
+        )
     if spec.agent.executor != "single_turn":
         c.require(bool(spec.agent.path), "agent.path", spec.agent.path, f"{spec.agent.executor} needs an agent file")
     c.require(
@@ -195,6 +212,45 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
         ro.min_new_tokens,
         f"must be in [0, rollout.max_new_tokens={ro.max_new_tokens}]",
     )
+
+
+def _check_teacher(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
+    """On-policy distillation: a teacher exactly when the estimator uses one, sharing the student's tokenizer."""
+    teacher = spec.teacher.model_path
+    est = spec.algorithm.advantage.estimator
+    if "teacher" in d.roles:
+        c.require(
+            bool(teacher),
+            "teacher.model_path",
+            teacher,
+            f"advantage estimator {est} (algorithm=opd) distils a teacher: give its model folder or hub name, a "
+            "model with the student's tokenizer (e.g. the model/ folder of `rlhf-run +recipe=sft_tiny_cpu`)",
+        )
+    elif teacher:
+        c.errors.append(
+            SpecError(
+                "teacher.model_path",
+                teacher,
+                f"only on-policy distillation uses a teacher, and advantage estimator {est} does not: use "
+                "algorithm=opd, or remove teacher.model_path",
+            )
+        )
+    if "teacher" not in d.roles or not teacher or not _looks_local(teacher):
+        return
+    m = spec.model
+    student = m.tokenizer_path or ("" if m.make_local else m.path)
+    # A model made locally (make_local) has its folder only once made, and a hub name only once downloaded: those
+    # are compared when the run loads them.
+    if student and _looks_local(student) and os.path.isdir(os.path.expanduser(teacher)):
+        diff = tokenizer_difference(os.path.expanduser(student), os.path.expanduser(teacher))
+        key = "model.tokenizer_path" if m.tokenizer_path else "model.path"
+        c.require(
+            diff is None,
+            "teacher.model_path",
+            teacher,
+            f"the teacher must share the student's tokenizer ({key}={student}), but {diff}: distil a teacher of "
+            "the same model family, or train the student from a model with the teacher's tokenizer",
+        )
 
 
 def _check_resources(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
@@ -299,7 +355,14 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
             c.require(os.path.isdir(os.path.expanduser(m.path)), "model.path", m.path, "no such model folder")
         else:
             c.require(bool(_HUB_NAME.match(m.path)), "model.path", m.path, "not a folder here nor a hub name org/name")
-    for key in ("reward.model_path", "critic.model_path", "reference.model_path", "reward.function", "agent.path"):
+    for key in (
+        "reward.model_path",
+        "critic.model_path",
+        "reference.model_path",
+        "teacher.model_path",
+        "reward.function",
+        "agent.path",
+    ):
         section, attr = key.split(".")
         p = getattr(getattr(spec, section), attr)
         if p and (_looks_local(p) or p.endswith(".py")):
@@ -396,6 +459,7 @@ def validate(spec: ExperimentSpec) -> list[SpecError]:
     d = derive(spec)
     _check_batches(spec, d, c)
     _check_algorithm(spec, d, c)
+    _check_teacher(spec, d, c)
     _check_resources(spec, d, c)
     _check_warmup(spec, c)
     _check_paths(spec, c)

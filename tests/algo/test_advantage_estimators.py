@@ -51,6 +51,7 @@ def test_group_norm_of_identical_rewards_is_zero_not_nan() -> None:
         ("rloo", False, True, False),
         ("group_norm", False, True, False),
         ("dr_grpo", False, True, False),
+        ("opd", False, False, True),
     ],
 )
 def test_estimator_table(name: str, needs_critic: bool, is_group: bool, whiten: bool) -> None:

@@ -31,6 +31,7 @@ def test_group_and_critic_estimators_agree_with_the_registry():
         est = algo.ADVANTAGE_ESTIMATORS.get(name)
         assert est.is_group == (name in names.GROUP_ESTIMATORS), name
         assert est.needs_critic == (name in names.CRITIC_ESTIMATORS), name
+        assert est.teacher == (name in names.TEACHER_ESTIMATORS), name
 
 
 PRESETS = sorted(p.stem for p in (conf_dir() / "algorithm").glob("*.yaml"))
@@ -71,6 +72,7 @@ def test_expected_presets_exist():
         "kto",
         "simpo",
         "orpo",
+        "opd",
     }
     assert expected <= set(PRESETS)
 

@@ -33,6 +33,7 @@ REQUIRED = {
     "sft_tiny_cpu",
     "rm_tiny_cpu",
     "dpo_tiny_cpu",
+    "opd_tiny_cpu",
 }
 
 
@@ -40,9 +41,19 @@ def test_required_recipes_are_shipped():
     assert REQUIRED <= set(RECIPES)
 
 
+# Recipes whose documented command line supplies a value (the recipe's comment shows it); without it validation
+# must name the key.
+COMMAND_LINE = {"opd_tiny_cpu": "teacher.model_path"}
+
+
 @pytest.mark.parametrize("name", RECIPES)
-def test_recipe_composes_validates_and_plans(name):
-    spec = load_spec([f"+recipe={name}"])
+def test_recipe_composes_validates_and_plans(name, tmp_path):
+    overrides = [f"+recipe={name}"]
+    if name in COMMAND_LINE:
+        key = COMMAND_LINE[name]
+        assert [e.key for e in validate(load_spec(overrides))] == [key]
+        overrides.append(f"{key}={tmp_path}")
+    spec = load_spec(overrides)
     assert validate(spec) == []
     p = plan(spec)
     assert p.fits, p.verdict()
