@@ -4,10 +4,11 @@ No extra dependency and no separate process: the CPU default, and a fallback whe
 
 What it returns (one :class:`Rollout` per sample, the ``n`` samples of a prompt contiguous):
     output_ids      the sampled tokens, cut after the first eos / stop token (kept) or stop string (kept)
-    logprobs        log-softmax(logits / temperature) at each sampled token, from the raw model logits of the
-                    same forward that sampled it (before top-k/top-p/min-tokens masking), which is what the
-                    trainer recomputes with ``rlhf.algo.logprobs.log_probs_from_logits``; temperature 0 (greedy)
-                    reports the untempered log-probs
+    logprobs        rlhf.engines.logprob_meaning, as the vllm engine and the trainer's recomputation: log-softmax
+                    (logits / temperature) over the full vocabulary at each sampled token, from the raw logits of
+                    the forward that sampled it. top-k/top-p (transformers' warpers, after the recorder) and the
+                    min_new_tokens mask (ours, after it too) decide what is sampled, not the number; temperature 0
+                    (greedy) reports the untempered log-probs
     finish_reason   "stop" (eos, stop token or stop string) or "length" (max_new_tokens reached)
 Sampling is reproducible given ``SamplingSpec.seed`` (the global RNG is forked, not disturbed).
 """

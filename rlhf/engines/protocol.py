@@ -24,7 +24,7 @@ class SamplingSpec:
     stop_token_ids: tuple[int, ...] = ()  # e.g. the tokenizer's eos id
     min_new_tokens: int = 0
     seed: int | None = None
-    logprobs: bool = True  # return the sampled tokens' log-probs (post-temperature)
+    logprobs: bool = True  # return the sampled tokens' log-probs (rlhf.engines.logprob_meaning: tempered, unfiltered)
 
 
 @dataclass

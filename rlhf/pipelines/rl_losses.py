@@ -50,7 +50,9 @@ class ActorLossSettings:
 
 
 def policy_logprobs_fn(model, batch: dict[str, Tensor], *, temperature: float) -> Tensor:
-    """``[B, T-1]`` log-probs of the sequence under the policy (old log-probs) or the reference."""
+    """``[B, T-1]`` log-probs of the sequence under the policy (old log-probs) or the reference: log-softmax(logits /
+    temperature) over the full vocabulary, no top-k/top-p (OpenRLHF), which is what the rollout engines report
+    (rlhf.engines.logprob_meaning)."""
     return causal_lm_log_probs(model, batch["sequences"], batch["attention_mask"], temperature=temperature)
 
 

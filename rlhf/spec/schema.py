@@ -200,12 +200,25 @@ class RolloutSpec:
     prompts_per_step: int = key(128, "prompts per RL step (OpenRLHF rollout.batch_size)", ge=1)
     samples_per_prompt: int = key(1, "completions per prompt (group size n)", ge=1)
     max_new_tokens: int = key(1024, "generated tokens per sample at most", ge=1)
+    # Log-probs, in both engines and the trainer (rlhf.engines.logprob_meaning): log-softmax(logits / temperature)
+    # over the full vocabulary at the sampled token. top_k, top_p and min_new_tokens choose what is sampled and
+    # never enter that number, so rollout and trainer log-probs differ only by numerics whatever they are set to.
     min_new_tokens: int = key(
-        0, "tokens sampled before eos or a stop token may end a sample (vLLM min_tokens); 0: off", ge=0
+        0,
+        "eos and stop token ids are masked until this many tokens exist (not in the log-probs; stop strings may "
+        "still end a sample); 0: off",
+        ge=0,
     )
-    temperature: float = key(1.0, "sampling temperature; also applied to training log-probs; 0: greedy", ge=0)
-    top_p: float = key(1.0, "nucleus sampling mass", gt=0, le=1)
-    top_k: int = key(-1, "sample among the k most likely tokens; -1 (or 0): off", ge=-1)
+    temperature: float = key(
+        1.0,
+        "sampling temperature; rollout and training log-probs are log-softmax(logits / temperature); 0: greedy "
+        "(log-probs at temperature 1)",
+        ge=0,
+    )
+    top_p: float = key(
+        1.0, "nucleus sampling mass: filters what is sampled, not the log-probs (full distribution's)", gt=0, le=1
+    )
+    top_k: int = key(-1, "sample among the k most likely tokens (not applied to the log-probs); -1 (or 0): off", ge=-1)
     stop: list[str] = key(factory=list, doc="stop strings besides the tokenizer's eos (kept in the output)")
     num_engines: int = key(1, "rollout engines (vLLM instances)", ge=1)
     tensor_parallel_size: int = key(1, "devices per engine; must fit within one node", ge=1)

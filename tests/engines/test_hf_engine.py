@@ -1,10 +1,15 @@
-"""The hf rollout engine on a tiny random Llama: shapes, contiguity, exact log-probs, stopping, determinism,
-weight loading."""
+"""The hf rollout engine on a tiny random Llama: shapes, contiguity, exact log-probs (rlhf.engines.logprob_meaning,
+also under top-k/top-p and min_new_tokens), stopping, determinism, weight loading."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from logprob_checks import (
+    FILTERS,
+    check_filtered_sampling_reports_full_logprobs,
+    check_min_new_tokens_stays_out_of_logprobs,
+)
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from rlhf.engines.hf_engine import HFEngine
@@ -106,6 +111,31 @@ def test_greedy_is_deterministic_and_follows_the_argmax(engine, prompts):
 def test_top_k_one_sampling_is_greedy(engine, prompts):
     sampled = engine.generate(prompts, SamplingSpec(max_new_tokens=6, top_k=1, seed=3))
     assert [r.output_ids for r in sampled] == [r.output_ids for r in greedy(engine, prompts, max_new_tokens=6)]
+
+
+def test_top_k_and_top_p_pick_the_tokens_but_the_logprobs_are_the_full_tempered_distribution(
+    engine, tokenizer, prompts
+):
+    figures = check_filtered_sampling_reports_full_logprobs(engine, engine.model, prompts, tokenizer.pad_token_id, 1e-4)
+    print("hf top_p=0.8 top_k=20 T=0.7:", figures)
+
+
+def test_top_k_one_reports_the_argmax_tempered_logprob_not_zero(engine, prompts):
+    # The nucleus of one token would give log-prob 0 everywhere; the tempered full distribution does not.
+    spec = SamplingSpec(max_new_tokens=6, top_k=1, top_p=FILTERS["top_p"], temperature=FILTERS["temperature"], seed=3)
+    sampled = engine.generate(prompts, spec)
+    assert [r.output_ids for r in sampled] == [r.output_ids for r in greedy(engine, prompts, max_new_tokens=6)]
+    for r in sampled:
+        want = forward_logprobs(engine.model, r.prompt_ids, r.output_ids, FILTERS["temperature"])
+        torch.testing.assert_close(torch.tensor(r.logprobs), want, atol=1e-4, rtol=0)
+        assert max(r.logprobs) < -0.01
+
+
+def test_min_new_tokens_mask_stays_out_of_sampled_logprobs(engine, tokenizer, prompts):
+    figures = check_min_new_tokens_stays_out_of_logprobs(
+        engine, engine.model, prompts[0], tokenizer.eos_token_id, tokenizer.pad_token_id, 1e-4
+    )
+    print("hf min_new_tokens=4:", figures)
 
 
 def test_seed_reproduces_samples_without_touching_the_global_rng(engine, prompts):

@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 import torch
+from logprob_checks import (
+    FILTERS,
+    check_filtered_sampling_reports_full_logprobs,
+    check_min_new_tokens_stays_out_of_logprobs,
+)
 
+from rlhf.engines.hf_engine import HFEngine
 from rlhf.engines.protocol import RolloutEngine, SamplingSpec
 from rlhf.engines.vllm_engine import iter_packed, pack_named_tensors
 from rlhf.launch.vllm_actor import (
@@ -26,6 +32,9 @@ from rlhf.launch.vllm_actor import (
 )
 
 PROMPTS = [[1, 74, 71, 78, 78, 81], [1, 5, 6], [1, 40, 41, 42, 43, 44, 45, 46]]
+PAD_ID, EOS_ID = 0, 2  # the tiny models' tokenizer
+# vLLM-CPU's kernels against transformers' (both fp32); measured at most 6e-6 here, the slack is for other CPUs.
+VLLM_ATOL = 1e-3
 
 
 # ---------------------------------------------------------------- no vLLM needed
@@ -186,7 +195,7 @@ def test_sampling_shapes_logprobs_and_order(rollout_actor: Any, tiny_models: tup
     assert any(r.finish_reason == "length" for r in rollouts)
     assert len({tuple(r.output_ids) for r in rollouts[:n]}) > 1  # n samples, not n copies
 
-    # The engine's log-probs are those of the temperature-scaled distribution it sampled from: HF agrees.
+    # The engine's log-probs are those of the temperature-scaled model distribution: HF agrees.
     model = _hf_model(tiny_models[0])
     for r in rollouts[::n]:
         ref = _hf_logprobs(model, r.prompt_ids, r.output_ids, temperature)
@@ -195,6 +204,45 @@ def test_sampling_shapes_logprobs_and_order(rollout_actor: Any, tiny_models: tup
     # Same seed, same samples.
     again = engine.generate(PROMPTS, SamplingSpec(max_new_tokens=new, temperature=temperature, n=n, seed=7))
     assert [r.output_ids for r in again] == [r.output_ids for r in rollouts]
+
+
+@pytest.mark.vllm
+def test_logprobs_mean_the_same_as_the_hf_engine_and_the_trainer_under_top_k_and_top_p(
+    rollout_actor: Any, tiny_models: tuple[Path, Path]
+) -> None:
+    # Each engine against the trainer's recomputation on its own samples (their samplers draw differently) ...
+    model = _hf_model(tiny_models[0])
+    vllm = check_filtered_sampling_reports_full_logprobs(
+        RemoteVLLMEngine(rollout_actor[0]), model, PROMPTS, PAD_ID, VLLM_ATOL
+    )
+    hf = check_filtered_sampling_reports_full_logprobs(
+        HFEngine.from_path(str(tiny_models[0])), model, PROMPTS, PAD_ID, 1e-4
+    )
+    print("top_p=0.8 top_k=20 T=0.7: vllm", vllm, "hf", hf)
+
+
+@pytest.mark.vllm
+def test_both_engines_report_the_same_logprobs_for_the_same_tokens(
+    rollout_actor: Any, tiny_models: tuple[Path, Path]
+) -> None:
+    # ... and against each other where they sample the same sequence: top_k=1 leaves one token per step (the
+    # argmax), at the same temperature and top_p; the nucleus-renormalised meaning would report 0 for each.
+    spec = SamplingSpec(max_new_tokens=12, top_k=1, top_p=FILTERS["top_p"], temperature=FILTERS["temperature"], seed=5)
+    a = RemoteVLLMEngine(rollout_actor[0]).generate(PROMPTS, spec)
+    b = HFEngine.from_path(str(tiny_models[0])).generate(PROMPTS, spec)
+    assert [r.output_ids for r in a] == [r.output_ids for r in b]
+    diff = max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra.logprobs, rb.logprobs, strict=True))
+    assert diff <= VLLM_ATOL, diff
+    assert max(x for r in a for x in r.logprobs) < -0.01
+    print("top_k=1 T=0.7, vllm vs hf on identical tokens: max abs diff", diff)
+
+
+@pytest.mark.vllm
+def test_min_new_tokens_mask_stays_out_of_sampled_logprobs(rollout_actor: Any, tiny_models: tuple[Path, Path]) -> None:
+    figures = check_min_new_tokens_stays_out_of_logprobs(
+        RemoteVLLMEngine(rollout_actor[0]), _hf_model(tiny_models[0]), PROMPTS[0], EOS_ID, PAD_ID, VLLM_ATOL
+    )
+    print("vllm min_new_tokens=4:", figures)
 
 
 @pytest.mark.vllm
