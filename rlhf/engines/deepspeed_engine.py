@@ -59,8 +59,9 @@ def init_distributed(accelerator: str = "cpu", timeout_s: float = 600.0) -> None
     :func:`_rendezvous_store`); DeepSpeed then adopts it."""
     import datetime
 
-    import deepspeed
+    from rlhf.engines.deepspeed_import import import_deepspeed
 
+    deepspeed = import_deepspeed()
     if dist.is_initialized():
         return
     backend = "nccl" if accelerator == "gpu" else "gloo"
@@ -184,8 +185,9 @@ class DeepSpeedTrainEngine(_EngineBase):
         lr: float,
         total_steps: int,
     ) -> None:
-        import deepspeed
+        from rlhf.engines.deepspeed_import import import_deepspeed
 
+        deepspeed = import_deepspeed()
         optimizer = build_optimizer(model, trainer, lr)
         scheduler = build_scheduler(optimizer, trainer, total_steps)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
@@ -301,7 +303,9 @@ class DeepSpeedEvalEngine(_EngineBase):
     """A frozen model under DeepSpeed (ZeRO-3 sharded when the trainer uses stage 3, else stage 0)."""
 
     def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any]) -> None:
-        import deepspeed
+        from rlhf.engines.deepspeed_import import import_deepspeed
+
+        deepspeed = import_deepspeed()
 
         model.requires_grad_(False)
         self.engine, *_ = deepspeed.initialize(model=model, config=ds_config, dist_init_required=False)

@@ -26,6 +26,7 @@ from rlhf.errors import RunInterrupted, UserError, WorkerFailure
 from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.pipelines.interrupts import Interrupts
 from rlhf.pipelines.run_files import run_artifacts
+from rlhf.pipelines.startup_clock import StartupClock
 from rlhf.spec.schema import ExperimentSpec
 
 # Metric names whose non-finite value means the step's numbers went bad (suffix match on the logged key).
@@ -85,6 +86,65 @@ class Recipe(Protocol):
     def teardown(self) -> None:
         """Stop what the recipe started besides the actors (threads, servers); idempotent."""
         ...
+
+
+class _Background:
+    """``fn()`` on a thread of its own; ``result()`` waits for its value. The thread then stays parked until
+    ``release()``: Ray's own processes (GCS, raylet) get a parent-death signal tied to the thread that started
+    them, so that thread must outlive the cluster. ``discard()`` shuts down what ``fn`` made, then releases."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        import threading
+
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._ready, self._done = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(fn,), name="rlhf-start-ray", daemon=True)
+        _quiet_ray_thread_warning()
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._value = fn()
+        except BaseException as e:  # handed to whoever waits
+            self._error = e
+        finally:
+            self._ready.set()
+        self._done.wait()
+
+    def result(self) -> Any:
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def release(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def discard(self) -> None:
+        self._ready.wait()
+        value, self._value = self._value, None
+        try:
+            if value is not None:
+                value.shutdown()
+        finally:
+            self.release()
+
+
+class _NoThreadSigtermWarning:
+    """Ray warns that it set no SIGTERM handler when connected from a thread; ours stays installed (interrupts)."""
+
+    def filter(self, record: Any) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+def _quiet_ray_thread_warning() -> None:
+    import logging
+
+    logger = logging.getLogger("ray._private.worker")
+    if not any(isinstance(f, _NoThreadSigtermWarning) for f in logger.filters):
+        logger.addFilter(_NoThreadSigtermWarning())
 
 
 @dataclass
@@ -198,11 +258,20 @@ class Runner:
         from rlhf.tracking import Progress, Tracker, summary_lines
 
         t_start = time.time()
+        clock = StartupClock()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        total = self.recipe.prepare()
-        resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
-        state = self.ckpt.driver_state(resume_from) if resume_from else {}
-        self.tracker = Tracker(self.spec, self.run_dir, run_id=state.get("mlflow_run_id"))
+        # Ray starts (its own processes, mostly waiting here) while this process builds the data and the tracker:
+        # the files were checked by the preflight, so a failure now costs a cluster started and stopped, nothing else.
+        starting = _Background(lambda: self.realize(self.spec, self.plan))
+        try:
+            total = self.recipe.prepare()
+            clock.mark("data and model")
+            resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
+            state = self.ckpt.driver_state(resume_from) if resume_from else {}
+            self.tracker = Tracker(self.spec, self.run_dir, run_id=state.get("mlflow_run_id"))
+        except BaseException:
+            starting.discard()
+            raise
         if resume_from is None and self.spec.checkpoint.resume == "auto" and self.tracker.previous_steps():
             print(
                 f"no checkpoint in {self.ckpt.root}: starting again from step 1 (the previous attempt logged "
@@ -216,9 +285,12 @@ class Runner:
             with Interrupts() as interrupts:
                 self.tracker.rewind(int(state["step"]) if state else -1)  # a fresh run: an empty metrics.jsonl
                 self.tracker.log_artifacts(run_artifacts(self.spec, self.plan, self.run_dir))
-                self.realized = self.realize(self.spec, self.plan)
-                interrupts.reinstall()  # connecting to Ray replaced the SIGTERM handler
+                clock.mark("tracking")
+                self.realized = starting.result()
+                interrupts.reinstall()  # connecting to Ray may have replaced the SIGTERM handler
+                clock.mark("waiting for Ray")
                 self.recipe.setup(self.realized)
+                clock.mark("engines")
                 start = 0
                 if resume_from is not None:
                     self.recipe.load(resume_from, state)
@@ -226,12 +298,14 @@ class Runner:
                     print(f"resumed from {resume_from} at step {start}", file=sys.stderr)
                 else:
                     first = self.recipe.initial_eval()
+                    clock.mark("first eval")
                     if first:
-                        self.tracker.log(first, 0)
                         print(
                             "step 0: " + ", ".join(f"{k.removeprefix('eval/')}={v:.3g}" for k, v in first.items()),
                             file=sys.stderr,
                         )
+                    self.tracker.log({**first, **clock.metrics()}, 0)  # start-up phases beside the step-0 eval
+                print(clock.line(), file=sys.stderr, flush=True)
                 progress = Progress(
                     total, start, self.recipe.label, self.recipe.progress_keys, self.spec.logging.progress
                 )
@@ -287,6 +361,9 @@ class Runner:
             self.tracker.finish(status)
             if self.realized is not None:
                 self.realized.shutdown()
+                starting.release()
+            else:
+                starting.discard()  # stopped before taking the cluster over
 
     def _recover(self, failure: WorkerFailure) -> bool:
         """Spend a restart on ``failure`` and let the recipe repair it in place; a failure while repairing spends

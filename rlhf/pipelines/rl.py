@@ -256,6 +256,12 @@ class RLRecipe:
             policy.run_all("set_peak_lr", lr)
             self.warmup.lr_set = True
         out = self.warmup.step(policy)
+        every = self.spec.sft_warmup.eval_steps
+        if every and step % every == 0 and step < self.warmup_steps and self._can_eval():
+            out.update(self.workers.sync_weights())  # eval samples from the engines: they get the weights first
+            out = {(k if k.startswith(("sft/", "rollout/")) else f"train/{k}"): v for k, v in out.items()}
+            self.last_eval = evaluate(self.spec, self.gen, self.workers, self.splits.eval, step)
+            out.update({f"eval/{k}": v for k, v in self.last_eval.items()})
         if step == self.warmup_steps:
             if lr is not None:
                 policy.run_all("set_peak_lr", self.spec.trainer.lr)
@@ -266,10 +272,13 @@ class RLRecipe:
             # the engines sample from the warmed-up policy from the first RL step on
             out.update(self.workers.sync_weights())
             out = {(k if k.startswith(("sft/", "rollout/")) else f"train/{k}"): v for k, v in out.items()}
-            if self.spec.eval.steps > 0 and self.splits.eval is not None:
+            if self._can_eval():
                 self.last_eval = evaluate(self.spec, self.gen, self.workers, self.splits.eval, step)
                 out.update({f"eval/{k}": v for k, v in self.last_eval.items()})
         return out
+
+    def _can_eval(self) -> bool:
+        return self.spec.eval.steps > 0 and self.splits.eval is not None
 
     def _rl_step(self, run_step: int) -> dict[str, float]:
         spec, workers, gen = self.spec, self.workers, self.gen

@@ -480,12 +480,16 @@ class SFTWarmupSpec:
     in one command: one cluster, one set of actors, one MLflow run with sft/* and train/* metrics)."""
 
     steps: int = key(
-        0, "SFT optimizer steps (trainer.global_batch samples each) before the first RL step; 0: none", ge=0
+        0, "SFT optimizer steps (trainer.global_batch samples each) before the first RL step, on top of "
+        "trainer.max_steps (which counts RL steps); 0: none", ge=0
     )
     train_files: list[str] = key(factory=list, doc="SFT pairs (same forms as data.train_files)")
     input_key: str = key("input", "column of the prompt", nonempty=True)
     output_key: str = key("output", "column of the response", nonempty=True)
     lr: float | None = key(None, "peak learning rate of the warm-up steps (null: trainer.lr)", gt=0)
+    eval_steps: int = key(
+        0, "eval (pass@k with the rollout engines) every this many warm-up steps; 0: only at its last step", ge=0
+    )
 
 
 @dataclass(frozen=True)

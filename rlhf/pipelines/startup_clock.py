@@ -1,0 +1,44 @@
+"""Start-up phase times, printed once before the first step: where the seconds between typing the command and the
+first training step went."""
+
+from __future__ import annotations
+
+import time
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (the command was typed): imports, composition, validation, the plan."""
+    try:
+        import psutil
+
+        return max(time.time() - psutil.Process().create_time(), 0.0)
+    except Exception:  # no psutil, or /proc unreadable: the launch phase is then unknown
+        return 0.0
+
+
+class StartupClock:
+    """Marks phases in order; ``line()`` names each with its seconds, and the total from the process start."""
+
+    def __init__(self) -> None:
+        self.launch_s = process_age_s()
+        self._last = time.monotonic()
+        self.phases: list[tuple[str, float]] = []
+
+    def mark(self, phase: str) -> None:
+        now = time.monotonic()
+        self.phases.append((phase, now - self._last))
+        self._last = now
+
+    @property
+    def total_s(self) -> float:
+        return self.launch_s + sum(s for _, s in self.phases)
+
+    def line(self) -> str:
+        parts = [f"launch (imports, compose, plan, preflight) {self.launch_s:.1f} s"] if self.launch_s else []
+        parts += [f"{name} {s:.1f} s" for name, s in self.phases]
+        return f"start-up {self.total_s:.1f} s to the first step: " + ", ".join(parts)
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"startup/{name.lower().replace(' and ', '_').replace(' ', '_')}_s": s for name, s in self.phases}
+        out["startup/total_s"] = self.total_s
+        return out
