@@ -40,5 +40,18 @@ class RunInterrupted(Exception):
         self.step = step
         self.checkpoint = checkpoint
         self.run_dir = run_dir
+        self.announced = False  # the one line was printed already (before a teardown that may be slow)
         saved = f"checkpoint saved at {checkpoint}" if checkpoint else "no checkpoint saved"
         super().__init__(f"interrupted ({signal_name}) at step {step}; {saved}")
+
+    def line(self) -> str:
+        """The one line printed when a run stops on Ctrl-C or SIGTERM."""
+        saved = f"checkpoint saved at {self.checkpoint}" if self.checkpoint else "no checkpoint saved"
+        return f"interrupted at step {self.step}; {saved}; resume with: rlhf-run --resume {self.run_dir}"
+
+    def announce(self) -> None:
+        if not self.announced:
+            import sys
+
+            print(self.line(), file=sys.stderr, flush=True)
+            self.announced = True

@@ -8,7 +8,8 @@ The RL loop's entry points::
     # (await executor.run_batch(...) from async code); one Rollout per episode, prompt-major
     executor.close()                                    # stops the OpenAI server, if one was started
 
-Bringing an OpenRLHF agent file: replace ``from openrlhf.utils.agent import ...`` with ``from rlhf.agents import ...``.
+An OpenRLHF agent file runs unchanged: its ``from openrlhf.utils.agent import ...`` resolves to these classes when no
+real ``openrlhf`` is installed (rlhf.compat.openrlhf).
 """
 
 from __future__ import annotations

@@ -75,5 +75,4 @@ def resume_argv(argv: list[str]) -> list[str]:
 
 def resume_line(e: RunInterrupted) -> str:
     """The one line printed when a run stops on Ctrl-C or SIGTERM."""
-    saved = f"checkpoint saved at {e.checkpoint}" if e.checkpoint else "no checkpoint saved"
-    return f"interrupted at step {e.step}; {saved}; resume with: rlhf-run --resume {e.run_dir}"
+    return e.line()

@@ -83,7 +83,8 @@ def task(cfg) -> float | None:
         try:
             _run(cfg, run_dir)
         except RunInterrupted as e:
-            print(resume_line(e), file=sys.stderr)
+            if not e.announced:
+                print(resume_line(e), file=sys.stderr)
             raise SystemExit(130) from None
         except (SpecInvalid, UserError) as e:
             from rlhf.launch.preflight import PreflightFailed

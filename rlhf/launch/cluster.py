@@ -109,6 +109,9 @@ def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus:
         return Cluster(
             address=ray.get_runtime_context().gcs_address, started_here=False, node_ip=ray.util.get_node_ip_address()
         )
+    # A private cluster cannot outlive its GCS (a SIGTERM to the whole process group stops it first): its clients
+    # give up after 15 s instead of Ray's 60, so the run's teardown does not hang a minute on a dead cluster.
+    os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", "15")
     cpus = ray_spec.num_cpus or max(num_cpus or 1, os.cpu_count() or 1)
     store = int(ray_spec.object_store_gb * 1024**3) if ray_spec.object_store_gb else None
     ray.init(

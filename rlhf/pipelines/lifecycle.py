@@ -316,6 +316,12 @@ class Runner:
                     try:
                         metrics = self.recipe.step(step)
                     except WorkerFailure as failure:
+                        if interrupts.requested:
+                            # The signal reached the workers too (Ctrl-C in a terminal, `timeout` and schedulers
+                            # signal the whole process group): nothing to restart; stop at the last checkpoint.
+                            status = "KILLED"
+                            done = (CheckpointManager.step_of(self.last_ckpt) or 0) if self.last_ckpt else 0
+                            raise RunInterrupted(interrupts.requested, done, self.last_ckpt, self.run_dir) from None
                         if self._recover(failure):
                             continue  # the same step, carried on with the engine restarted
                         step = self._restart_from_checkpoint(progress)
@@ -356,6 +362,9 @@ class Runner:
         except KeyboardInterrupt as e:  # a second signal: stop at once
             status = "KILLED"
             raise RunInterrupted(str(e) or "SIGINT", max(step - 1, 0), self.last_ckpt, self.run_dir) from None
+        except RunInterrupted as e:
+            e.announce()  # before the teardown: a signal sent to the whole process group may have stopped Ray too
+            raise
         finally:
             self.recipe.teardown()
             self.tracker.finish(status)
