@@ -287,19 +287,34 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     }
 
 
+def builtin_rows(name: str) -> list[dict[str, Any]]:
+    """The rows of one of rlhf's builtin prompt sets (``builtin:NAME``), as the JSON objects of its file."""
+    from rlhf.data.loading import builtin_path
+
+    return [json.loads(line) for line in builtin_path(name).read_text().splitlines() if line.strip()]
+
+
+def trl_prompt_dataset(name: str):
+    """``builtin:NAME`` as TRL's conversational prompts: one user message per row, its label as a column (the
+    reward functions read it)."""
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": r["input"]}], "label": r["label"]} for r in builtin_rows(name)]
+    )
+
+
 # ------------------------------------------------------------------------------------------------------- TRL
 def child_trl(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(cfg["threads"])
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     sys.path.insert(0, str(HERE))
     from reward import trl_reward
 
-    from rlhf.data.loading import builtin_path
     from rlhf.models.loading import resolve_model_path, tokenizer_for
 
     w = cfg["workload"]
@@ -307,8 +322,7 @@ def child_trl(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     mspec = _model_spec(w["model"])
     path = resolve_model_path(mspec)
     tok = tokenizer_for(mspec, path, padding_side="left")
-    rows = [json.loads(line) for line in builtin_path("arith").read_text().splitlines() if line.strip()]
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": r["input"]}], "label": r["label"]} for r in rows])
+    data = trl_prompt_dataset("arith")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
 
     mb = w["micro_batch"]
@@ -477,7 +491,11 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_child(system: str, cfg: dict[str, Any], log_dir: Path, timeout: float) -> dict[str, Any] | None:
+def run_child(
+    system: str, cfg: dict[str, Any], log_dir: Path, timeout: float, script: Path | None = None
+) -> dict[str, Any] | None:
+    """Run ``script --child SYSTEM`` (default: this file) in a fresh process with cfg as its config; its result
+    dict, or None (after printing the log's tail) when it failed. cfg needs tag, threads and omp_wait_policy."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, dir=log_dir) as f:
         json.dump(cfg, f)
         cfg_path = f.name
@@ -495,7 +513,7 @@ def run_child(system: str, cfg: dict[str, Any], log_dir: Path, timeout: float) -
     env["BENCH_T_LAUNCH"] = repr(time.time())
     cmd = [
         sys.executable,
-        str(Path(__file__).resolve()),
+        str((script or Path(__file__)).resolve()),
         "--child",
         system,
         "--child-config",
