@@ -227,7 +227,7 @@ class DeepSpeedTrainEngine(_EngineBase):
                 all_reduce=dist.all_reduce if self.world_size > 1 else None,
                 constant=norm_constant,
             )
-        lr = float(self.scheduler.get_last_lr()[0])  # the rate this step uses (the scheduler moves on after it)
+        lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step uses (the scheduler moves on after it)
         sums: dict[str, float] = {}
         for mb in batches:
             loss, metrics = loss_fn(self.engine, mb, norm)

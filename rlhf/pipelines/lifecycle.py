@@ -299,12 +299,12 @@ class Runner:
                 else:
                     first = self.recipe.initial_eval()
                     clock.mark("first eval")
-                    if first:
+                    if first:  # the start-up phases ride along with the step-0 eval (no row of their own)
+                        self.tracker.log({**first, **clock.metrics()}, 0)
                         print(
                             "step 0: " + ", ".join(f"{k.removeprefix('eval/')}={v:.3g}" for k, v in first.items()),
                             file=sys.stderr,
                         )
-                    self.tracker.log({**first, **clock.metrics()}, 0)  # start-up phases beside the step-0 eval
                 print(clock.line(), file=sys.stderr, flush=True)
                 progress = Progress(
                     total, start, self.recipe.label, self.recipe.progress_keys, self.spec.logging.progress

@@ -82,6 +82,8 @@ IMPOSSIBLE = [
     (CPU_RL, "critic.value_clip=0", "critic.value_clip", "> 0"),
     (CPU_RL, "critic.freezing_steps=-1", "critic.freezing_steps", ">= 0"),
     (CPU_RL, "teacher.params_b=0", "teacher.params_b", "> 0"),
+    (CPU_RL, "sft_warmup.steps=-1", "sft_warmup.steps", ">= 0"),
+    (CPU_RL, "sft_warmup.lr=0", "sft_warmup.lr", "> 0"),
     (CPU_RL, "eval.samples_per_prompt=0", "eval.samples_per_prompt", ">= 1"),
     (CPU_RL, "eval.steps=-5", "eval.steps", ">= 0"),
     (CPU_RL, "eval.temperature=-0.1", "eval.temperature", ">= 0"),
