@@ -260,12 +260,11 @@ class Runner:
         t_start = time.time()
         clock = StartupClock()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        # Ray starts (its own processes, mostly waiting here) while this process builds the data and the tracker:
-        # the files were checked by the preflight, so a failure now costs a cluster started and stopped, nothing else.
+        total = self.recipe.prepare()  # data before processes: a bad row stops the job with nothing started
+        clock.mark("data and model")
+        # Ray starts (its own processes; this thread mostly waits) while this process makes the tracker.
         starting = _Background(lambda: self.realize(self.spec, self.plan))
         try:
-            total = self.recipe.prepare()
-            clock.mark("data and model")
             resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
             state = self.ckpt.driver_state(resume_from) if resume_from else {}
             self.tracker = Tracker(self.spec, self.run_dir, run_id=state.get("mlflow_run_id"))

@@ -42,6 +42,8 @@ def test_sft_then_grpo_on_reasoning_gym_tasks(ray_cluster, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "runs/grpo/metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "train/reward" in r]
     assert len(train) == 2 and all(r["train/verifier_timeout"] == 0.0 for r in train)
-    (evaluation,) = [r for r in rows if any(k.startswith("eval/") for k in r)]
+    evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
+    assert [int(r["step"]) for r in evals] == [0, 2]  # the model as loaded, then after the last step
+    evaluation = evals[-1]
     per_task = {k[len("eval/eval_") : -len("_pass1")]: v for k, v in evaluation.items() if k.endswith("_pass1")}
     assert set(per_task) == set(TASKS) and all(0.0 <= v <= 1.0 for v in per_task.values())
