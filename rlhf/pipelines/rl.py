@@ -420,7 +420,7 @@ class _SFTWarmup:
     def __init__(self, spec: ExperimentSpec, tokenizer: Any) -> None:
         from dataclasses import replace
 
-        from rlhf.data import build_datasets
+        from rlhf.data import DataError, build_datasets
         from rlhf.pipelines.sft import make_task
 
         w = spec.sft_warmup
@@ -436,7 +436,13 @@ class _SFTWarmup:
         )
         sft_spec = replace(spec, data=data)
         self.task = make_task(sft_spec, tokenizer)
-        self.train = build_datasets(sft_spec, tokenizer, "sft").train
+        try:
+            self.train = build_datasets(sft_spec, tokenizer, "sft").train
+        except DataError as e:  # the loader names data.*_key; here the columns are the warm-up's own keys
+            msg = str(e)
+            for k in ("input_key", "output_key"):
+                msg = msg.replace(f"data.{k}", f"sft_warmup.{k}")
+            raise DataError(msg) from None
         print(f"sft warm-up: {spec.sft_warmup.steps} steps over {len(self.train)} pairs", file=sys.stderr)
         if len(self.train) < spec.trainer.global_batch:
             raise UserError(
