@@ -42,6 +42,20 @@ REPO = HERE.parent
 REWARD_FILE = HERE / "reward.py"
 
 # name -> settings; steps/warmup are defaults that --steps/--warmup override.
+# GRPOConfig settings both TRL benchmarks fix the same way: CPU, fp32, no checkpoints, logs or vLLM, dropout off.
+TRL_FIXED: dict[str, Any] = dict(
+    logging_steps=1,
+    save_strategy="no",
+    report_to="none",
+    use_cpu=True,
+    bf16=False,
+    fp16=False,
+    dataloader_num_workers=0,
+    disable_dropout=True,
+    log_completions=False,
+    use_vllm=False,
+)
+
 WORKLOADS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         model="tiny",
@@ -353,18 +367,9 @@ def child_trl(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
         loss_type="dapo",  # token-level mean over the batch, like rlhf's token_mean
         scale_rewards="group",
         max_steps=cfg["steps"],
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
         seed=cfg["seed"],
         data_seed=cfg["seed"],
-        dataloader_num_workers=0,
-        disable_dropout=True,
-        log_completions=False,
-        use_vllm=False,
+        **TRL_FIXED,
     )
 
     begins: list[float] = []

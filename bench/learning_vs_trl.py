@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))  # grpo_vs_trl and reward, run as a script or imported
 
-from grpo_vs_trl import _cpu_model, _load, builtin_rows, run_child, trl_prompt_dataset  # noqa: E402
+from grpo_vs_trl import TRL_FIXED, _cpu_model, _load, builtin_rows, run_child, trl_prompt_dataset  # noqa: E402
 from reward import TRLExactReward, exact_outcomes  # noqa: E402
 
 TASKS = ("copy", "next", "add")  # builtin:arith_eval's datasources
@@ -271,18 +271,9 @@ def child_trl(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
         scale_rewards="group",
         activation_checkpointing=False,  # TRL's gradient_checkpointing default is True; rlhf's is off (same numbers)
         max_steps=cfg["steps"],
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
         seed=cfg["seed"],
         data_seed=cfg["seed"],
-        dataloader_num_workers=0,
-        disable_dropout=True,
-        log_completions=False,
-        use_vllm=False,
+        **TRL_FIXED,
     )
     eval_rows = builtin_rows("arith_eval")
     evals: dict[int, dict[str, float]] = {}
