@@ -1,5 +1,6 @@
 """rlhf-recipes [-cd DIR] [-cn NAME] ls | show NAME | cp NAME FILE | validate NAME|all [overrides] | explain KEY |
-import-openrlhf — one small class per verb. -cd adds your config folder (its recipe/ subfolder holds your recipes)."""
+import-openrlhf | rollouts show DIR — one small class per verb. -cd adds your config folder (its recipe/ subfolder
+holds your recipes)."""
 
 from __future__ import annotations
 
@@ -191,6 +192,25 @@ class ImportOpenRLHF:
         return run(args)
 
 
+class Rollouts:
+    help = "rollouts show DIR: summarise a rollout recording (rollout.record=DIR): steps, rewards, lengths, samples"
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("action", choices=("show",))
+        p.add_argument("dir", help="the folder given to rollout.record")
+        p.add_argument("--samples", type=int, default=3, help="decoded samples to print (default 3)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rlhf.data.rollout_records import summarize
+
+        try:
+            lines = summarize(args.dir, samples=args.samples)
+        except FileNotFoundError as e:
+            fail(str(e))
+        print("\n".join(lines))
+        return 0
+
+
 VERBS = {
     "ls": Ls(),
     "show": Show(),
@@ -198,6 +218,7 @@ VERBS = {
     "validate": Validate(),
     "explain": Explain(),
     "import-openrlhf": ImportOpenRLHF(),
+    "rollouts": Rollouts(),
 }
 
 

@@ -189,8 +189,9 @@ class SyncBytes:
 
 
 def sync_bytes(spec: ExperimentSpec, derived: Derived, params: int) -> SyncBytes | None:
-    """The weight sync's memory (see the module docstring); None when the run has no rollout engines."""
-    if "rollout" not in derived.roles:
+    """The weight sync's memory (see the module docstring); None when the run has no rollout engines, or no policy
+    to send them weights (rollout.only)."""
+    if "rollout" not in derived.roles or "policy" not in derived.roles:
         return None
     ro, hw = spec.rollout, spec.hardware
     wbytes = 4 if (hw.accelerator == "cpu" or spec.trainer.precision == "fp32") else 2

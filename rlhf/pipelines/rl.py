@@ -138,6 +138,19 @@ def _total_steps(spec: ExperimentSpec, n_prompts: int) -> int:
     return min(total, spec.trainer.max_steps) if spec.trainer.max_steps else total
 
 
+def prompt_data(spec: ExperimentSpec) -> tuple[str, Any, Any]:
+    """The policy's path, its tokenizer (left padding) and the prompt splits. Data before processes: a bad row stops
+    the job here, naming file, row and key."""
+    from rlhf.data import build_datasets
+    from rlhf.models.loading import resolve_model_path, tokenizer_for
+
+    path = resolve_model_path(spec.model)
+    tokenizer = tokenizer_for(spec.model, path, padding_side="left")
+    splits = build_datasets(spec, tokenizer, "prompt")
+    print(splits.summary(), file=sys.stderr)
+    return path, tokenizer, splits
+
+
 def evaluate(spec: ExperimentSpec, gen: Generator, workers: RLWorkers, evalset: Any, step: int) -> dict[str, float]:
     """pass@1 and pass@k per datasource on the eval prompts (OpenRLHF compute_eval_metrics)."""
     n = spec.eval.samples_per_prompt
@@ -188,7 +201,9 @@ class RLRecipe:
         self.spec, self.run_dir = spec, Path(run_dir)
         self.label = f"{spec.algorithm.name} rl"
         self.workers: RLWorkers | None = None
-        self.gen: Generator | None = None
+        self.gen: Generator | None = None  # None in a replay (train-only): no engines
+        self.replay: Any = None  # rollout.replay: the recording steps come from (rlhf.pipelines.rollout_record)
+        self.recorder: Any = None  # rollout.record
         self.current: StepState | None = None
         self.pending: tuple[list[dict[str, Any]], Callable[[], list[Rollout]]] | None = None  # async: step k+1
         self.best: tuple[str | None, float | None] = (None, None)
@@ -196,25 +211,28 @@ class RLRecipe:
 
     # -- before any process -------------------------------------------------------------------------------------
     def prepare(self) -> int:
-        from rlhf.data import build_datasets
-        from rlhf.models.loading import resolve_model_path, tokenizer_for
-
         spec = self.spec
-        self.policy_path = resolve_model_path(spec.model)
-        self.tokenizer = tokenizer_for(spec.model, self.policy_path, padding_side="left")
-        # Data before processes: a bad row stops the job here, naming file, row and key.
-        self.splits = build_datasets(spec, self.tokenizer, "prompt")
-        print(self.splits.summary(), file=sys.stderr)
+        self.policy_path, self.tokenizer, self.splits = prompt_data(spec)
         self.warmup = _SFTWarmup(spec, self.tokenizer) if spec.sft_warmup.steps > 0 else None
         self.warmup_steps = spec.sft_warmup.steps if self.warmup else 0
         self.rl_total = _total_steps(spec, len(self.splits.train))
         self.total = self.warmup_steps + self.rl_total
         self.derived = derive(spec)
+        self._open_recording()
         self.reset()
         # The weight-sync probe: the same few prompts every time, so its figures compare across syncs.
         train = self.splits.train
         self.probe_prompts = [list(r["prompt_ids"]) for r in train.rows(list(range(min(4, len(train)))))]
         return self.total
+
+    def _open_recording(self) -> None:
+        """The generation source, chosen once: the engines, or (rollout.replay) a recording, checked against the
+        tokenizer and the steps this run trains before any process starts; and the recorder of rollout.record."""
+        from rlhf.pipelines.rollout_record import RecordedRollouts, Recorder
+
+        ro = self.spec.rollout
+        self.replay = RecordedRollouts(self.spec, self.tokenizer, self.rl_total) if ro.replay else None
+        self.recorder = Recorder(self.spec, self.tokenizer, self.policy_path, "rl") if ro.record else None
 
     def reset(self) -> None:
         a = self.spec.algorithm.kl
@@ -231,7 +249,8 @@ class RLRecipe:
         opt_steps = self.rl_total * max(self.derived.optimizer_steps_per_rollout, 1) + self.warmup_steps
         self.workers = RLWorkers(self.spec, realized, self.policy_path, opt_steps)
         self.workers.pad_id = self.tokenizer.pad_token_id
-        self.gen = Generator(self.spec, self.workers, Scorer(self.spec, self.tokenizer, self.workers), self.stream)
+        if self.replay is None:  # a replay starts no engine: nothing generates or scores
+            self.gen = Generator(self.spec, self.workers, Scorer(self.spec, self.tokenizer, self.workers), self.stream)
         self.pending = None
 
     def teardown(self) -> None:
@@ -240,7 +259,7 @@ class RLRecipe:
             self.gen = None
 
     def initial_eval(self) -> dict[str, float]:
-        if self.spec.eval.steps <= 0 or self.splits.eval is None:
+        if not self._can_eval():
             return {}
         return {f"eval/{k}": v for k, v in evaluate(self.spec, self.gen, self.workers, self.splits.eval, 0).items()}
 
@@ -278,7 +297,8 @@ class RLRecipe:
         return out
 
     def _can_eval(self) -> bool:
-        return self.spec.eval.steps > 0 and self.splits.eval is not None
+        # a replay has no engines to sample eval answers from
+        return self.spec.eval.steps > 0 and self.splits.eval is not None and self.gen is not None
 
     def _rl_step(self, run_step: int) -> dict[str, float]:
         spec, workers, gen = self.spec, self.workers, self.gen
@@ -287,19 +307,12 @@ class RLRecipe:
         self.current = s
         if s.scored is None:
             s.t0 = time.perf_counter()
-            if self.pending is not None and s.rows is None:
-                s.rows, wait = self.pending  # async: generated while the previous step trained
-            else:
-                workers.before_generation()
-                if s.rows is None:
-                    s.rows = self.stream.take(spec.rollout.prompts_per_step)
-                wait = gen.launch(s.rows, gen.sampling(step))
-            self.pending = None
-            s.scored = gen.finish(step, s.rows, wait)
-            workers.after_generation()
+            s.scored = self.replay.scored(step) if self.replay is not None else self._generate(s)
+            if self.recorder is not None:
+                self.recorder.write(step, s.scored, gen.sampling(step).seed)
             s.t_gen = time.perf_counter() - s.t0
         if s.metrics is None:
-            if spec.rollout.async_mode and step < self.rl_total and self.pending is None:
+            if spec.rollout.async_mode and step < self.rl_total and self.pending is None and gen is not None:
                 # the next rollout starts now, on the weights before this step's update (one step stale)
                 self.pending = gen.start(step + 1)
             t1 = time.perf_counter()
@@ -332,11 +345,7 @@ class RLRecipe:
             }
         )
         out = {(k if k.startswith("rollout/") else f"train/{k}"): v for k, v in metrics.items()}
-        if (
-            spec.eval.steps > 0
-            and self.splits.eval is not None
-            and (step % spec.eval.steps == 0 or step == self.rl_total)
-        ):
+        if self._can_eval() and (step % spec.eval.steps == 0 or step == self.rl_total):
             self.last_eval = evaluate(spec, gen, workers, self.splits.eval, run_step)
             out.update({f"eval/{k}": v for k, v in self.last_eval.items()})
             key = best_metric_key(self.last_eval, spec.eval.best_metric)
@@ -345,6 +354,21 @@ class RLRecipe:
                 workers.policy.run_all("save_hf", str(self.run_dir / "best_model"))
         self.current = None
         return out
+
+    def _generate(self, s: StepState) -> Scored:
+        """Step ``s``'s samples from the engines (its prompts kept in ``s``, so a restarted engine redoes them)."""
+        workers, gen = self.workers, self.gen
+        if self.pending is not None and s.rows is None:
+            s.rows, wait = self.pending  # async: generated while the previous step trained
+        else:
+            workers.before_generation()
+            if s.rows is None:
+                s.rows = self.stream.take(self.spec.rollout.prompts_per_step)
+            wait = gen.launch(s.rows, gen.sampling(s.step))
+        self.pending = None
+        scored = gen.finish(s.step, s.rows, wait)
+        workers.after_generation()
+        return scored
 
     def recover(self, failure: WorkerFailure) -> bool:
         """A rollout engine that crashed or hung is started again in its bundle, the weight-sync group re-formed
@@ -410,6 +434,7 @@ class RLRecipe:
             "final_metrics": self.last_eval,
             "best": {"key": self.best[0], "value": self.best[1]} if self.best[0] else None,
             "reward_first_last": _first_last(_read(self.run_dir)),
+            **({"recording": self.spec.rollout.record} if self.recorder is not None else {}),
         }
 
 
@@ -478,6 +503,10 @@ def run(
     """Train ``spec`` (an RL algorithm); ``realize(spec, plan)`` gives the Ray placement (from the launcher)."""
     from rlhf.pipelines.lifecycle import Runner
 
+    if spec.rollout.only:  # rollout-only: generate, score (and record); nothing trains
+        from rlhf.pipelines.rollout_only import RolloutOnlyRecipe
+
+        return Runner(spec, plan, run_dir, realize, RolloutOnlyRecipe(spec, run_dir)).run()
     return Runner(spec, plan, run_dir, realize, RLRecipe(spec, run_dir)).run()
 
 

@@ -83,6 +83,14 @@ def reuses_current_logprobs(spec: ExperimentSpec) -> bool:
     return d.optimizer_steps_per_rollout == 1 and not kl_in_reward and "teacher" not in d.roles
 
 
+def forward_in_ranks(group: Any, fn: Any, exp: ExperienceBatch, name: str | None, micro_batch: int) -> list[Any]:
+    """``fn`` over the batch on ``group``: equal contiguous shares per rank, in micro-batches; results in sample
+    order."""
+    per_rank = [[m.tensors() for m in micro_batches(shard, micro_batch)] for shard in split(exp, len(group))]
+    results = group.run_per_rank("forward", [(fn, batches, name) for batches in per_rank])
+    return [x for rank in results for x in rank]
+
+
 class RLWorkers:
     def __init__(self, spec: ExperimentSpec, realized: Any, policy_path: str, total_steps: int) -> None:
         from rlhf.workers import ModelWorker, TrainerWorker
@@ -143,8 +151,9 @@ class RLWorkers:
                 "init_frozen", "reward", kind="reward", model_path=rm_path, normalize_reward=spec.reward.normalize
             )
             pending.append((self.reward, refs))
-        self.rollout = RolloutEngines(spec, realized, policy_path, env)
-        self.rollout_colocated = realized.colocated("rollout", "policy")
+        # A replay (rollout.replay, train-only) has no rollout role: no engines, no weight sync.
+        self.rollout = RolloutEngines(spec, realized, policy_path, env) if "rollout" in self.roles else None
+        self.rollout_colocated = self.rollout is not None and realized.colocated("rollout", "policy")
         for group, refs in pending:
             infos = group.get(refs, "init")
             if infos and isinstance(infos[0], dict) and "pid" in infos[0]:
@@ -160,7 +169,7 @@ class RLWorkers:
                 "init_frozen", "reward", kind="reward", model_path=rm_path, normalize_reward=spec.reward.normalize
             )
             self.reward = self.critic
-        self.weight_sync = WeightSync(spec, self.policy, self.rollout)
+        self.weight_sync = WeightSync(spec, self.policy, self.rollout) if self.rollout is not None else None
         self.actor_settings = ActorLossSettings.from_spec(spec)
         self.reuses_current_logprobs = reuses_current_logprobs(spec)
         self.kl_coef = spec.algorithm.kl.coef  # the KL controller's current value, set by the loop
@@ -189,7 +198,9 @@ class RLWorkers:
     def sync_weights(self, probe_prompts: list[list[int]] | None = None, eos_id: int | None = None) -> dict[str, float]:
         """Policy weights (ZeRO-3 gathered bucket by bucket, LoRA merged) into every rollout engine over the
         configured route; every tensor checksummed by the engines; the log-prob probe when it is due (and
-        ``probe_prompts`` are given). Returns metrics (seconds, bytes, probe differences)."""
+        ``probe_prompts`` are given). Returns metrics (seconds, bytes, probe differences); none without engines."""
+        if self.weight_sync is None:
+            return {}
         result = self.weight_sync.sync()
         out = {"timing/broadcast": result.seconds, "rollout/sync_bytes": float(result.bytes)}
         if probe_prompts and self.weight_sync.probe_due():
@@ -216,11 +227,7 @@ class RLWorkers:
 
     # -- experience ----------------------------------------------------------------------------------------------
     def _forward(self, group: Any, fn: Any, exp: ExperienceBatch, name: str | None) -> list[Any]:
-        """``fn`` over the batch: equal contiguous shares per rank, in micro-batches; results in sample order."""
-        mb = self.spec.rollout.micro_batch_per_device
-        per_rank = [[m.tensors() for m in micro_batches(shard, mb)] for shard in split(exp, len(group))]
-        results = group.run_per_rank("forward", [(fn, batches, name) for batches in per_rank])
-        return [x for rank in results for x in rank]
+        return forward_in_ranks(group, fn, exp, name, self.spec.rollout.micro_batch_per_device)
 
     def _stitch(self, parts: list[Any], width: int) -> Any:
         import torch

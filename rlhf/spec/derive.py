@@ -7,7 +7,7 @@ they can so that validation and the plan can show the numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rlhf.spec import names
 from rlhf.spec.schema import ROLES, ExperimentSpec
@@ -68,6 +68,10 @@ def roles(spec: ExperimentSpec) -> tuple[str, ...]:
         present.add("teacher")
     if reward_source(spec) == ["model"]:
         present.add("reward")
+    if spec.rollout.only:  # rollout-only: generate and score; nothing trains, so no trainer and no frozen model
+        present &= {"rollout", "reward"}
+    elif spec.rollout.replay:  # train-only: the recording holds the samples and their rewards
+        present -= {"rollout", "reward"}
     return tuple(r for r in ROLES if r in present)
 
 
@@ -114,7 +118,10 @@ def derive(spec: ExperimentSpec) -> Derived:
     present = roles(spec)
     groups = device_groups(spec, present)
     total = spec.hardware.nodes * spec.hardware.devices_per_node
-    devices = _group_devices(spec, groups, total)
+    sized = groups
+    if spec.rollout.replay:  # a replay's roles keep the devices the recorded run gave them (same data-parallel size)
+        sized = device_groups(spec, roles(replace(spec, rollout=replace(spec.rollout, replay=""))))
+    devices = {r: n for r, n in _group_devices(spec, sized, total).items() if r in present}
     t, ro = spec.trainer, spec.rollout
     grad_accum = {}
     for r in ("policy", "critic"):

@@ -263,6 +263,24 @@ class RolloutSpec:
         0.05, "mean |log-prob| difference of an engine from the trainer on the probe above which the run stops", gt=0
     )
     async_mode: bool = key(False, "generate step k+1 while training step k (staleness bounded to one step)")
+    # Record and replay (rlhf.data.rollout_records): one Parquet file per RL step. Relative paths are relative to
+    # the directory rlhf-run was started from, like data files.
+    record: str = key(
+        "",
+        "write each RL step's scored rollouts (token ids, masks, log-probs, rewards, seed) to this folder as they "
+        "are made, one Parquet file per step; a resumed run continues it; empty: off",
+    )
+    replay: str = key(
+        "",
+        "train-only: take each step's rollouts from a recording (rollout.record) instead of generating; no rollout "
+        "engine or reward model starts (the other roles keep the devices they had beside them), evaluation is "
+        "skipped (it samples from the engines); empty: off",
+    )
+    only: bool = key(
+        False,
+        "rollout-only: generate and score (and record with rollout.record, evaluate with eval.steps) with no "
+        "training role started: no policy trainer, reference, critic or teacher",
+    )
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlhf.spec import names, reasoning_gym_source
+from rlhf.spec import names, reasoning_gym_source, recording
 from rlhf.spec.derive import Derived, derive, reward_source
 from rlhf.spec.keys import domain_violations
 from rlhf.spec.schema import ROLES, ExperimentSpec
@@ -96,7 +96,8 @@ def _check_batches(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             f"must be a multiple of trainer.micro_batch_per_device ({t.micro_batch_per_device}) x {role} "
             f"data-parallel size ({dp}) = {per_step}; e.g. {max(per_step, t.global_batch // per_step * per_step)}",
         )
-    if spec.algorithm.family == "rl" and ro.prompts_per_step >= 1 and ro.samples_per_prompt >= 1:
+    trains = "policy" in d.roles  # rollout-only runs have no optimizer step to fill
+    if spec.algorithm.family == "rl" and trains and ro.prompts_per_step >= 1 and ro.samples_per_prompt >= 1:
         c.require(
             d.samples_per_step % t.global_batch == 0 and d.samples_per_step >= t.global_batch,
             "trainer.global_batch",
@@ -452,6 +453,49 @@ def _check_reasoning_gym_overlap(spec: ExperimentSpec, c: _Collector) -> None:
         )
 
 
+def _check_recording(spec: ExperimentSpec, c: _Collector) -> None:
+    """rollout.record / rollout.replay / rollout.only: RL only, one of replay and the others, and a replayed (or
+    continued) recording made with this spec's batch shape and vocabulary (rlhf.spec.recording)."""
+    ro = spec.rollout
+    if not (ro.record or ro.replay or ro.only):
+        return
+    if spec.algorithm.family != "rl":
+        key = "rollout.replay" if ro.replay else "rollout.record" if ro.record else "rollout.only"
+        fix = f"is for RL rollouts; algorithm={spec.algorithm.name} ({spec.algorithm.family}) makes none: remove it"
+        c.errors.append(SpecError(key, getattr(ro, key.split(".")[1]), fix))
+        return
+    if ro.replay:
+        c.require(not ro.record, "rollout.record", ro.record, "a replay generates nothing to record: remove one")
+        c.require(not ro.only, "rollout.only", ro.only, "rollout-only generates, a replay only trains: choose one")
+        manifest, problem = recording.read_manifest(ro.replay)
+        if problem:
+            c.errors.append(SpecError("rollout.replay", ro.replay, problem))
+        else:
+            for key, value, fix in recording.mismatches(spec, manifest, ro.replay, recording.REPLAY_KEYS):
+                c.errors.append(SpecError(key, value, f"{fix} (rollout.replay) or record again with these settings"))
+            c.require(
+                bool(recording.recorded_steps(ro.replay)), "rollout.replay", ro.replay, "the recording has no steps"
+            )
+    if ro.only:
+        w = spec.sft_warmup.steps
+        c.require(not w, "sft_warmup.steps", w, "a rollout-only run trains nothing: set sft_warmup.steps=0")
+        c.require(
+            len(reward_source(spec)) == 1,
+            "reward",
+            reward_source(spec) or None,
+            "rollout-only scores what it generates: give exactly one of reward.model_path, reward.function, "
+            "reward.urls, reward.verifier",
+        )
+    if ro.record and (Path(ro.record).expanduser() / recording.MANIFEST).exists():
+        # Continuing a recording (a resumed run): it must come from this run's settings.
+        manifest, problem = recording.read_manifest(ro.record)
+        if problem:
+            c.errors.append(SpecError("rollout.record", ro.record, f"{problem}; record elsewhere"))
+        else:
+            for key, value, fix in recording.mismatches(spec, manifest, ro.record, recording.RECORD_KEYS):
+                c.errors.append(SpecError(key, value, f"{fix} to continue it (rollout.record), or record elsewhere"))
+
+
 def validate(spec: ExperimentSpec) -> list[SpecError]:
     """Every problem with the spec; an empty list means it may start."""
     c = _Collector()
@@ -463,6 +507,7 @@ def validate(spec: ExperimentSpec) -> list[SpecError]:
     _check_resources(spec, d, c)
     _check_warmup(spec, c)
     _check_paths(spec, c)
+    _check_recording(spec, c)
     return c.errors
 
 
