@@ -97,9 +97,15 @@ def _probabilities(old_log_probs: Tensor, rollout_log_probs: Tensor) -> tuple[Te
 
 def binary_kl(old_log_probs: Tensor, rollout_log_probs: Tensor) -> Tensor:
     """``p log(p/q) + (1-p) log((1-p)/(1-q))``: the KL between Bernoulli(p) and Bernoulli(q) of the sampled token
-    ("this token or another"), p its rollout probability, q its trainer probability."""
+    ("this token or another"), p its rollout probability, q its trainer probability.
+
+    Clamped at 0, where OpenRLHF 0.11.2 is not: a KL is >= 0, but when p and q agree the two terms cancel in fp32
+    to a little below 0 (down to about -6e-8), under the 0 that a single threshold puts below the band, and its
+    gate drops those on-policy units (measured on a CPU run whose rollout and trainer log-probs agreed to 2e-7:
+    OpenRLHF's PolicyLoss dropped 13 of 16 sequences at threshold 5e-3; tests/algo/test_openrlhf_parity.py pins
+    the difference)."""
     p, q = _probabilities(old_log_probs, rollout_log_probs)
-    return p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()
+    return (p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()).clamp(min=0)
 
 
 def total_variation(old_log_probs: Tensor, rollout_log_probs: Tensor) -> Tensor:

@@ -25,6 +25,16 @@ def test_binary_kl_and_tv_of_the_sampled_token_by_hand() -> None:
     assert total_variation(old, rollout).tolist()[0] == pytest.approx([0.25, 0.0], abs=1e-7)
 
 
+def test_binary_kl_is_never_negative_where_rollout_and_trainer_agree() -> None:
+    # Unclamped, p log(p/q) + (1-p) log((1-p)/(1-q)) cancels to as low as -6e-8 in fp32 for q = p(1 + 1e-7) (22 of
+    # these 64 tokens), and a band [0, delta] would drop them.
+    p = torch.rand(64, generator=torch.Generator().manual_seed(0)) * 0.9 + 0.05
+    rollout = p.log()
+    old = rollout + 1e-7
+    assert (binary_kl(old, rollout) >= 0).all()
+    assert binary_kl(old, rollout).max().item() < 1e-6
+
+
 def test_probabilities_are_clamped_so_a_certain_token_keeps_binary_kl_finite() -> None:
     # log p = 0 (p = 1) would make (1 - p) log((1 - p) / (1 - q)) 0 * log 0 = NaN without the clamp to 1 - 1e-6.
     kl = binary_kl(_log([[0.5]]), torch.zeros(1, 1))

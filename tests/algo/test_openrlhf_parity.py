@@ -180,6 +180,29 @@ def test_policy_loss_matches_openrlhf(ref, level, mode, gating, loss_type, agg_m
             assert 0 < float(filter_t) < 1, "the band should filter some units and keep others"
 
 
+@pytest.mark.parametrize("level", ["token", "seq"])
+def test_binary_kl_rounding_below_zero_drops_units_in_openrlhf_but_not_here(ref, level):
+    # The one deliberate difference (rlhf.algo.is_correction.binary_kl): rollout and trainer agree to 1e-7, the
+    # binary KL's two terms cancel to a little below 0 in fp32, and OpenRLHF's band [0, delta] drops those units.
+    g = torch.Generator().manual_seed(0)
+    old = (torch.rand(16, 8, generator=g) * 0.9 + 0.05).log()
+    rollout = old + torch.randn(16, 8, generator=g) * 1e-7
+    mask = torch.ones(16, 8)
+    theirs = ref.PolicyLoss(
+        is_correction_level=level, is_correction_gating="binary_kl", is_correction_threshold=[0.0, 0.005]
+    )(old.clone(), old, torch.ones(16, 8), action_mask=mask, rollout_log_probs=rollout)
+    ours = policy_loss(
+        old.clone(),
+        old,
+        torch.ones(16, 8),
+        mask,
+        rollout_log_probs=rollout,
+        is_correction=ISCorrection(level, "mask", "binary_kl", 0.0, 0.005),
+    )
+    assert float(theirs[4]) > 0.1
+    assert float(ours.is_filter_ratio) == 0.0
+
+
 @pytest.mark.parametrize("clip", [None, 0.5])
 @pytest.mark.parametrize("token_level", [True, False])
 def test_value_loss_matches_openrlhf(ref, clip, token_level):
