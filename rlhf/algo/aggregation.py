@@ -145,6 +145,11 @@ def seq_mean_token_sum_norm(loss: Tensor, mask: Tensor, norm: LossNormalizer | N
     return seq_mean_token_sum(loss, mask, norm) / norm.constant
 
 
+# OpenRLHF's --actor.loss_agg_mode names (0.11.2) are the same functions under its names.
+for _alias, _name in (("token-mean", "token_mean"), ("seq-mean-token-mean", "seq_mean")):
+    LOSS_AGGREGATIONS.add(_alias, LOSS_AGGREGATIONS.get(_name))
+
+
 def aggregate(loss: Tensor, mask: Tensor, name: str = "token_mean", norm: LossNormalizer | None = None) -> Tensor:
-    """Aggregate a per-token loss with the registered aggregation ``name``."""
+    """Aggregate a per-token loss with the registered aggregation ``name`` (ours or OpenRLHF's ``loss_agg_mode``)."""
     return LOSS_AGGREGATIONS.get(name)(loss, mask, norm)

@@ -21,6 +21,10 @@ KL_CLAMP = 10.0
 #: The reward clip range OpenRLHF applies by default (``--reward.clip_range``, always on).
 DEFAULT_REWARD_CLIP = (-10.0, 10.0)
 
+#: Upper bound of the importance weight ``w = π_θ / π_old`` of the unbiased KL gradient (OpenRLHF
+#: ``KL_IS_WEIGHT_CLIP``): the weight is unbounded off-policy and would let one stale token dominate.
+KL_IS_WEIGHT_CLIP = 10.0
+
 KL_ESTIMATORS: Registry[Callable[[Tensor], Tensor]] = Registry("KL estimator")
 
 
@@ -38,14 +42,40 @@ def k2(log_ratio: Tensor) -> Tensor:
 
 @KL_ESTIMATORS.register("k3")
 def k3(log_ratio: Tensor) -> Tensor:
-    """``k3 = exp(-δ) - 1 + δ``: non-negative and unbiased for KL(π || π_ref) under samples from π."""
+    """``k3 = exp(-δ) - 1 + δ``: non-negative and unbiased for KL(π || π_ref) under samples from π.
+
+    δ is bounded below at -10 before the exp (OpenRLHF 0.11.2): k3 there already exceeds the final clamp, and an
+    unbounded ``exp(-δ)`` overflows to inf in fp32, whose derivative times the clamp's zero is NaN."""
+    log_ratio = log_ratio.clamp(min=-KL_CLAMP)
     return torch.exp(-log_ratio) - 1.0 + log_ratio
 
 
-def compute_approx_kl(log_probs: Tensor, ref_log_probs: Tensor, estimator: str = "k1") -> Tensor:
-    """Per-token KL estimate ``clamp(k(log π - log π_ref), -10, 10)``, in fp32 (OpenRLHF ``compute_approx_kl``)."""
+def compute_approx_kl(
+    log_probs: Tensor,
+    ref_log_probs: Tensor,
+    estimator: str = "k1",
+    *,
+    old_log_probs: Tensor | None = None,
+    unbiased_gradient: bool = False,
+) -> Tensor:
+    """Per-token KL estimate ``clamp(k(log π - log π_ref), -10, 10)``, in fp32 (OpenRLHF ``compute_approx_kl``).
+
+    ``unbiased_gradient`` (OpenRLHF 0.11.2, for the KL used as a loss): the value stays the estimator's, but the
+    gradient is the true reverse-KL gradient ``E_{π_old}[w · δ · ∇log π]`` whatever the estimator, through the
+    straight-through surrogate ``w · δ² / 2`` with ``w = min(exp(log π - log π_old), 10)`` detached (``w = 1``
+    without ``old_log_probs``): ``value.detach() + s - s.detach()``. k2's pathwise gradient ``δ · ∇log π`` is the
+    score-function form, and ``w`` corrects it for the off-policy epochs.
+    """
     log_ratio = log_probs.float() - ref_log_probs.float()
-    return KL_ESTIMATORS.get(estimator)(log_ratio).clamp(-KL_CLAMP, KL_CLAMP)
+    value = KL_ESTIMATORS.get(estimator)(log_ratio).clamp(-KL_CLAMP, KL_CLAMP)
+    if not unbiased_gradient:
+        return value
+    if old_log_probs is None:
+        w: Tensor | float = 1.0
+    else:
+        w = (log_probs.float() - old_log_probs.float()).exp().clamp(max=KL_IS_WEIGHT_CLIP).detach()
+    surrogate = w * log_ratio.pow(2) / 2.0
+    return value.detach() + surrogate - surrogate.detach()
 
 
 def compute_reward(
@@ -91,13 +121,20 @@ def kl_loss(
     estimator: str,
     aggregation: str = "token_mean",
     norm: LossNormalizer | None = None,
+    *,
+    old_log_probs: Tensor | None = None,
+    unbiased_gradient: bool = False,
 ) -> Tensor:
     """The KL-in-loss term ``kl_coef · agg(KL(π_θ || π_ref))`` of the *current* policy (OpenRLHF ``--algo.kl.use_loss``,
-    in ``ActorPPOTrainer.training_step``), aggregated with the same normaliser as the policy loss.
+    in ``ActorPPOTrainer.training_step``, which aggregates it by token mean whatever the policy loss's aggregation).
 
     The estimator has no default: OpenRLHF's global default ``k1`` makes a poor loss (its gradient is not that of the
-    KL, and OpenRLHF warns about it), so the caller picks, usually k2 or k3."""
-    return kl_coef * aggregate(compute_approx_kl(log_probs, ref_log_probs, estimator), action_mask, aggregation, norm)
+    KL, and OpenRLHF warns about it), so the caller picks, usually k2 or k3; with ``unbiased_gradient`` every
+    estimator has the true KL gradient (see :func:`compute_approx_kl`, ``old_log_probs`` the policy that sampled)."""
+    kl = compute_approx_kl(
+        log_probs, ref_log_probs, estimator, old_log_probs=old_log_probs, unbiased_gradient=unbiased_gradient
+    )
+    return kl_coef * aggregate(kl, action_mask, aggregation, norm)
 
 
 class KLController(Protocol):

@@ -1,4 +1,5 @@
-"""Policy losses (PPO clip, dual clip, GSPO), rollout/trainer importance-sampling correction, value loss, entropy bonus.
+"""Policy losses (PPO clip, dual clip, GSPO) with the rollout/trainer importance-sampling correction
+(:mod:`rlhf.algo.is_correction`), value loss, entropy bonus.
 
 OpenRLHF ``PolicyLoss`` and ``ValueLoss`` in ``openrlhf/models/loss.py``; the total actor loss is assembled in
 ``ActorPPOTrainer.training_step``: ``L_pg + kl_coef · agg(KL) [KL as loss] - entropy_coef · agg(H)``.
@@ -13,14 +14,12 @@ import torch
 from torch import Tensor
 
 from rlhf.algo.aggregation import LossNormalizer, aggregate
+from rlhf.algo.is_correction import ISCorrection, is_weights
 from rlhf.algo.logprobs import masked_mean, masked_sum
 from rlhf.algo.registry import Registry
 
 # PPO's log-ratio is clamped before exp (OpenRLHF) so a stale token cannot overflow the ratio to inf.
 LOG_RATIO_CLAMP = 20.0
-
-#: OpenRLHF's default ``--algo.advantage.is_correction_threshold``.
-DEFAULT_IS_THRESHOLD = (0.5, 5.0)
 
 
 @dataclass(frozen=True)
@@ -55,33 +54,6 @@ def gspo_ratio(log_probs: Tensor, ref_log_probs: Tensor, action_mask: Tensor) ->
 POLICY_LOSSES.add("ppo", PolicyObjective(ratio=ppo_ratio, sequence_level=False))
 POLICY_LOSSES.add("gspo", PolicyObjective(ratio=gspo_ratio, sequence_level=True))
 
-#: ``(log_w = log π_old - log π_rollout, action_mask, low, high) -> token weights``, applied as ``L ← weight · L``.
-ISCorrection = Callable[[Tensor, Tensor, float, float], Tensor]
-
-IS_CORRECTIONS: Registry[ISCorrection] = Registry("importance-sampling correction")
-
-
-@IS_CORRECTIONS.register("tis")
-def tis(log_w: Tensor, action_mask: Tensor, low: float, high: float) -> Tensor:
-    """Truncated IS: ``clamp(w, low, high)`` per token, ``w = exp(log π_old - log π_rollout)``."""
-    return log_w.exp().clamp(low, high)
-
-
-@IS_CORRECTIONS.register("icepop")
-def icepop(log_w: Tensor, action_mask: Tensor, low: float, high: float) -> Tensor:
-    """IcePop / masked IS: ``w · 1[low <= w <= high]`` per token (tokens outside the band get no gradient)."""
-    w = log_w.exp()
-    return w * ((w >= low) & (w <= high))
-
-
-@IS_CORRECTIONS.register("seq_mask_tis")
-def seq_mask_tis(log_w: Tensor, action_mask: Tensor, low: float, high: float) -> Tensor:
-    """Sequence-masked IS: ``1[low <= s <= high] · w`` with ``s = exp(masked_mean_t log w)`` per sequence, token weight
-    ``w`` left *unclamped* (OpenRLHF ``seq-mask-tis``)."""
-    w = log_w.exp()
-    s = masked_mean(log_w, action_mask, dim=-1).exp().unsqueeze(-1)
-    return w * ((s >= low) & (s <= high))
-
 
 @dataclass(frozen=True)
 class PolicyLossOutput:
@@ -92,12 +64,15 @@ class PolicyLossOutput:
         clip_ratio: fraction of tokens where the clip is active, ``mean(1[surr2 < surr1])``.
         ppo_kl: ``mean(log π_old - log π)``, unclamped.
         rollout_kl: ``mean(log π_rollout - log π_old)`` (OpenRLHF ``vllm_kl``), when rollout log-probs are given.
+        is_filter_ratio: fraction of tokens (or sequences) the IS correction's gate filtered, when it weighed the
+            tokens (an enabled correction of a token-level loss).
     """
 
     loss: Tensor
     clip_ratio: Tensor
     ppo_kl: Tensor
     rollout_kl: Tensor | None
+    is_filter_ratio: Tensor | None = None
 
 
 def policy_loss(
@@ -111,8 +86,7 @@ def policy_loss(
     clip_eps_high: float = 0.2,
     dual_clip: float | None = None,
     rollout_log_probs: Tensor | None = None,
-    is_correction: str | None = None,
-    is_threshold: tuple[float, float] = DEFAULT_IS_THRESHOLD,
+    is_correction: ISCorrection | None = None,
     aggregation: str = "token_mean",
     norm: LossNormalizer | None = None,
 ) -> PolicyLossOutput:
@@ -120,8 +94,9 @@ def policy_loss(
 
     ``surr1 = ρA``, ``surr2 = clamp(ρ, 1 - ε_low, 1 + ε_high) · A``, ``L = -min(surr1, surr2)``; with dual clip
     ``c > 1`` (arXiv 1912.09729) ``L = -where(A < 0, max(min(surr1, surr2), c·A), min(surr1, surr2))``. For token-level
-    objectives and ``is_correction`` set, ``L ← weight · L`` with the detached weights of ``IS_CORRECTIONS[...]``
-    computed from ``log π_old - log π_rollout``. Then aggregated (``seq_mean`` forced for GSPO).
+    objectives and an enabled ``is_correction``, ``L ← coef · L`` with the detached coefficients of
+    :func:`rlhf.algo.is_correction.is_weights` (from ``log π_old`` and ``log π_rollout``). Then aggregated
+    (``seq_mean`` forced for GSPO).
 
     Args:
         log_probs: ``[B, T]`` current policy log-probs (with gradient).
@@ -132,20 +107,19 @@ def policy_loss(
         clip_eps_low, clip_eps_high: clip range ``[1 - ε_low, 1 + ε_high]`` (clip-higher when ε_high > ε_low).
         dual_clip: ``c > 1`` to bound the loss of negative-advantage tokens, or ``None``.
         rollout_log_probs: ``[B, T]`` the rollout engine's log-probs (needed by ``is_correction``).
-        is_correction: a name in ``IS_CORRECTIONS``, or ``None`` / ``"none"`` for no correction.
-        is_threshold: ``(low, high)`` band of the IS correction.
-        aggregation, norm: how the per-token loss is reduced (see :mod:`rlhf.algo.aggregation`).
+        is_correction: the correction (level, mode, gating, band); ``None`` or level ``off``: none.
+        aggregation, norm: how the per-token loss is reduced (see :mod:`rlhf.algo.aggregation`; OpenRLHF's
+            ``loss_agg_mode`` names are accepted).
     """
     objective = POLICY_LOSSES.get(loss_type)
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
-    # The spec spells "off" as the string "none"; None works too.
-    correct = None if is_correction in (None, "none") else IS_CORRECTIONS.get(is_correction)
-    if correct is not None and rollout_log_probs is None:
-        raise ValueError(f"IS correction {is_correction!r} needs the rollout engine's log-probs")
+    correct = is_correction is not None and is_correction.enabled
+    if correct and rollout_log_probs is None:
+        raise ValueError(f"IS correction {is_correction} needs the rollout engine's log-probs")
 
     # GSPO with IS correction measures its sequence ratio against the sampler itself instead of reweighting tokens.
-    use_rollout_ref = objective.sequence_level and correct is not None
+    use_rollout_ref = objective.sequence_level and correct
     ratio = objective.ratio(log_probs, rollout_log_probs if use_rollout_ref else old_log_probs, action_mask)
     surr1 = ratio * advantages
     surr2 = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high) * advantages
@@ -154,16 +128,18 @@ def policy_loss(
         clipped = torch.where(advantages < 0, torch.max(clipped, dual_clip * advantages), clipped)
     loss = -clipped
 
-    if correct is not None and not objective.sequence_level:
-        low, high = is_threshold
-        loss = correct((old_log_probs - rollout_log_probs).detach(), action_mask, low, high) * loss
+    is_filter_ratio = None
+    if correct and not objective.sequence_level:
+        weights = is_weights(old_log_probs, rollout_log_probs, action_mask, is_correction)
+        loss = weights.coef * loss
+        is_filter_ratio = weights.filter_ratio
 
     with torch.no_grad():
         clip_ratio = masked_mean((surr2 < surr1).float(), action_mask)
         ppo_kl = masked_mean(old_log_probs - log_probs, action_mask)
         rollout_kl = None if rollout_log_probs is None else masked_mean(rollout_log_probs - old_log_probs, action_mask)
     aggregated = aggregate(loss, action_mask, "seq_mean" if objective.sequence_level else aggregation, norm)
-    return PolicyLossOutput(loss=aggregated, clip_ratio=clip_ratio, ppo_kl=ppo_kl, rollout_kl=rollout_kl)
+    return PolicyLossOutput(aggregated, clip_ratio, ppo_kl, rollout_kl, is_filter_ratio)
 
 
 def value_loss(

@@ -85,6 +85,10 @@ _DIRECT_RL = {
     "algo.kl.target": ("algorithm.kl.target", True),
     "algo.kl.horizon": ("algorithm.kl.horizon", True),
     "algo.kl.estimator": ("algorithm.kl.estimator", True),
+    "algo.advantage.is_correction_level": ("algorithm.is_correction.level", True),
+    "algo.advantage.is_correction_mode": ("algorithm.is_correction.mode", True),
+    "algo.advantage.is_correction_gating": ("algorithm.is_correction.gating", True),
+    "algo.advantage.is_correction_threshold": ("algorithm.is_correction.threshold", True),
     "algo.dynamic_filtering_enable": ("algorithm.filters.dynamic_filtering", True),
     "algo.dynamic_filtering_range": ("algorithm.filters.dynamic_filtering_range", True),
     "actor.dual_clip": ("algorithm.policy_loss.dual_clip", True),
@@ -440,8 +444,11 @@ class _Mapper:
     def _algorithm(self) -> None:
         gspo = self.eff("actor.policy_loss_type") == "gspo"
         self.put("algorithm.policy_loss.type", self.eff("actor.policy_loss_type"), "actor.policy_loss_type")
-        # OpenRLHF: one token mean over the optimizer step, except GSPO's sequence-level loss (section 3.7).
-        self.put("algorithm.policy_loss.aggregation", "seq_mean" if gspo else "token_mean", "actor.policy_loss_type")
+        # OpenRLHF: --actor.loss_agg_mode (0.11.2; a token mean before), except GSPO's sequence-level loss.
+        agg = "seq_mean" if gspo else names.canonical_aggregation(self.eff("actor.loss_agg_mode"))
+        self.put("algorithm.policy_loss.aggregation", agg, "actor.policy_loss_type", "actor.loss_agg_mode")
+        if gspo and self.given("actor.loss_agg_mode"):
+            self.explain("actor.loss_agg_mode", "GSPO's loss is a sequence mean whatever it says, as in OpenRLHF")
         low_high = self.eff("actor.eps_clip_low_high")
         if low_high:
             low, high = low_high
@@ -452,19 +459,26 @@ class _Mapper:
         if low_high and self.given("actor.eps_clip"):
             self.explain("actor.eps_clip", "--actor.eps_clip_low_high takes precedence, as in OpenRLHF")
         self.put("algorithm.kl.placement", "loss" if self.eff("algo.kl.use_loss") else "reward", "algo.kl.use_loss")
-        if self.eff("algo.advantage.is_correction_enable"):
-            kind = str(self.eff("algo.advantage.is_correction_type")).replace("-", "_")
-            self.put("algorithm.is_correction.type", kind, "algo.advantage.is_correction_enable")
-            self.handled.add("algo.advantage.is_correction_type")
-            if self.given("algo.advantage.is_correction_type"):
-                self._outcome("algo.advantage.is_correction_type").keys.append("algorithm.is_correction.type")
+        unbiased = bool(self.eff("algo.kl.unbiased_gradient"))
+        self.put(
+            "algorithm.kl.unbiased_gradient",
+            unbiased and bool(self.eff("algo.kl.use_loss")),
+            "algo.kl.unbiased_gradient",
+        )
+        if unbiased and not self.eff("algo.kl.use_loss"):
+            self.explain("algo.kl.unbiased_gradient", "no effect with the KL in the reward (no --algo.kl.use_loss)")
+        # Before 0.11.2 the correction was a switch and a type: the same keys as the 0.11.2 flags (direct rows).
+        old = ("algo.advantage.is_correction_enable", "algo.advantage.is_correction_type")
+        kind = str(self.eff(old[1])).replace("-", "_")
+        if self.eff(old[0]) and kind in names.IS_CORRECTION_TYPES:
+            for axis, value in zip(("level", "mode", "gating"), names.IS_CORRECTION_TYPES[kind], strict=True):
+                self.put(f"algorithm.is_correction.{axis}", value, *old)
+        elif self.eff(old[0]):
+            self.put("algorithm.is_correction.type", kind, *old)  # not a type: validation names the valid ones
         else:
-            self.put("algorithm.is_correction.type", "none", "algo.advantage.is_correction_enable")
-            if self.given("algo.advantage.is_correction_type"):
-                self.explain("algo.advantage.is_correction_type", "no effect without the correction enabled")
-        low, high = self.eff("algo.advantage.is_correction_threshold")
-        self.put("algorithm.is_correction.low", low, "algo.advantage.is_correction_threshold")
-        self.put("algorithm.is_correction.high", high, "algo.advantage.is_correction_threshold")
+            self.handled.update(old)
+            if self.given(old[1]):
+                self.explain(old[1], "no effect without the correction enabled")
         critic_steps = self.eff("critic.freezing_steps")
         self.put("critic.freezing_steps", max(critic_steps, 0), "critic.freezing_steps")
         if self.given("rollout.vllm_generate_batch_size"):
@@ -477,8 +491,8 @@ class _Mapper:
                     "oversampling (generating for more prompts than are trained on)",
                 )
         self.handled.add("rollout.vllm_generate_batch_size")
-        if self.given("algo.advantage.gamma") and self.eff("algo.advantage.estimator") in names.GROUP_ESTIMATORS:
-            self.explain("algo.advantage.gamma", "group estimators use 1 whatever it says, here as in OpenRLHF")
+        if self.given("algo.advantage.gamma") and self.eff("algo.advantage.estimator") in names.GAMMA_ONE_ESTIMATORS:
+            self.explain("algo.advantage.gamma", "estimators with a baseline use 1 whatever it says, as in OpenRLHF")
 
     def _reward_and_agent(self) -> None:
         remote, agent = self.eff("reward.remote_url"), self.eff("train.agent_func_path")

@@ -12,9 +12,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from rlhf.algo import compute_approx_kl, entropy_bonus, kl_loss, masked_mean, policy_loss, value_loss
+from rlhf.algo import ISCorrection, compute_approx_kl, entropy_bonus, kl_loss, masked_mean, policy_loss, value_loss
 from rlhf.models.forward import causal_lm_log_probs, value_model_rewards, value_model_values
+from rlhf.spec import names
 from rlhf.spec.schema import ExperimentSpec
+
+# OpenRLHF's actor aggregates its KL-loss and entropy terms by token mean whatever --actor.loss_agg_mode (and GSPO)
+# choose for the policy loss (ActorPPOTrainer.training_step: aggregate_loss(kl, mask, **loss_batch_info)).
+TERM_AGGREGATION = "token_mean"
 
 
 @dataclass(frozen=True)
@@ -28,24 +33,25 @@ class ActorLossSettings:
     entropy_coef: float | None
     kl_in_loss: bool
     kl_estimator: str
-    is_correction: str
-    is_threshold: tuple[float, float]
+    is_correction: ISCorrection
+    kl_unbiased_gradient: bool = False
 
     @classmethod
     def from_spec(cls, spec: ExperimentSpec) -> ActorLossSettings:
         a = spec.algorithm
+        isc = a.is_correction
         return cls(
             loss_type=a.policy_loss.type,
             clip_eps_low=a.policy_loss.eps_clip_low,
             clip_eps_high=a.policy_loss.eps_clip_high,
             dual_clip=a.policy_loss.dual_clip,
-            aggregation=a.policy_loss.aggregation,
+            aggregation=names.canonical_aggregation(a.policy_loss.aggregation),
             temperature=spec.rollout.temperature or 1.0,
             entropy_coef=a.policy_loss.entropy_coef,
             kl_in_loss=a.kl.placement == "loss" and a.kl.coef > 0,
             kl_estimator=a.kl.estimator,
-            is_correction=a.is_correction.type,
-            is_threshold=(a.is_correction.low, a.is_correction.high),
+            is_correction=ISCorrection(*isc.axes(), *isc.bounds()),
+            kl_unbiased_gradient=a.kl.unbiased_gradient,
         )
 
 
@@ -96,7 +102,6 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
         dual_clip=s.dual_clip,
         rollout_log_probs=mb.get("rollout_logprobs"),
         is_correction=s.is_correction,
-        is_threshold=s.is_threshold,
         aggregation=s.aggregation,
         norm=norm,
     )
@@ -104,16 +109,28 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
     metrics.update({"policy_loss": pl.loss.detach(), "ppo_clip_ratio": pl.clip_ratio, "ppo_kl": pl.ppo_kl})
     if pl.rollout_kl is not None:
         metrics["rollout_kl"] = pl.rollout_kl
+    if pl.is_filter_ratio is not None:
+        metrics["is_filter_ratio"] = pl.is_filter_ratio
     if s.kl_in_loss:
         kl_coef = float(mb["kl_coef"].reshape(-1)[0])
-        kl_term = kl_loss(log_probs, mb["ref_logprobs"], mask, kl_coef, s.kl_estimator, s.aggregation, norm)
+        kl_term = kl_loss(
+            log_probs,
+            mb["ref_logprobs"],
+            mask,
+            kl_coef,
+            s.kl_estimator,
+            TERM_AGGREGATION,
+            norm,
+            old_log_probs=old,
+            unbiased_gradient=s.kl_unbiased_gradient,
+        )
         loss = loss + kl_term
         metrics["kl_loss"] = kl_term.detach()
     if entropy is not None:
         with torch.no_grad():
             metrics["entropy_loss"] = masked_mean(entropy, mask)
         if s.entropy_coef:
-            loss = loss + entropy_bonus(entropy, mask, s.entropy_coef, s.aggregation, norm)
+            loss = loss + entropy_bonus(entropy, mask, s.entropy_coef, TERM_AGGREGATION, norm)
     return loss, metrics
 
 

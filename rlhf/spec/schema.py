@@ -19,6 +19,7 @@ Imports nothing heavy: composing, validating and planning run without torch, ray
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from rlhf.spec import names
 from rlhf.spec.keys import items, key
@@ -30,8 +31,13 @@ ROLES = ("policy", "reference", "teacher", "critic", "reward", "rollout")
 class AdvantageSpec:
     """How advantages are estimated (rlhf.algo ADVANTAGE_ESTIMATORS)."""
 
-    estimator: str = key("gae", "advantage estimator", choices=names.ADVANTAGE_ESTIMATORS)
-    gamma: float = key(1.0, "discount; group estimators need 1", ge=0, le=1)
+    estimator: str = key(
+        "gae",
+        "advantage estimator; flash_reinforce (OpenRLHF 0.11.2): reward minus the whole rollout batch's mean reward, "
+        "no group (one sample per prompt works), no whitening",
+        choices=names.ADVANTAGE_ESTIMATORS,
+    )
+    gamma: float = key(1.0, "discount; group estimators and flash_reinforce need 1", ge=0, le=1)
     lambd: float = key(1.0, "GAE lambda", ge=0, le=1)
     no_std_norm: bool = key(False, "whiten advantages without dividing by their std (OpenRLHF no_std_norm)")
 
@@ -44,7 +50,13 @@ class PolicyLossSpec:
     eps_clip_low: float = key(0.2, "ratio clipped below at 1 - eps_clip_low", ge=0, lt=1)
     eps_clip_high: float = key(0.2, "ratio clipped above at 1 + eps_clip_high (> eps_clip_low: DAPO clip-higher)", ge=0)
     dual_clip: float | None = key(None, "dual-clip constant c (null: off)", gt=1)
-    aggregation: str = key("token_mean", "how token losses become one loss", choices=names.LOSS_AGGREGATIONS)
+    aggregation: str = key(
+        "token_mean",
+        "how token losses become one loss: token_mean (one token mean over the optimizer step) | seq_mean (mean of "
+        "each sequence's token mean: every sample weighs the same) | seq_mean_token_sum | seq_mean_token_sum_norm; "
+        "OpenRLHF's --actor.loss_agg_mode names token-mean and seq-mean-token-mean are the first two",
+        choices=names.LOSS_AGGREGATION_NAMES,
+    )
     aggregation_norm: int | None = key(
         None, "constant normaliser of seq_mean_token_sum_norm (null: rollout.max_new_tokens)", ge=1
     )
@@ -64,15 +76,61 @@ class KLSpec:
     )
     target: float | None = key(None, "adaptive controller (Ziegler et al.) toward this KL (null: fixed coef)", gt=0)
     horizon: int = key(10000, "adaptive controller horizon, in samples", ge=1)
+    unbiased_gradient: bool = key(
+        False,
+        "placement=loss only: the loss keeps the estimator's value but its gradient is the true reverse-KL one, "
+        "importance-weighted for the off-policy epochs by w = pi/pi_old (clamped at 10), the same for k1, k2 and k3 "
+        "(OpenRLHF 0.11.2 --algo.kl.unbiased_gradient)",
+    )
 
 
 @dataclass(frozen=True)
 class ISCorrectionSpec:
-    """Importance-sampling correction for the mismatch between rollout-engine and trainer log-probs."""
+    """Importance-sampling correction for the mismatch between rollout-engine and trainer log-probs (OpenRLHF 0.11.2
+    --algo.advantage.is_correction_*): a gate reads a statistic of w = pi_train / pi_rollout per unit (each token, or
+    each sequence's mean) and masks or clips the units outside the threshold band; the loss is multiplied by the
+    resulting detached weights. GSPO takes its sequence ratio against the rollout log-probs instead (no gate)."""
 
-    type: str = key("none", "correction", choices=names.IS_CORRECTIONS)
-    low: float = key(0.5, "lower threshold on the importance weight", ge=0)
-    high: float = key(5.0, "upper threshold on the importance weight (> low)", gt=0)
+    type: str = key(
+        "",
+        "shorthand for level/mode/gating: tis (token, clip, ratio) | icepop (token, mask, ratio) | seq_mask_tis (seq, "
+        "mask, ratio) | none (off); empty: the three keys below decide",
+        choices=tuple(names.IS_CORRECTION_TYPES),
+        empty_ok=True,
+    )
+    level: str = key(
+        "off",
+        "unit the gate reads: off (no correction) | token | seq (the sequence's mean statistic; a rejection filter)",
+        choices=names.IS_CORRECTION_LEVELS,
+    )
+    mode: str = key(
+        "mask",
+        "outside the band: mask (the unit gets no gradient; the rest keep their token weight w) | clip (w clamped "
+        "into the band; level=token with gating=ratio only)",
+        choices=names.IS_CORRECTION_MODES,
+    )
+    gating: str = key(
+        "ratio",
+        "statistic gated: ratio (w itself; its geometric mean per sequence) | binary_kl | tv (the sampled token's "
+        "binary KL / total variation between rollout and trainer probability: a trust region, upper bound only)",
+        choices=names.IS_CORRECTION_GATINGS,
+    )
+    # Any: a number or a list, as OpenRLHF's flag (nargs="+"); rlhf.spec.validate checks the form.
+    threshold: Any = key(
+        factory=lambda: list(names.IS_CORRECTION_THRESHOLD),
+        doc="[LOW, HIGH] band of the gated statistic, or HIGH alone (= [0, HIGH], the trust-region delta of "
+        "binary_kl / tv)",
+        ge=0,
+        items=items(ge=0),
+    )
+
+    def axes(self) -> tuple[str, str, str]:
+        """``(level, mode, gating)`` in effect: the ``type`` shorthand's when it is set, else the three keys."""
+        return names.IS_CORRECTION_TYPES.get(self.type, (self.level, self.mode, self.gating))
+
+    def bounds(self) -> tuple[float, float]:
+        """``(low, high)`` of the threshold (``ValueError`` on a malformed one; validation reports it first)."""
+        return names.threshold_bounds(self.threshold)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 from rlhf.spec import names, reasoning_gym_source, recording
 from rlhf.spec.derive import Derived, derive, reward_source
 from rlhf.spec.keys import domain_violations
-from rlhf.spec.schema import ROLES, ExperimentSpec
+from rlhf.spec.schema import ROLES, ExperimentSpec, ISCorrectionSpec
 from rlhf.spec.tokenizer_files import tokenizer_difference
 
 
@@ -112,18 +112,20 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
     if a.family != "rl":
         return
     est = a.advantage.estimator
+    if est in names.GAMMA_ONE_ESTIMATORS:
+        kind = "the group estimator" if est in names.GROUP_ESTIMATORS else "the estimator"
+        c.require(
+            a.advantage.gamma == 1.0,
+            "algorithm.advantage.gamma",
+            a.advantage.gamma,
+            f"{kind} {est} uses gamma 1 (its baseline is over whole sequences); remove the override",
+        )
     if est in names.GROUP_ESTIMATORS:
         c.require(
             ro.samples_per_prompt >= 2,
             "rollout.samples_per_prompt",
             ro.samples_per_prompt,
             f"the group estimator {est} needs at least 2 samples per prompt",
-        )
-        c.require(
-            a.advantage.gamma == 1.0,
-            "algorithm.advantage.gamma",
-            a.advantage.gamma,
-            f"the group estimator {est} uses gamma 1 (its baseline is over whole sequences); remove the override",
         )
         c.require(
             ro.temperature > 0,
@@ -147,19 +149,19 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
     pl = a.policy_loss
     if pl.type == "gspo":
         c.require(
-            pl.aggregation == "seq_mean",
+            names.canonical_aggregation(pl.aggregation) == "seq_mean",
             "algorithm.policy_loss.aggregation",
             pl.aggregation,
             "gspo is a sequence-level loss: use seq_mean",
         )
-    isc = a.is_correction
-    if isc.type != "none":
-        c.require(
-            0 <= isc.low < isc.high,
-            "algorithm.is_correction.low",
-            [isc.low, isc.high],
-            "need 0 <= low < high",
-        )
+    _check_is_correction(spec, c)
+    c.require(
+        not a.kl.unbiased_gradient or a.kl.placement == "loss",
+        "algorithm.kl.unbiased_gradient",
+        True,
+        "changes only the gradient of the KL loss, and the KL is folded into the reward here: set "
+        "algorithm.kl.placement=loss, or remove it",
+    )
     f = a.filters
     if f.dynamic_filtering:
         c.require(
@@ -213,6 +215,35 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
         ro.min_new_tokens,
         f"must be in [0, rollout.max_new_tokens={ro.max_new_tokens}]",
     )
+
+
+def _check_is_correction(spec: ExperimentSpec, c: _Collector) -> None:
+    """The threshold's form, the type shorthand against the keys it sets, and OpenRLHF 0.11.2's rules on the
+    combination of level, mode and gating (rlhf.spec.names.is_correction_problems)."""
+    isc = spec.algorithm.is_correction
+    prefix = "algorithm.is_correction."
+    try:
+        low, high = isc.bounds()
+    except ValueError as e:
+        c.errors.append(SpecError(prefix + "threshold", isc.threshold, str(e)))
+        return
+    c.require(low < high, prefix + "threshold", isc.threshold, "need LOW < HIGH in [LOW, HIGH]")
+    if isc.type in names.IS_CORRECTION_TYPES:
+        unset = ISCorrectionSpec()
+        preset = names.IS_CORRECTION_TYPES[isc.type]
+        for axis, preset_value in zip(("level", "mode", "gating"), preset, strict=True):
+            value = getattr(isc, axis)
+            c.require(
+                value in (getattr(unset, axis), preset_value),
+                prefix + axis,
+                value,
+                f"{prefix}type={isc.type} already sets level={preset[0]}, mode={preset[1]}, gating={preset[2]}: "
+                f"remove the type (and give level, mode and gating), or remove {prefix}{axis}",
+            )
+    # Every type shorthand is a valid combination, so a problem here names keys the user gave.
+    level, mode, gating = isc.axes()
+    for axis, reason in names.is_correction_problems(level, mode, gating, low):
+        c.errors.append(SpecError(prefix + axis, getattr(isc, axis), f"(level={level}, gating={gating}) {reason}"))
 
 
 def _check_teacher(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:

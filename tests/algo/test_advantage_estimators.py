@@ -51,13 +51,42 @@ def test_group_norm_of_identical_rewards_is_zero_not_nan() -> None:
         ("rloo", False, True, False),
         ("group_norm", False, True, False),
         ("dr_grpo", False, True, False),
+        ("flash_reinforce", False, False, False),
         ("opd", False, False, True),
     ],
 )
 def test_estimator_table(name: str, needs_critic: bool, is_group: bool, whiten: bool) -> None:
     spec = ADVANTAGE_ESTIMATORS.get(name)
     assert (spec.needs_critic, spec.is_group, spec.whiten) == (needs_critic, is_group, whiten)
-    assert (spec.baseline is not None) == is_group
+    assert (spec.baseline is not None) == (is_group or spec.batch_baseline)
+    assert spec.batch_baseline == (name == "flash_reinforce")
+
+
+def test_flash_reinforce_subtracts_the_whole_batch_mean_with_one_sample_per_prompt() -> None:
+    # Five prompts, one sample each: mean 0.6, no whitening, every token of a sample carries its scalar.
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])
+    out = compute_advantages_and_returns(rewards, torch.ones(5, 2), estimator="flash_reinforce")
+    assert out.advantages.tolist() == [pytest.approx([r - 0.6] * 2) for r in rewards.tolist()]
+
+
+def test_flash_reinforce_ignores_the_groups_and_keeps_per_token_kl_credit() -> None:
+    # n = 2 groups [1, 0] and [1, 1]: the baseline is still the mean of all four (0.75), not each group's; the
+    # KL in the reward is credited per token (gamma 1) and nothing is whitened.
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    kl = torch.tensor([[0.5, 1.0]]).repeat(4, 1)
+    out = compute_advantages_and_returns(
+        rewards, torch.ones(4, 2), estimator="flash_reinforce", kl=kl, kl_coef=0.1, n_samples_per_prompt=2
+    )
+    expected = [[r - 0.75 - 0.15, r - 0.75 - 0.1] for r in rewards.tolist()]
+    assert out.advantages.tolist() == [pytest.approx(row) for row in expected]
+
+
+def test_fp64_rewards_keep_their_precision_through_the_baseline() -> None:
+    # OpenRLHF 0.11.2 promotes the rewards to at least fp32 (promote_types) instead of casting them to fp32: the
+    # group statistics of fp64 rewards stay fp64. In fp32 1 + 1e-12 == 1 and both advantages would be exactly 0.
+    rewards = torch.tensor([1.0 + 1e-12, 1.0], dtype=torch.float64)
+    out = compute_advantages_and_returns(rewards, torch.ones(2, 1), estimator="dr_grpo", n_samples_per_prompt=2)
+    assert out.advantages[:, 0].tolist() == pytest.approx([0.5e-12, -0.5e-12], rel=1e-3)
 
 
 def test_gae_undiscounted() -> None:
@@ -137,7 +166,9 @@ def test_no_std_norm_only_centres() -> None:
     assert out.advantages.tolist()[0] == pytest.approx([0.4 - 0.5 - 1 / 30, 0.5 - 0.5 - 1 / 30, 0.7 - 0.5 - 1 / 30])
 
 
-@pytest.mark.parametrize("name", ["gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo"])
+@pytest.mark.parametrize(
+    "name", ["gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo", "flash_reinforce"]
+)
 def test_whitening_rule_per_estimator(name: str) -> None:
     g = torch.Generator().manual_seed(0)
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]] * 2)
@@ -158,8 +189,9 @@ def test_whitening_rule_per_estimator(name: str) -> None:
         torch.testing.assert_close(out.advantages, out.returns)
 
 
-def test_gamma_is_forced_to_one_for_group_estimators() -> None:
-    kwargs = dict(estimator="dr_grpo", kl=torch.ones(2, 3), kl_coef=0.1, n_samples_per_prompt=2)
+@pytest.mark.parametrize("name", ["dr_grpo", "flash_reinforce"])
+def test_gamma_is_forced_to_one_for_the_estimators_with_a_baseline(name: str) -> None:
+    kwargs = dict(estimator=name, kl=torch.ones(2, 3), kl_coef=0.1, n_samples_per_prompt=2)
     one = compute_advantages_and_returns(torch.tensor([1.0, 0.0]), torch.ones(2, 3), gamma=1.0, **kwargs)
     half = compute_advantages_and_returns(torch.tensor([1.0, 0.0]), torch.ones(2, 3), gamma=0.5, **kwargs)
     torch.testing.assert_close(one.advantages, half.advantages)
@@ -205,7 +237,10 @@ def test_group_advantages_have_zero_mean_within_each_group(name: str, groups: li
 
 
 @settings(max_examples=30, deadline=None)
-@given(seeds, st.sampled_from(["gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo"]))
+@given(
+    seeds,
+    st.sampled_from(["gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo", "flash_reinforce"]),
+)
 def test_padding_and_masked_positions_never_change_advantages(seed: int, name: str) -> None:
     g = torch.Generator().manual_seed(seed)
     batch, length = 4, 5

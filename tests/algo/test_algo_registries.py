@@ -43,18 +43,28 @@ def test_unknown_name_lists_valid_names_and_is_both_key_and_value_error() -> Non
 
 
 def test_real_registry_unknown_name_lists_every_estimator() -> None:
-    with pytest.raises(KeyError, match="valid: dr_grpo, gae, group_norm, opd, reinforce, reinforce_baseline, rloo"):
+    with pytest.raises(
+        KeyError, match="valid: dr_grpo, flash_reinforce, gae, group_norm, opd, reinforce, reinforce_baseline, rloo"
+    ):
         algo.ADVANTAGE_ESTIMATORS.get("grpo")
 
 
 @pytest.mark.parametrize(
     ("registry", "names"),
     [
-        (algo.ADVANTAGE_ESTIMATORS, {"gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo", "opd"}),
+        (
+            algo.ADVANTAGE_ESTIMATORS,
+            {"gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo", "flash_reinforce", "opd"},
+        ),
         (algo.POLICY_LOSSES, {"ppo", "gspo"}),
         (algo.KL_ESTIMATORS, {"k1", "k2", "k3"}),
-        (algo.LOSS_AGGREGATIONS, {"token_mean", "seq_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"}),
-        (algo.IS_CORRECTIONS, {"tis", "icepop", "seq_mask_tis"}),
+        (
+            algo.LOSS_AGGREGATIONS,
+            {"token_mean", "seq_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"}
+            | {"token-mean", "seq-mean-token-mean"},  # OpenRLHF's --actor.loss_agg_mode names
+        ),
+        (algo.IS_GATINGS, {"ratio", "binary_kl", "tv"}),
+        (algo.IS_MODES, {"mask", "clip"}),
         (algo.PREFERENCE_LOSSES, {"dpo", "cdpo", "ipo", "kto", "simpo", "orpo"}),
         (algo.RM_LOSSES, {"sigmoid", "logexp"}),
     ],

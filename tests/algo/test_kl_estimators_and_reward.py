@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rlhf.algo.kl import (
+    KL_IS_WEIGHT_CLIP,
     AdaptiveKLController,
     FixedKLController,
     compute_approx_kl,
@@ -77,6 +78,53 @@ def test_kl_loss_is_coef_times_token_mean_of_the_estimate() -> None:
     mask = torch.tensor([[1.0, 1.0, 0.0]])
     # k3 of deltas [1, 0] = [e^-1 - 1 + 1, 0]; token mean over 2 tokens.
     assert kl_loss(log_probs, ref, mask, 0.5, "k3").item() == pytest.approx(0.5 * math.exp(-1) / 2)
+
+
+def test_k3_gradient_stays_finite_far_below_the_clamp() -> None:
+    # δ = -100: exp(100) overflows fp32 to inf, and the clamp's zero derivative times inf would be NaN (OpenRLHF
+    # 0.11.2 bounds δ at -10 inside k3 for this). The value is the clamp's 10 and the gradient 0.
+    log_probs = torch.tensor([-100.0, -0.5], requires_grad=True)
+    kl = compute_approx_kl(log_probs, torch.zeros(2), "k3")
+    kl.sum().backward()
+    assert kl[0].item() == 10.0
+    assert log_probs.grad.tolist() == pytest.approx([0.0, 1 - math.exp(0.5)])
+
+
+def _kl_grad(estimator: str, log_probs: torch.Tensor, ref: torch.Tensor, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    lp = log_probs.clone().requires_grad_()
+    kl = compute_approx_kl(lp, ref, estimator, **kwargs)
+    kl.sum().backward()
+    return kl.detach(), lp.grad
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
+def test_unbiased_gradient_keeps_the_value_and_gives_w_delta_as_the_gradient(estimator: str) -> None:
+    # δ = log π - log π_ref = [0.5, -1, 3]; w = π / π_old = exp([0.2, -0.3, 4]) clamped at 10 (e^4 = 54.6 -> 10).
+    log_probs = torch.tensor([0.5, -1.0, 3.0]) - 2.0
+    ref = torch.full((3,), -2.0)
+    old = log_probs - torch.tensor([0.2, -0.3, 4.0])
+    value, grad = _kl_grad(estimator, log_probs, ref, old_log_probs=old, unbiased_gradient=True)
+    plain, _ = _kl_grad(estimator, log_probs, ref)
+    torch.testing.assert_close(value, plain)  # the forward value is the estimator's
+    w = torch.tensor([math.exp(0.2), math.exp(-0.3), KL_IS_WEIGHT_CLIP])
+    torch.testing.assert_close(grad, w * torch.tensor([0.5, -1.0, 3.0]))
+
+
+def test_unbiased_gradient_without_old_log_probs_is_the_on_policy_one() -> None:
+    # w = 1: k1's gradient becomes δ (instead of 1), the same as k2's pathwise one.
+    log_probs, ref = torch.tensor([0.5, -1.0]), torch.zeros(2)
+    _, grad = _kl_grad("k1", log_probs, ref, unbiased_gradient=True)
+    _, k2_grad = _kl_grad("k2", log_probs, ref)
+    torch.testing.assert_close(grad, torch.tensor([0.5, -1.0]))
+    torch.testing.assert_close(grad, k2_grad)
+
+
+def test_kl_loss_passes_the_unbiased_gradient_through() -> None:
+    log_probs = torch.tensor([[0.5, -1.0]], requires_grad=True)
+    loss = kl_loss(log_probs, torch.zeros(1, 2), torch.ones(1, 2), 0.1, "k1", unbiased_gradient=True)
+    loss.backward()
+    assert loss.item() == pytest.approx(0.1 * (0.5 - 1.0) / 2)
+    assert log_probs.grad.tolist()[0] == pytest.approx([0.1 * 0.5 / 2, 0.1 * -1.0 / 2])
 
 
 def test_fixed_controller_never_moves() -> None:

@@ -42,7 +42,10 @@ def test_seq_mean_token_sum_norm_divides_by_the_constant() -> None:
 
 
 def test_unknown_aggregation_lists_valid_ones() -> None:
-    with pytest.raises(KeyError, match="seq_mean, seq_mean_token_sum, seq_mean_token_sum_norm, token_mean"):
+    with pytest.raises(
+        KeyError,
+        match="seq-mean-token-mean, seq_mean, seq_mean_token_sum, seq_mean_token_sum_norm, token-mean, token_mean",
+    ):
         aggregate(LOSS, MASK, "mean")
 
 

@@ -1,4 +1,5 @@
-"""PPO clip (clip-higher, dual clip), GSPO, IS corrections, metrics, value loss and entropy bonus, by hand."""
+"""PPO clip (clip-higher, dual clip), GSPO, IS corrections in the loss, aggregation names, metrics, value loss and
+entropy bonus, by hand."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from algo_helpers import garble, random_mask, seeds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlhf.algo.policy_loss import entropy_bonus, icepop, policy_loss, seq_mask_tis, tis, value_loss
+from rlhf.algo.is_correction import ISCorrection
+from rlhf.algo.policy_loss import entropy_bonus, policy_loss, value_loss
+
+TIS = ISCorrection("token", "clip", "ratio")
+ICEPOP = ISCorrection("token", "mask", "ratio")
+SEQ_MASK_TIS = ISCorrection("seq", "mask", "ratio")
+CORRECTIONS = {"tis": TIS, "icepop": ICEPOP, "seq_mask_tis": SEQ_MASK_TIS}
 
 
 def _log(values: list[float]) -> torch.Tensor:
@@ -92,28 +99,10 @@ def test_gspo_with_is_correction_measures_against_rollout_without_token_weights(
     old = torch.tensor([[3.0, -3.0]])  # far from rollout: token IS weights would be e^±3
     kwargs = dict(loss_type="gspo", clip_eps_low=0.5, clip_eps_high=0.5)
     corrected = policy_loss(
-        log_probs, old, torch.ones(1, 2), torch.ones(1, 2), rollout_log_probs=rollout, is_correction="tis", **kwargs
+        log_probs, old, torch.ones(1, 2), torch.ones(1, 2), rollout_log_probs=rollout, is_correction=TIS, **kwargs
     )
     assert corrected.loss.item() == pytest.approx(-math.exp(0.2), rel=1e-6)
-
-
-def test_tis_clamps_token_weights() -> None:
-    log_w = _log([0.25, 1.0, 2.0, 8.0])
-    assert tis(log_w, torch.ones(1, 4), 0.5, 5.0).tolist()[0] == pytest.approx([0.5, 1.0, 2.0, 5.0])
-
-
-def test_icepop_zeroes_tokens_outside_the_band() -> None:
-    log_w = _log([0.25, 1.0, 2.0, 8.0])
-    assert icepop(log_w, torch.ones(1, 4), 0.5, 5.0).tolist()[0] == pytest.approx([0.0, 1.0, 2.0, 0.0])
-
-
-def test_seq_mask_tis_masks_whole_sequences_by_geometric_mean_and_keeps_weights_unclamped() -> None:
-    # Row 0: geometric mean (0.25 * 1 * 2 * 8)^(1/4) = sqrt 2, inside [0.5, 5]. Row 1: 8 (its masked 100 ignored).
-    log_w = torch.tensor([[0.25, 1.0, 2.0, 8.0], [8.0, 8.0, 100.0, 100.0]]).log()
-    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])
-    weights = seq_mask_tis(log_w, mask, 0.5, 5.0)
-    assert weights.tolist()[0] == pytest.approx([0.25, 1.0, 2.0, 8.0])
-    assert weights.tolist()[1] == [0.0] * 4
+    assert corrected.is_filter_ratio is None  # no gate was applied
 
 
 def test_tis_weights_multiply_the_token_loss() -> None:
@@ -125,39 +114,55 @@ def test_tis_weights_multiply_the_token_loss() -> None:
         torch.ones(1, 2),
         torch.ones(1, 2),
         rollout_log_probs=rollout,
-        is_correction="tis",
+        is_correction=TIS,
     )
     assert out.loss.item() == pytest.approx(-(0.5 + 2.0) / 2)
+    assert out.is_filter_ratio.item() == pytest.approx(0.5)  # 0.25 clamped up to 0.5: one of two tokens
 
 
-def test_is_correction_needs_rollout_log_probs_and_none_disables_it() -> None:
+def test_is_correction_needs_rollout_log_probs_and_level_off_disables_it() -> None:
     args = (torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2))
     with pytest.raises(ValueError, match="rollout"):
-        policy_loss(*args, is_correction="icepop")
-    assert policy_loss(*args, is_correction="none").loss.item() == pytest.approx(-1.0)
+        policy_loss(*args, is_correction=ICEPOP)
+    off = policy_loss(*args, rollout_log_probs=torch.full((1, 2), 3.0), is_correction=ISCorrection())
+    assert off.loss.item() == pytest.approx(-1.0) and off.is_filter_ratio is None
+
+
+def test_openrlhf_loss_agg_mode_names_aggregate_as_ours() -> None:
+    # Sequence 0: token losses -1, -1, -1; sequence 1: -4 on its one token. Token mean -7/4, sample mean -5/2.
+    log_probs, old = torch.zeros(2, 3), torch.zeros(2, 3)
+    advantages = torch.tensor([[1.0, 1.0, 1.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    for name, expected in (("token-mean", -7 / 4), ("seq-mean-token-mean", -5 / 2)):
+        out = policy_loss(log_probs, old, advantages, mask, aggregation=name)
+        assert out.loss.item() == pytest.approx(expected, rel=1e-6), name
 
 
 @settings(max_examples=40, deadline=None)
-@given(seeds, st.sampled_from(["tis", "icepop", "seq_mask_tis"]))
+@given(seeds, st.sampled_from(sorted(CORRECTIONS)))
 def test_is_correction_with_weights_inside_the_bounds_is_plain_importance_weighting(seed: int, name: str) -> None:
     g = torch.Generator().manual_seed(seed)
     log_probs, old, advantages = (torch.randn(3, 4, generator=g) * 0.1 for _ in range(3))
     mask = random_mask(g, 3, 4)
     w = torch.empty(3, 4).uniform_(0.6, 4.0, generator=g)  # every weight inside [0.5, 5.0]
     rollout = old - w.log()
-    out = policy_loss(log_probs, old, advantages, mask, rollout_log_probs=rollout, is_correction=name)
+    out = policy_loss(log_probs, old, advantages, mask, rollout_log_probs=rollout, is_correction=CORRECTIONS[name])
     # Same per-token loss, weighted by w and token-meaned: no truncation or masking happened.
     ratio = (log_probs - old).exp()
     token_loss = -torch.min(ratio * advantages, ratio.clamp(0.8, 1.2) * advantages)
     torch.testing.assert_close(out.loss, (w * token_loss * mask).sum() / mask.sum())
     # With the rollout equal to the trainer (w = 1) the correction changes nothing at all.
-    same = policy_loss(log_probs, old, advantages, mask, rollout_log_probs=old, is_correction=name)
+    same = policy_loss(log_probs, old, advantages, mask, rollout_log_probs=old, is_correction=CORRECTIONS[name])
     torch.testing.assert_close(same.loss, policy_loss(log_probs, old, advantages, mask).loss)
 
 
 @settings(max_examples=40, deadline=None)
-@given(seeds, st.sampled_from(["ppo", "gspo"]), st.sampled_from(["tis", "icepop", "seq_mask_tis", None]))
-def test_masked_positions_never_change_the_policy_loss(seed: int, loss_type: str, correction: str | None) -> None:
+@given(
+    seeds,
+    st.sampled_from(["ppo", "gspo"]),
+    st.sampled_from([TIS, ICEPOP, SEQ_MASK_TIS, ISCorrection("seq", "mask", "binary_kl", 0.0, 0.05), None]),
+)
+def test_masked_positions_never_change_the_policy_loss(seed: int, loss_type: str, correction) -> None:
     g = torch.Generator().manual_seed(seed)
     log_probs, old, advantages = (torch.randn(3, 5, generator=g) * 0.3 for _ in range(3))
     rollout = old + torch.randn(3, 5, generator=g) * 0.3
@@ -166,7 +171,7 @@ def test_masked_positions_never_change_the_policy_loss(seed: int, loss_type: str
     clean = policy_loss(log_probs, old, advantages, mask, **kwargs)
     kwargs["rollout_log_probs"] = garble(rollout, mask, g)
     dirty = policy_loss(garble(log_probs, mask, g), garble(old, mask, g), garble(advantages, mask, g), mask, **kwargs)
-    for field in ("loss", "clip_ratio", "ppo_kl", "rollout_kl"):
+    for field in ("loss", "clip_ratio", "ppo_kl", "rollout_kl", "is_filter_ratio"):
         torch.testing.assert_close(getattr(dirty, field), getattr(clean, field))
 
 

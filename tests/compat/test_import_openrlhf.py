@@ -123,7 +123,9 @@ def test_reinforce_pp_baseline_script_with_arrays_and_variables(in_tmp):
     }
     assert r.values["checkpoint.dir"] == "/data/exp/qwen2.5-7b-rpp-baseline/ckpt"  # ${EXP_DIR:-/data/exp}
     assert r.values["reward.function"] == "./reward_func.py"
-    assert r.values["algorithm.is_correction.type"] == "icepop"
+    # --algo.advantage.is_correction_enable/_type icepop (before 0.11.2): 0.11.2's axes, token mask ratio.
+    assert r.values["algorithm.is_correction.level"] == "token"
+    assert (r.equal["algorithm.is_correction.mode"], r.equal["algorithm.is_correction.gating"]) == ("mask", "ratio")
     assert r.values["algorithm.filters.dynamic_filtering"] is True
     # 1e-3, k2, as a loss: the preset's own values, so carried over but not written.
     assert (r.equal["algorithm.kl.coef"], r.equal["algorithm.kl.estimator"]) == (0.001, "k2")
@@ -138,6 +140,70 @@ def _dotted_ppo(*flags: str) -> str:
     return "python3 -m openrlhf.cli.train_ppo_ray --actor.model_name_or_path OpenRLHF/Llama-3-8b-sft-mixture " + (
         " ".join(flags)
     )
+
+
+# OpenRLHF 0.11.2's flags: FlashREINFORCE (one sample, batch baseline, seq binary-KL trust region, sample mean).
+FLASH_REINFORCE = [
+    "--train.colocate_all --vllm.num_engines 8 --reward.remote_url ./reward_func.py",
+    "--rollout.batch_size 128 --rollout.n_samples_per_prompt 1 --train.batch_size 128 --train.max_epochs 1",
+    "--algo.advantage.estimator flash_reinforce --algo.kl.init_coef 0",
+    "--algo.advantage.is_correction_level seq --algo.advantage.is_correction_gating binary_kl",
+    "--algo.advantage.is_correction_threshold 5e-3 --actor.loss_agg_mode seq-mean-token-mean",
+]
+
+
+def test_openrlhf_0_11_2_flags_become_the_same_keys_and_validate(in_tmp):
+    conv = _convert_script(_dotted_ppo(*FLASH_REINFORCE))
+    r = conv.recipe
+    assert r.choices["algorithm"] == "flash_reinforce"  # the preset that says all of it
+    merged = {**r.equal, **r.values}
+    assert merged["algorithm.advantage.estimator"] == "flash_reinforce"
+    assert merged["algorithm.is_correction.level"] == "seq"
+    assert merged["algorithm.is_correction.mode"] == "mask"
+    assert merged["algorithm.is_correction.gating"] == "binary_kl"
+    assert merged["algorithm.is_correction.threshold"] == [0.005]  # HIGH alone, as the flag took it
+    assert merged["algorithm.policy_loss.aggregation"] == "seq_mean"
+    path = _written(conv, in_tmp, "flash")
+    spec = build(compose([f"+recipe={path}", PROMPTS]))
+    assert validate(spec) == []
+    assert spec.algorithm.is_correction.bounds() == (0.0, 0.005)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            "--algo.advantage.is_correction_enable --algo.advantage.is_correction_type tis",
+            "--algo.advantage.is_correction_level token --algo.advantage.is_correction_mode clip",
+        ),
+        (
+            "--algo.advantage.is_correction_enable --algo.advantage.is_correction_type seq-mask-tis",
+            "--algo.advantage.is_correction_level seq",
+        ),
+        (
+            "--enable_vllm_is_correction --vllm_is_correction_type icepop --vllm_is_truncated_threshold 0.5 2",
+            "--algo.advantage.is_correction_level token --algo.advantage.is_correction_threshold 0.5 2",
+        ),
+    ],
+)
+def test_both_vocabularies_of_the_is_correction_give_the_same_recipe(old, new, in_tmp):
+    base = "--train.colocate_all --vllm.num_engines 8 --reward.remote_url http://127.0.0.1:1/r"
+    before, after = _convert_script(_dotted_ppo(base, old)), _convert_script(_dotted_ppo(base, new))
+    assert before.recipe.values == after.recipe.values and before.recipe.choices == after.recipe.choices
+    rows = lines(before.cmd, before.mapping, before.recipe)
+    assert not [r for r in rows if "not carried over by this importer" in r.detail]
+
+
+def test_unbiased_kl_gradient_and_loss_agg_mode(in_tmp):
+    base = "--train.colocate_all --vllm.num_engines 8 --reward.remote_url http://127.0.0.1:1/r"
+    loss = _convert_script(_dotted_ppo(base, "--algo.kl.use_loss --algo.kl.estimator k3 --algo.kl.unbiased_gradient"))
+    assert {**loss.recipe.equal, **loss.recipe.values}["algorithm.kl.unbiased_gradient"] is True
+    reward = _convert_script(_dotted_ppo(base, "--algo.kl.unbiased_gradient"))
+    assert not {**reward.recipe.equal, **reward.recipe.values}.get("algorithm.kl.unbiased_gradient")
+    rows = {r.flag: r for r in lines(reward.cmd, reward.mapping, reward.recipe)}
+    assert "no effect with the KL in the reward" in rows["--algo.kl.unbiased_gradient"].detail
+    gspo = _convert_script(_dotted_ppo(base, "--actor.policy_loss_type gspo --actor.loss_agg_mode token-mean"))
+    assert {**gspo.recipe.equal, **gspo.recipe.values}["algorithm.policy_loss.aggregation"] == "seq_mean"
 
 
 # (flags, actor GPUs): colocated on one node; and split over three nodes with actor+ref sharing two of them.
@@ -299,7 +365,8 @@ def _any_value(d) -> list[str]:
     from rlhf.compat import openrlhf_flags as vocab
 
     one = {int: "2", float: "0.5"}.get(d.type, "x")
-    return {vocab.BOOL: [], vocab.ONE: [one], vocab.TWO: [one, one], vocab.MANY: ["q_proj", "v_proj"]}[d.arity]
+    many = ["q_proj", "v_proj"] if one == "x" else [one]  # e.g. target modules; a threshold's HIGH alone
+    return {vocab.BOOL: [], vocab.ONE: [one], vocab.TWO: [one, one], vocab.MANY: many}[d.arity]
 
 
 @pytest.mark.parametrize("entry", ["train_ppo_ray", "train_sft", "train_rm", "train_dpo"])

@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from rlhf.algo import ISCorrection
 from rlhf.pipelines.rl_losses import ActorLossSettings, actor_loss_fn, policy_logprobs_fn
 from rlhf.pipelines.rl_roles import reuses_current_logprobs
 from rlhf.spec.build import load_spec
@@ -57,8 +58,7 @@ SETTINGS = ActorLossSettings(
     entropy_coef=None,
     kl_in_loss=True,
     kl_estimator="k3",
-    is_correction="none",
-    is_threshold=(0.5, 2.0),
+    is_correction=ISCorrection(),
 )
 
 
@@ -98,3 +98,58 @@ def test_missing_old_logprobs_give_the_same_loss_and_gradient_as_a_recomputed_pa
 )
 def test_the_old_logprob_pass_is_skipped_only_for_one_step_without_kl_in_the_reward(overrides, reuses):
     assert reuses_current_logprobs(load_spec(overrides)) is reuses
+
+
+def _with(**changes) -> ActorLossSettings:
+    from dataclasses import replace
+
+    return replace(SETTINGS, **changes)
+
+
+@pytest.mark.parametrize(("high", "filtered"), [(1e-9, 1.0), (1.0, 0.0)])
+def test_the_trust_region_gate_acts_in_the_actor_loss(high, filtered):
+    # The rollout's log-probs are 0.01 above the trainer's: every token has a binary KL of order 1e-6, so a delta of
+    # 1e-9 drops every sequence (no policy gradient at all) and a delta of 1 none.
+    model = _model()
+    mb = _batch(model)
+    mb.pop("_current")
+    s = _with(kl_in_loss=False, is_correction=ISCorrection("seq", "mask", "binary_kl", 0.0, high))
+    model.zero_grad()
+    loss, metrics = actor_loss_fn(model, mb, None, s=s)
+    loss.backward()
+    assert float(metrics["is_filter_ratio"]) == filtered
+    grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert (grads.abs().sum() == 0) == (filtered == 1.0)
+
+
+def test_unbiased_gradient_gives_every_kl_estimator_the_same_gradient():
+    model = _model()
+    mb = _batch(model)
+    mb.pop("_current")
+    grads = {}
+    for estimator in ("k1", "k3"):
+        for unbiased in (False, True):
+            s = _with(kl_estimator=estimator, kl_unbiased_gradient=unbiased)
+            grads[estimator, unbiased] = _grads_of(model, mb, s)
+    assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(grads["k1", True], grads["k3", True], strict=True))
+    assert not all(torch.allclose(a, b, atol=1e-7) for a, b in zip(grads["k1", False], grads["k3", False], strict=True))
+
+
+def _grads_of(model, mb, s):
+    model.zero_grad()
+    loss, _ = actor_loss_fn(model, mb, None, s=s)
+    loss.backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_kl_term_is_a_token_mean_whatever_the_policy_loss_aggregation():
+    # OpenRLHF's actor aggregates the KL loss with aggregate_loss's default (token mean) under every loss_agg_mode.
+    from rlhf.algo import compute_approx_kl, masked_mean
+
+    model = _model()
+    mb = _batch(model)
+    current = mb.pop("_current")
+    mask = mb["action_mask"]
+    _, metrics = actor_loss_fn(model, mb, None, s=_with(aggregation="seq_mean"))
+    expected = 0.1 * masked_mean(compute_approx_kl(current, mb["ref_logprobs"], "k3"), mask)
+    assert float(metrics["kl_loss"]) == pytest.approx(float(expected), rel=1e-5)

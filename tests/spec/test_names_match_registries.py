@@ -3,9 +3,12 @@ algorithm preset in conf/algorithm names registered entries."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 import rlhf.algo as algo
+from rlhf.algo.is_correction import IS_LEVELS
 from rlhf.spec import names
 from rlhf.spec.build import load_spec
 from rlhf.spec.paths import conf_dir
@@ -14,8 +17,9 @@ PAIRS = [
     (names.ADVANTAGE_ESTIMATORS, algo.ADVANTAGE_ESTIMATORS),
     (names.POLICY_LOSSES, algo.POLICY_LOSSES),
     (names.KL_ESTIMATORS, algo.KL_ESTIMATORS),
-    (names.LOSS_AGGREGATIONS, algo.LOSS_AGGREGATIONS),
-    (tuple(n for n in names.IS_CORRECTIONS if n != "none"), algo.IS_CORRECTIONS),
+    (names.LOSS_AGGREGATION_NAMES, algo.LOSS_AGGREGATIONS),
+    (names.IS_CORRECTION_GATINGS, algo.IS_GATINGS),
+    (names.IS_CORRECTION_MODES, algo.IS_MODES),
     (names.PREFERENCE_LOSSES, algo.PREFERENCE_LOSSES),
     (names.RM_LOSSES, algo.RM_LOSSES),
 ]
@@ -30,8 +34,44 @@ def test_group_and_critic_estimators_agree_with_the_registry():
     for name in names.ADVANTAGE_ESTIMATORS:
         est = algo.ADVANTAGE_ESTIMATORS.get(name)
         assert est.is_group == (name in names.GROUP_ESTIMATORS), name
+        assert est.batch_baseline == (name in names.BATCH_BASELINE_ESTIMATORS), name
+        assert est.gamma_one == (name in names.GAMMA_ONE_ESTIMATORS), name
         assert est.needs_critic == (name in names.CRITIC_ESTIMATORS), name
         assert est.teacher == (name in names.TEACHER_ESTIMATORS), name
+
+
+def test_aggregation_aliases_are_the_same_functions():
+    for alias, name in names.LOSS_AGGREGATION_ALIASES.items():
+        assert algo.LOSS_AGGREGATIONS.get(alias) is algo.LOSS_AGGREGATIONS.get(name)
+        assert names.canonical_aggregation(alias) == name
+
+
+def test_is_correction_levels_and_default_threshold_agree():
+    from rlhf.algo.is_correction import DEFAULT_THRESHOLD
+
+    assert IS_LEVELS == names.IS_CORRECTION_LEVELS
+    assert DEFAULT_THRESHOLD == names.IS_CORRECTION_THRESHOLD
+
+
+@pytest.mark.parametrize(
+    ("level", "mode", "gating"),
+    list(itertools.product(names.IS_CORRECTION_LEVELS, names.IS_CORRECTION_MODES, names.IS_CORRECTION_GATINGS)),
+)
+@pytest.mark.parametrize("low", [0.0, 0.5])
+def test_spec_and_algo_refuse_the_same_is_correction_combinations(level, mode, gating, low):
+    # The rules are written twice (rlhf.algo imports no rlhf.spec): one verdict on every point of the grid.
+    refused_by_spec = bool(names.is_correction_problems(level, mode, gating, low))
+    try:
+        algo.ISCorrection(level, mode, gating, low, 5.0)
+        refused_by_algo = False
+    except ValueError:
+        refused_by_algo = True
+    assert refused_by_spec == refused_by_algo
+
+
+@pytest.mark.parametrize("name", sorted(names.IS_CORRECTION_TYPES))
+def test_every_is_correction_type_shorthand_is_a_valid_point_of_the_grid(name):
+    algo.ISCorrection(*names.IS_CORRECTION_TYPES[name])
 
 
 PRESETS = sorted(p.stem for p in (conf_dir() / "algorithm").glob("*.yaml"))
@@ -46,8 +86,7 @@ def test_algorithm_preset_names_registered_entries(preset):
         algo.POLICY_LOSSES.get(a.policy_loss.type)
         algo.KL_ESTIMATORS.get(a.kl.estimator)
         algo.LOSS_AGGREGATIONS.get(a.policy_loss.aggregation)
-        if a.is_correction.type != "none":
-            algo.IS_CORRECTIONS.get(a.is_correction.type)
+        algo.ISCorrection(*a.is_correction.axes(), *a.is_correction.bounds())
     elif a.family == "dpo":
         algo.PREFERENCE_LOSSES.get(a.preference.loss)
     elif a.family == "rm":
@@ -73,6 +112,7 @@ def test_expected_presets_exist():
         "simpo",
         "orpo",
         "opd",
+        "flash_reinforce",
     }
     assert expected <= set(PRESETS)
 
@@ -80,7 +120,7 @@ def test_expected_presets_exist():
 def test_preset_choices_match_the_reference_algorithms():
     pick = {
         p: load_spec([f"algorithm={p}"]).algorithm
-        for p in ("ppo", "grpo", "rloo", "reinforce_pp_baseline", "dr_grpo", "gspo", "dapo")
+        for p in ("ppo", "grpo", "rloo", "reinforce_pp_baseline", "dr_grpo", "gspo", "dapo", "flash_reinforce")
     }
     assert pick["ppo"].advantage.estimator == "gae"
     assert pick["grpo"].advantage.estimator == "group_norm" and pick["grpo"].kl.placement == "loss"
@@ -90,3 +130,8 @@ def test_preset_choices_match_the_reference_algorithms():
     assert pick["gspo"].policy_loss.type == "gspo" and pick["gspo"].policy_loss.aggregation == "seq_mean"
     assert pick["dapo"].policy_loss.eps_clip_high > pick["dapo"].policy_loss.eps_clip_low
     assert pick["dapo"].filters.dynamic_filtering
+    # OpenRLHF 0.11.2's flash_reinforce example: the estimator, seq binary_kl trust region 5e-3, sample mean, no KL.
+    fr = pick["flash_reinforce"]
+    assert fr.advantage.estimator == "flash_reinforce" and fr.kl.coef == 0
+    assert fr.is_correction.axes() == ("seq", "mask", "binary_kl") and fr.is_correction.bounds() == (0.0, 0.005)
+    assert names.canonical_aggregation(fr.policy_loss.aggregation) == "seq_mean"

@@ -1,0 +1,171 @@
+"""Importance-sampling correction of the rollout/trainer mismatch, as level x mode x gating x threshold.
+
+OpenRLHF 0.11.2 ``PolicyLoss`` (``openrlhf/models/loss.py``; arXiv-less source: "Your Efficient RL Framework Secretly
+Brings You Off-Policy RL Training", fengyao.notion.site/off-policy-rl). The rollout engine samples from π_rollout,
+the trainer's old log-probs are π_train's; ``w = π_train / π_rollout`` per token (detached). A *gate* reads a
+statistic per unit and keeps the units inside ``[low, high]``:
+
+* level: the unit, ``token`` or ``seq`` (the sequence's mean statistic), or ``off``;
+* gating (``IS_GATINGS``): the statistic, ``ratio`` (w itself; per sequence its geometric mean) or the sampled
+  token's ``binary_kl`` / ``tv`` between the rollout and trainer probabilities of that token (per sequence their
+  plain mean): a trust region, bounded from above only;
+* mode (``IS_MODES``): ``mask`` (out-of-band units weigh 0, the others keep their token weight w) or ``clip``
+  (the statistic, the token ratio, clamped into the band: truncated IS).
+
+The loss is multiplied by the resulting coefficient. The old correction types are points of this grid
+(``rlhf.spec.names.IS_CORRECTION_TYPES``): tis = token clip ratio, icepop = token mask ratio, seq-mask-tis = seq mask
+ratio; FlashREINFORCE's trust region is seq mask binary_kl with a single threshold delta.
+
+OpenRLHF's validity rules are checked by the spec before anything starts (``rlhf.spec.names.is_correction_problems``,
+with the keys to fix); :class:`ISCorrection` refuses the same combinations when built directly (rlhf.algo imports no
+rlhf.spec: tests/spec/test_names_match_registries.py pins the two to the same verdict on the whole grid).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rlhf.algo.logprobs import masked_mean
+from rlhf.algo.registry import Registry
+
+#: OpenRLHF's default --algo.advantage.is_correction_threshold.
+DEFAULT_THRESHOLD = (0.5, 5.0)
+IS_LEVELS = ("off", "token", "seq")
+
+# Probabilities are clamped into [eps, 1 - eps] before the divergences (OpenRLHF's value): keeps binary KL's logs
+# finite for tokens of probability ~0 or ~1.
+PROB_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class ISCorrection:
+    """One point of the grid; ``level="off"`` is no correction.
+
+    Attributes:
+        level, mode, gating: names in ``rlhf.spec.names.IS_CORRECTION_LEVELS`` / ``_MODES`` / ``_GATINGS``.
+        low, high: the band of the gated statistic (``0`` low for an upper bound only).
+    """
+
+    level: str = "off"
+    mode: str = "mask"
+    gating: str = "ratio"
+    low: float = DEFAULT_THRESHOLD[0]
+    high: float = DEFAULT_THRESHOLD[1]
+
+    def __post_init__(self) -> None:
+        if self.level not in IS_LEVELS:
+            raise ValueError(f"IS correction level {self.level!r}; valid: {', '.join(IS_LEVELS)}")
+        IS_MODES.get(self.mode)
+        IS_GATINGS.get(self.gating)
+        # OpenRLHF PolicyLoss.__init__'s two rules (whatever the level, as there, for the first).
+        if self.mode == "clip" and (self.level == "seq" or self.gating != "ratio"):
+            raise ValueError("IS correction mode clip needs level token and gating ratio (a filter cannot be clamped)")
+        if self.gating != "ratio" and self.enabled and self.low > 0:
+            raise ValueError(f"IS correction gating {self.gating} takes an upper bound only: low must be 0")
+
+    @property
+    def enabled(self) -> bool:
+        return self.level != "off"
+
+
+#: ``(old_log_probs, rollout_log_probs) -> per-token statistic`` and whether a sequence's statistic is the
+#: geometric (True: mean in log space) or the plain mean of its tokens'.
+@dataclass(frozen=True)
+class Gating:
+    token_statistic: Callable[[Tensor, Tensor], Tensor]
+    geometric_mean: bool
+
+
+IS_GATINGS: Registry[Gating] = Registry("IS correction gating")
+
+
+def _log_ratio(old_log_probs: Tensor, rollout_log_probs: Tensor) -> Tensor:
+    """``log w = log π_train - log π_rollout`` (the gate's log statistic for ``ratio``)."""
+    return old_log_probs - rollout_log_probs
+
+
+def _probabilities(old_log_probs: Tensor, rollout_log_probs: Tensor) -> tuple[Tensor, Tensor]:
+    # (p, q): the sampled token's probability under the rollout engine and under the trainer, clamped.
+    p = rollout_log_probs.exp().clamp(PROB_EPS, 1 - PROB_EPS)
+    q = old_log_probs.exp().clamp(PROB_EPS, 1 - PROB_EPS)
+    return p, q
+
+
+def binary_kl(old_log_probs: Tensor, rollout_log_probs: Tensor) -> Tensor:
+    """``p log(p/q) + (1-p) log((1-p)/(1-q))``: the KL between Bernoulli(p) and Bernoulli(q) of the sampled token
+    ("this token or another"), p its rollout probability, q its trainer probability.
+
+    Clamped at 0, where OpenRLHF 0.11.2 is not: a KL is >= 0, but when p and q agree the two terms cancel in fp32
+    to a little below 0 (down to about -6e-8), under the 0 that a single threshold puts below the band, and its
+    gate drops those on-policy units (measured on a CPU run whose rollout and trainer log-probs agreed to 2e-7:
+    OpenRLHF's PolicyLoss dropped 13 of 16 sequences at threshold 5e-3; tests/algo/test_openrlhf_parity.py pins
+    the difference)."""
+    p, q = _probabilities(old_log_probs, rollout_log_probs)
+    return (p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()).clamp(min=0)
+
+
+def total_variation(old_log_probs: Tensor, rollout_log_probs: Tensor) -> Tensor:
+    """``|p - q|``: the total variation between the sampled token's rollout and trainer probabilities."""
+    p, q = _probabilities(old_log_probs, rollout_log_probs)
+    return (p - q).abs()
+
+
+IS_GATINGS.add("ratio", Gating(_log_ratio, geometric_mean=True))
+IS_GATINGS.add("binary_kl", Gating(binary_kl, geometric_mean=False))
+IS_GATINGS.add("tv", Gating(total_variation, geometric_mean=False))
+
+#: ``(statistic, token_weight, low, high) -> (coefficient, filtered)``, both shaped like the statistic (broadcast).
+Mode = Callable[[Tensor, Tensor, float, float], tuple[Tensor, Tensor]]
+
+IS_MODES: Registry[Mode] = Registry("IS correction mode")
+
+
+@IS_MODES.register("mask")
+def mask_mode(stat: Tensor, token_weight: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
+    """Units outside ``[low, high]`` weigh 0; the others keep their per-token IS weight ``w``."""
+    keep = (stat >= low) & (stat <= high)
+    return torch.where(keep, token_weight, torch.zeros_like(token_weight)), ~keep
+
+
+@IS_MODES.register("clip")
+def clip_mode(stat: Tensor, token_weight: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
+    """The statistic (the token ratio: level=token, gating=ratio only) clamped into ``[low, high]``."""
+    return stat.clamp(min=low, max=high), (stat < low) | (stat > high)
+
+
+@dataclass(frozen=True)
+class ISWeights:
+    """Attributes:
+    coef: ``[B, T]`` detached factor of the per-token loss.
+    filter_ratio: fraction of units outside the band: of the action tokens (level=token) or of the sequences
+        (level=seq); OpenRLHF's ``is_filter_ratio``.
+    """
+
+    coef: Tensor
+    filter_ratio: Tensor
+
+
+def is_weights(
+    old_log_probs: Tensor, rollout_log_probs: Tensor, action_mask: Tensor, correction: ISCorrection
+) -> ISWeights:
+    """The loss coefficients of ``correction`` (enabled) for one micro-batch of ``[B, T]`` log-probs."""
+    if not correction.enabled:
+        raise ValueError("is_weights needs an enabled correction (level token or seq)")
+    old, rollout = old_log_probs.detach(), rollout_log_probs.detach()
+    gating = IS_GATINGS.get(correction.gating)
+    token_weight = _log_ratio(old, rollout).exp()
+    stat = gating.token_statistic(old, rollout)
+    seq = correction.level == "seq"
+    if seq:
+        stat = masked_mean(stat, action_mask, dim=-1).unsqueeze(-1)
+    if gating.geometric_mean:
+        stat = stat.exp()
+    coef, filtered = IS_MODES.get(correction.mode)(stat, token_weight, correction.low, correction.high)
+    # Counted at the unit's own granularity, as OpenRLHF (a sequence without action tokens has a NaN mean, so it
+    # counts as filtered there too; it contributes nothing to the loss either way).
+    filter_ratio = filtered.float().mean() if seq else masked_mean(filtered.float(), action_mask)
+    return ISWeights(coef=coef.expand_as(token_weight), filter_ratio=filter_ratio)
