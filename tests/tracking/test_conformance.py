@@ -28,12 +28,6 @@ def metrics(step: int) -> dict[str, float]:
     return {"train/loss": 1.0 / (step + 1), "train/reward": 0.1 * step - 0.05, "eval/add_pass1": step / 7}
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory) -> Path:
-    """One MLflow store for the module (making a store's tables takes seconds)."""
-    return tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-
-
 def spec_for(db: Path, group: str = "") -> ExperimentSpec:
     logging = LoggingSpec(tracking_uri=f"sqlite:///{db}", progress=False)
     return dataclasses.replace(ExperimentSpec(), logging=logging, sweep=SweepSpec(id=group))
