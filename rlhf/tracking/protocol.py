@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from rlhf.errors import UserError
 from rlhf.spec.schema import ExperimentSpec, LoggingSpec
 
 Status = Literal["FINISHED", "FAILED", "KILLED"]
@@ -31,8 +32,9 @@ class RunInfo:
     group: str  # the sweep the job belongs to (sweep.id); "" outside a sweep
 
 
-class TrackerUnavailable(RuntimeError):
-    """The tracker's package is not installed; the message names the pip extra that installs it."""
+class TrackerUnavailable(UserError):
+    """The tracker's package is not installed; the message names the pip extra that installs it (validation says
+    so first; this is for a spec that skipped it)."""
 
 
 @runtime_checkable
