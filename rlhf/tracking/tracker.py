@@ -30,6 +30,7 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
 
 
 def run_info(spec: ExperimentSpec, run_dir: Path) -> RunInfo:
+    """What every tracker is told about the job (its name, tags and sweep group), from the spec."""
     name = spec.logging.run_name or f"{spec.recipe or spec.algorithm.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     tags = {"rlhf.algorithm": spec.algorithm.name, "rlhf.recipe": spec.recipe, "rlhf.run_dir": str(run_dir)}
     if spec.sweep.id:
