@@ -1,5 +1,5 @@
-"""``rlhf-run -m``: every job a sweep can name up front is validated before any starts, and a plugin sweeper gets
-rlhf's defaults.
+"""``rlhf-run -m``: every job a sweep can name up front is validated before any starts, a plugin sweeper gets
+rlhf's defaults, and every tracker groups the sweep's jobs.
 
 The basic sweeper's lists, ranges and globs are expanded with Hydra's public override parser and sweep iterators,
 and every job is composed and validated; interval() sweeps, which a sampling sweeper (Optuna) draws trial by trial,
@@ -22,6 +22,7 @@ from rlhf.cli.common import (
     report_invalid_jobs,
     validate_jobs,
 )
+from rlhf.spec.schema import LoggingSpec
 
 # Optuna's plugin defaults to 0: the first failed trial (an invalid sampled value) ends the study. Its rate is
 # counted per batch of hydra.sweeper.n_jobs trials, so any value below 1 can still end a study on a single failure
@@ -50,26 +51,49 @@ def plugin_sweeper_defaults(base: DictConfig, overrides: Sequence[str]) -> list[
     return out
 
 
-def create_tracking_store(base: DictConfig) -> None:
-    """Create the sweep's sqlite MLflow store and experiment once, here, before any job: jobs that start together
-    would otherwise race to create the same database (MLflow's schema migration fails for all but one)."""
-    if not base.logging.mlflow:
-        return
-    from rlhf.tracking.mlflow_logger import default_tracking_uri
+class SweepGroups:
+    """The sweep's group in every tracker its jobs log to (MLflow: a parent run; W&B: the group name; TensorBoard:
+    sub-folders of one root), opened before the first job starts and closed, with the sweep's status, after the
+    last one ended: ``with groups: app()``. The group is ``sweep.id``, else the sweep folder, which is pinned
+    (hydra.sweep.dir) so that every job names the same one."""
 
-    uri = base.logging.tracking_uri or default_tracking_uri()
-    if not uri.startswith("sqlite:"):
-        return  # a tracking server serialises its own writes
-    import mlflow
+    def __init__(self, logging: LoggingSpec, group: str) -> None:
+        from rlhf.tracking import registry
 
-    client = mlflow.MlflowClient(tracking_uri=uri)
-    if client.get_experiment_by_name(base.logging.experiment) is None:
-        client.create_experiment(base.logging.experiment)
+        self.logging, self.group = logging, group
+        self.trackers = [registry.create(name) for name in logging.active_trackers]
+        for t in self.trackers:
+            t.open_group(logging, group)
+
+    def __enter__(self) -> SweepGroups:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
+        if kind is None or (isinstance(error, SystemExit) and error.code in (0, None)):
+            status = "FINISHED"
+        elif isinstance(error, KeyboardInterrupt):
+            status = "KILLED"
+        else:
+            status = "FAILED"  # Hydra exits non-zero when a job failed
+        for t in self.trackers:
+            t.close_group(self.logging, self.group, status)
 
 
-def prepare(overrides: list[str], source: ConfigSource) -> list[str]:
+def sweep_group(base: DictConfig, overrides: Sequence[str]) -> tuple[LoggingSpec, str, list[str]]:
+    """(the sweep's logging section, its group id, the override pinning the sweep folder when the group is it)."""
+    from rlhf.spec.build import build
+
+    spec = build(base)
+    if spec.sweep.id:
+        return spec.logging, spec.sweep.id, []
+    folder = str(base.hydra.sweep.dir)  # ${now:...} resolved once, here, for the group and every job alike
+    pin = [] if "hydra.sweep.dir" in _given(overrides) else [f"hydra.sweep.dir='{folder}'"]
+    return spec.logging, folder, pin
+
+
+def prepare(overrides: list[str], source: ConfigSource) -> tuple[list[str], SweepGroups]:
     """Validate the sweep (exit with every invalid job listed, nothing started); return the overrides to hand to
-    Hydra."""
+    Hydra and the sweep's tracker groups, opened."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -97,5 +121,5 @@ def prepare(overrides: list[str], source: ConfigSource) -> list[str]:
     bad = validate_jobs(sweep.jobs, source) + composable_ends(sweep, source)
     if bad:
         report_invalid_jobs(bad, len(sweep.jobs) + 2 * len(sweep.sampled))
-    create_tracking_store(base)
-    return [*overrides, *plugin_sweeper_defaults(base, overrides)]
+    logging, group, pin = sweep_group(base, overrides)
+    return [*overrides, *pin, *plugin_sweeper_defaults(base, overrides)], SweepGroups(logging, group)

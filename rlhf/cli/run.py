@@ -9,9 +9,11 @@ before any starts; trials a sampling sweeper draws are validated in the job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from rlhf.cli.common import compose_or_fail, fail, with_default_recipe
 from rlhf.errors import RunInterrupted, UserError
@@ -62,9 +64,9 @@ def _flag_value(flags: list[str], short: str, long: str) -> str | None:
 
 
 def task(cfg) -> float | None:
-    """One job: the composed config in, a trained model and an MLflow run out. In a sweep the job writes its record
-    (job.json) and returns its objective (``sweep.objective``) to the sweeper; a problem the user can fix fails this
-    job alone (JobFailed), not the sweep."""
+    """One job: the composed config in, a trained model and its run in every tracker out. In a sweep the job writes
+    its record (job.json) and returns its objective (``sweep.objective``) to the sweeper; a problem the user can fix
+    fails this job alone (JobFailed), not the sweep."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -108,7 +110,7 @@ def task(cfg) -> float | None:
 
         record.finish(run_dir, "failed", error=f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
         raise
-    record.finish(run_dir, "completed", objective=value, objective_key=key, mlflow_run_id=summary.get("mlflow_run_id"))
+    record.finish(run_dir, "completed", objective=value, objective_key=key, trackers=summary.get("trackers") or {})
     return value
 
 
@@ -186,10 +188,11 @@ def _main() -> None:
         overrides = quote_sources(rewrite_recipe_paths(with_default_recipe(overrides, source)))
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
+    groups: Any = contextlib.nullcontext()
     if "-m" in flags or "--multirun" in flags:
         from rlhf.cli.multirun import prepare
 
-        overrides = prepare(overrides, source)
+        overrides, groups = prepare(overrides, source)  # the trackers' sweep groups: closed when the sweep ends
     elif not any(f in flags for f in ("--help", "-h", "--hydra-help", "--info", "-i")):
         compose_or_fail(overrides, source)  # Hydra's message for a bad key suggests '+key', which the schema refuses
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
@@ -197,7 +200,8 @@ def _main() -> None:
 
     sys.argv = [sys.argv[0], *flags, *overrides]
     app = hydra.main(config_path=str(conf_dir()), config_name=PRIMARY_CONFIG, version_base=None)(task)
-    app()
+    with groups:
+        app()
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ class JobRecord:
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     run_dir: str = ""
-    mlflow_run_id: str | None = None
+    trackers: dict[str, str] = field(default_factory=dict)  # tracker -> where it keeps this job's run
 
     def save(self, run_dir: Path) -> None:
         self.run_dir = str(run_dir)

@@ -9,7 +9,8 @@
   step carried on; a crashed or hung training rank restarts every actor of the job from the last checkpoint;
 - numbers: the first non-finite loss or gradient norm stops the run naming step, role and metric
   (``trainer.on_nonfinite=skip``: DeepSpeed drops the step, three in a row stop);
-- tracking (metrics.jsonl and MLflow, never the same step twice), progress, and teardown of every actor.
+- tracking (metrics.jsonl and every tracker of logging.trackers, never the same step twice; each tracker's record
+  rides in every checkpoint), progress, and teardown of every actor.
 """
 
 from __future__ import annotations
@@ -228,8 +229,7 @@ class Runner:
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def _save(self, step: int) -> Path:
         driver = {**self.recipe.state(step), "step": step, "family": self.recipe.family}
-        if self.tracker.run_id:
-            driver["mlflow_run_id"] = self.tracker.run_id
+        driver["trackers"] = self.tracker.records()
         tmp = self.ckpt.begin(step)
         try:
             self.recipe.save(tmp, step)
@@ -255,7 +255,7 @@ class Runner:
 
     # -- the run --------------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        from rlhf.tracking import Progress, Tracker, summary_lines
+        from rlhf.tracking import Progress, Tracking, summary_lines
 
         t_start = time.time()
         clock = StartupClock()
@@ -267,14 +267,14 @@ class Runner:
         try:
             resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
             state = self.ckpt.driver_state(resume_from) if resume_from else {}
-            self.tracker = Tracker(self.spec, self.run_dir, run_id=state.get("mlflow_run_id"))
+            self.tracker = Tracking(self.spec, self.run_dir, records=state.get("trackers"))
         except BaseException:
             starting.discard()
             raise
         if resume_from is None and self.spec.checkpoint.resume == "auto" and self.tracker.previous_steps():
             print(
                 f"no checkpoint in {self.ckpt.root}: starting again from step 1 (the previous attempt logged "
-                f"{self.tracker.previous_steps()} step(s); MLflow keeps the points it has)",
+                f"{self.tracker.previous_steps()} step(s); the trackers keep the points they hold)",
                 file=sys.stderr,
             )
         self.last_ckpt, self.last_save_time = resume_from, time.monotonic()
@@ -347,8 +347,7 @@ class Runner:
                     "steps": total,
                     "seconds": time.time() - t_start,
                     "checkpoint": str(self.last_ckpt) if self.last_ckpt else None,
-                    "mlflow_run_id": self.tracker.run_id,
-                    "tracking_uri": self.tracker.tracking_uri if self.tracker.run_id else None,
+                    "trackers": self.tracker.locations(),
                     "run_dir": str(self.run_dir),
                     "restarts": self.restarts.used,
                     "skipped_steps": self.skipped,

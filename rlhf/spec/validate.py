@@ -525,6 +525,23 @@ def _check_recording(spec: ExperimentSpec, c: _Collector) -> None:
         else:
             for key, value, fix in recording.mismatches(spec, manifest, ro.record, recording.RECORD_KEYS):
                 c.errors.append(SpecError(key, value, f"{fix} to continue it (rollout.record), or record elsewhere"))
+def _check_logging(spec: ExperimentSpec, c: _Collector) -> None:
+    """Every tracker named is registered, once, and its package is installed (else the extra that installs it)."""
+    # The registry names trackers by import path and imports none of them (nor mlflow, wandb, tensorboard), so
+    # validation stays as light as the rest of spec/; it is the one list of names, kept beside the trackers.
+    from rlhf.tracking import registry
+
+    trackers = list(spec.logging.trackers)
+    for i, name in enumerate(trackers):
+        key = f"logging.trackers[{i}]"
+        if name not in registry.TRACKERS:
+            c.one_of(key, name, registry.names())
+        elif name in trackers[:i]:
+            c.require(False, key, name, "already listed earlier in logging.trackers")
+    for name in spec.logging.active_trackers:
+        if name in registry.TRACKERS:
+            why = registry.missing_package(name)
+            c.require(why is None, "logging.trackers", trackers, why or "")
 
 
 def validate(spec: ExperimentSpec) -> list[SpecError]:
@@ -539,6 +556,7 @@ def validate(spec: ExperimentSpec) -> list[SpecError]:
     _check_warmup(spec, c)
     _check_paths(spec, c)
     _check_recording(spec, c)
+    _check_logging(spec, c)
     return c.errors
 
 

@@ -36,17 +36,16 @@ class Progress:
 
 
 def summary_lines(result: dict[str, Any]) -> list[str]:
-    """The few lines printed when a job ends: where the model and the MLflow run are, the final metrics."""
+    """The few lines printed when a job ends: where the model is, where each tracker keeps the run, the final
+    metrics."""
     lines = [f"done: {result.get('family', '')} {result.get('steps', 0)} steps in {result.get('seconds', 0):.0f} s"]
     if result.get("model_dir"):
         lines.append(f"  model:      {result['model_dir']}")
     if result.get("checkpoint"):
         lines.append(f"  checkpoint: {result['checkpoint']}")
-    if result.get("mlflow_run_id"):
-        lines.append(
-            f"  mlflow:     run {result['mlflow_run_id']} in {result.get('tracking_uri')}  "
-            f"(mlflow ui --backend-store-uri {result.get('tracking_uri')})"
-        )
+    for name, where in (result.get("trackers") or {}).items():
+        if where:
+            lines.append(f"  {name + ':':<11} {where}")
     final = result.get("final_metrics") or {}
     if final:
         lines.append("  final:      " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(final.items())))

@@ -1,100 +1,143 @@
-"""The one object a pipeline logs through: metrics.jsonl (always), MLflow (when enabled), the progress bar."""
+"""The one object a pipeline logs through: ``<run dir>/metrics.jsonl`` (always) and every tracker of
+``logging.trackers`` (rlhf/tracking/registry.py), each driven through the Tracker protocol."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import logging
 import time
 from pathlib import Path
 from typing import Any
 
 from rlhf.spec.schema import ExperimentSpec
-from rlhf.tracking.mlflow_logger import MlflowRun, default_tracking_uri, flatten
-
-log = logging.getLogger(__name__)
+from rlhf.tracking import registry
+from rlhf.tracking.protocol import RunInfo, Status, Tracker
 
 METRICS_FILE = "metrics.jsonl"
 TRACKING_FILE = "tracking.json"
 
 
-class Tracker:
-    """Per-step metrics to ``run_dir/metrics.jsonl`` and MLflow. ``rewind(step)`` drops what a killed run logged
-    after its last checkpoint, so a resumed job's log reads like an uninterrupted one. MLflow cannot delete metric
-    points, so a step MLflow already holds (logged before a crash, redone after the resume) is not sent again: the
-    highest step sent is kept in tracking.json."""
+def flatten(obj: Any, prefix: str = "") -> dict[str, str]:
+    """Dotted keys -> string values, for trackers' params (``trainer.lr`` -> ``"0.001"``)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        out: dict[str, str] = {}
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out if out or not prefix else {prefix[:-1]: "{}"}
+    return {prefix[:-1]: str(obj)}
 
-    def __init__(self, spec: ExperimentSpec, run_dir: Path, *, run_id: str | None = None) -> None:
+
+def run_info(spec: ExperimentSpec, run_dir: Path) -> RunInfo:
+    """What every tracker is told about the job (its name, tags and sweep group), from the spec."""
+    name = spec.logging.run_name or f"{spec.recipe or spec.algorithm.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    tags = {"rlhf.algorithm": spec.algorithm.name, "rlhf.recipe": spec.recipe, "rlhf.run_dir": str(run_dir)}
+    if spec.sweep.id:
+        tags["rlhf.sweep"] = spec.sweep.id  # every job of a sweep (MLflow: filter with tags.`rlhf.sweep` = '...')
+    return RunInfo(spec=spec, run_dir=Path(run_dir), name=name, tags=tags, group=spec.sweep.id)
+
+
+def saved_records(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The trackers' records in ``run_dir/tracking.json`` (the last attempt's, updated at every step)."""
+    f = Path(run_dir) / TRACKING_FILE
+    if not f.is_file():
+        return {}
+    return dict(json.loads(f.read_text()).get("trackers") or {})
+
+
+class Tracking:
+    """Per-step metrics to ``run_dir/metrics.jsonl`` and to every tracker. ``rewind(step)`` drops what a killed
+    run logged after its last checkpoint, so a resumed job's metrics.jsonl reads like an uninterrupted one. A
+    tracker store cannot forget points, so a step a tracker already holds (logged before a crash or a restart,
+    redone after it) is not sent to it again (``Tracker.last_step``)."""
+
+    def __init__(
+        self, spec: ExperimentSpec, run_dir: Path, *, records: dict[str, dict[str, Any]] | None = None
+    ) -> None:
+        """``records``: the trackers' records kept in the checkpoint being resumed; this folder's tracking.json,
+        when it holds one for a tracker, is newer and wins."""
         self.spec = spec
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / METRICS_FILE
-        self.mlflow: MlflowRun | None = None
-        self.mlflow_step = -1  # the highest step MLflow holds for this run
-        self.tracking_uri = spec.logging.tracking_uri or default_tracking_uri()
-        if spec.logging.mlflow:
-            run_id = run_id or self._saved_run_id()
-            name = spec.logging.run_name or f"{spec.recipe or spec.algorithm.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-            tags = {"rlhf.algorithm": spec.algorithm.name, "rlhf.recipe": spec.recipe, "rlhf.run_dir": str(run_dir)}
-            if spec.sweep.id:
-                tags["rlhf.sweep"] = spec.sweep.id  # every job of a sweep: filter with tags.`rlhf.sweep` = '...'
-            self.mlflow = MlflowRun(self.tracking_uri, spec.logging.experiment, name, run_id=run_id, tags=tags)
-            saved = self._saved()
-            self.mlflow_step = int(saved.get("mlflow_step", -1)) if saved.get("run_id") == self.mlflow.run_id else -1
-            self._save_tracking()
-            if run_id is None:
-                self.mlflow.log_params(flatten(spec))
+        self.trackers: dict[str, Tracker] = {}
+        info = run_info(spec, self.run_dir)
+        earlier = {**(records or {}), **saved_records(self.run_dir)}
+        try:
+            for name in spec.logging.active_trackers:
+                tracker = registry.create(name)
+                self.trackers[name] = tracker  # before start: finish() ends whatever started
+                if not tracker.start(info, earlier.get(name)):
+                    tracker.log_params(flatten(spec))
+        except BaseException:
+            self.finish("FAILED")
+            raise
+        self._save_records()
 
-    @property
-    def run_id(self) -> str | None:
-        return self.mlflow.run_id if self.mlflow else None
+    def records(self) -> dict[str, dict[str, Any]]:
+        """Each tracker's record (what resumes its run), for tracking.json and the checkpoint's driver state."""
+        return {name: t.record() for name, t in self.trackers.items()}
 
-    def _saved(self) -> dict[str, Any]:
-        f = self.run_dir / TRACKING_FILE
-        return json.loads(f.read_text()) if f.is_file() else {}
+    def locations(self) -> dict[str, str]:
+        """Each tracker's one line for the end-of-run summary."""
+        return {name: t.location() for name, t in self.trackers.items()}
 
-    def _saved_run_id(self) -> str | None:
-        saved = self._saved()
-        return saved.get("run_id") if saved.get("tracking_uri") == self.tracking_uri else None
-
-    def _save_tracking(self) -> None:
-        doc = {"run_id": self.mlflow.run_id, "tracking_uri": self.tracking_uri, "mlflow_step": self.mlflow_step}
-        (self.run_dir / TRACKING_FILE).write_text(json.dumps(doc))
+    def _save_records(self) -> None:
+        tmp = self.run_dir / f".{TRACKING_FILE}.tmp"
+        tmp.write_text(json.dumps({"trackers": self.records()}))
+        tmp.replace(self.run_dir / TRACKING_FILE)  # a kill mid-write leaves the previous file whole
 
     def previous_steps(self) -> int:
         """Steps a previous attempt in this run folder logged (metrics.jsonl rows with a step above 0)."""
         return len({r.get("step") for r in read_metrics(self.run_dir) if r.get("step", 0) > 0})
 
     def log_artifacts(self, paths: list[Path]) -> None:
-        if self.mlflow:
-            for p in paths:
-                self.mlflow.log_artifact(p)
+        for t in self.trackers.values():
+            t.log_artifacts(paths)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
         with self.metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+        self._send(row)
+
+    def _send(self, row: dict[str, Any]) -> None:
+        step = int(row["step"])
         due = step % max(self.spec.logging.log_every, 1) == 0 or any(k.startswith("eval/") for k in row)
-        if self.mlflow and due and step > self.mlflow_step:
-            self.mlflow.log_metrics(metrics, step)
-        if self.mlflow and step > self.mlflow_step:
-            self.mlflow_step = step
-            self._save_tracking()
+        waiting = [t for t in self.trackers.values() if step > t.last_step()]
+        if not due or not waiting:
+            return
+        values = {k: v for k, v in row.items() if k != "step"}
+        for t in waiting:
+            t.log_metrics(values, step)
+        self._save_records()
 
     def rewind(self, step: int) -> None:
-        """Forget rows logged after ``step`` (a resumed run redoes those steps)."""
+        """Forget metrics.jsonl rows logged after ``step`` (a resumed run redoes those steps), and send the rows
+        kept to every tracker that holds fewer (a killed process loses what a tracker had not written out yet:
+        W&B's core process writes behind the training loop)."""
         if not self.metrics_path.is_file():
             return
         rows = [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
         keep = [r for r in rows if r.get("step", 0) <= step]
         self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        for row in keep:
+            self._send(row)
 
-    def finish(self, status: str | bool = "FINISHED") -> None:
-        """End the MLflow run: FINISHED, FAILED or KILLED (an interrupted run); a bool means FINISHED/FAILED."""
+    def finish(self, status: Status | bool = "FINISHED") -> None:
+        """End every tracker's run: FINISHED, FAILED or KILLED (an interrupted run); a bool means FINISHED/FAILED.
+        Every tracker is ended even when one of them fails to (the first error is raised after)."""
         if isinstance(status, bool):
             status = "FINISHED" if status else "FAILED"
-        if self.mlflow:
-            self.mlflow.end(status)
-            self.mlflow = None
+        error: BaseException | None = None
+        for t in self.trackers.values():
+            try:
+                t.finish(status)
+            except Exception as e:
+                error = error or e
+        if error is not None:
+            raise error
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:

@@ -72,7 +72,10 @@ finally:
 
 
 def test_optuna_study_gets_each_trials_objective_and_an_invalid_trial_fails_alone(tmp_path):
+    """... and the trials, run one after the other in the sweep's process, are grouped in every tracker."""
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    pytest.importorskip("wandb")
+    pytest.importorskip("tensorboard")
     study_file = tmp_path / "study.json"
     args = [
         "-m",
@@ -82,7 +85,7 @@ def test_optuna_study_gets_each_trials_objective_and_an_invalid_trial_fails_alon
         "hydra.sweeper.n_trials=3",
         "hydra.sweeper.n_jobs=1",
         "trainer.lr=interval(-0.004,0.01)",
-        "logging.mlflow=false",
+        "logging.trackers=[mlflow,tensorboard,wandb]",
         *TINY_JOB,
     ]
     env = dict(os.environ, HYDRA_FULL_ERROR="0")
@@ -111,6 +114,9 @@ def test_optuna_study_gets_each_trials_objective_and_an_invalid_trial_fails_alon
             assert "trainer.lr" in job["error"] and "must be > 0" in job["error"]
     assert [t["state"] for t in trials].count("FAIL") == 1
     assert study["direction"] == "MAXIMIZE"  # sweep.direction's default reached Optuna
+    done = [j for j in jobs if j["status"] == "completed"]
+    assert all(sorted(j["trackers"]) == ["mlflow", "tensorboard", "wandb"] for j in done)
+    _check_groups(tmp_path, jobs[0]["sweep"], [Path(j["run_dir"]) for j in done], ("mlflow", "tensorboard", "wandb"))
 
 
 def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path):
@@ -122,16 +128,37 @@ def test_submitit_local_launcher_runs_a_two_job_sweep(tmp_path):
     jobs = records(tmp_path)
     assert [j["num"] for j in jobs] == [0, 1] and all(j["status"] == "completed" for j in jobs)
     assert len({j["pid"] for j in jobs}) == 2  # each in its own submitit process
-    assert all(j["objective"] is not None and j["mlflow_run_id"] for j in jobs)
+    assert all(j["objective"] is not None and j["trackers"]["mlflow"].startswith("run ") for j in jobs)
     for j in jobs:
         assert (Path(j["run_dir"]) / "model" / "config.json").is_file()
         assert "done: rl 2 steps" in (Path(j["run_dir"]) / "console.log").read_text()
-    tags = _mlflow_sweep_tags(tmp_path / "mlflow.db")
-    assert len(tags) == 2 and len(set(tags)) == 1 and tags[0].startswith("multirun/")
+    sweep = jobs[0]["sweep"]
+    assert sweep.startswith("multirun/") and all(j["sweep"] == sweep for j in jobs)
+    _check_groups(tmp_path, sweep, [Path(j["run_dir"]) for j in jobs], ("mlflow",))  # jobs started at once
 
 
-def _mlflow_sweep_tags(db: Path) -> list[str]:
-    import sqlite3
+def _check_groups(cwd: Path, sweep: str, run_dirs: list[Path], trackers: tuple[str, ...]) -> None:
+    """MLflow: one parent run for the sweep, closed FINISHED, the jobs its children; W&B: the sweep as every job's
+    group; TensorBoard: each job in a sub-folder of <sweep folder>/tensorboard."""
+    from mlflow import MlflowClient
 
-    with sqlite3.connect(db) as con:
-        return [v for (v,) in con.execute("select value from tags where key = 'rlhf.sweep'")]
+    from rlhf.tracking.mlflow_tracker import PARENT_RUN_ID, PARENT_TAG
+    from rlhf.tracking.tensorboard_tracker import scalar_events
+    from rlhf.tracking.wandb_files import run_files
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{cwd / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("rlhf").experiment_id
+    (parent,) = client.search_runs([exp], filter_string=f"tags.`{PARENT_TAG}` = '{sweep}'")
+    children = client.search_runs([exp], filter_string=f"tags.`{PARENT_RUN_ID}` = '{parent.info.run_id}'")
+    assert parent.info.status == "FINISHED"
+    assert sorted(c.data.tags["rlhf.run_dir"] for c in children) == sorted(str(d) for d in run_dirs)
+    for run_dir in run_dirs:
+        doc = json.loads((run_dir / "tracking.json").read_text())["trackers"]
+        assert sorted(doc) == sorted(trackers)
+        if "wandb" in trackers:
+            (attempt,) = run_files(run_dir / "wandb", doc["wandb"]["id"])
+            assert attempt.group == sweep and attempt.exit_code == 0
+        if "tensorboard" in trackers:
+            folder = Path(doc["tensorboard"]["dir"])
+            assert folder == (cwd / sweep / "tensorboard" / run_dir.name).resolve()
+            assert {step for tag, step, _ in scalar_events(folder) if tag == "train/reward"} == {1, 2}

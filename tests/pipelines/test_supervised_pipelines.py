@@ -54,7 +54,8 @@ def test_sft_zero2_zero3(ray_cluster, tiny_spec, tmp_path):
     assert model.config.vocab_size >= len(tok) and tok.chat_template
 
     client = MlflowClient(uri)
-    mlrun = client.get_run(r2["mlflow_run_id"])
+    assert r2["trackers"]["mlflow"].startswith("run ")  # the end summary's line
+    mlrun = client.get_run(json.loads((tmp_path / "z2" / "tracking.json").read_text())["trackers"]["mlflow"]["run_id"])
     assert mlrun.info.status == "FINISHED" and mlrun.data.params["trainer.zero_stage"] == "2"
     assert len(client.get_metric_history(mlrun.info.run_id, "train/loss")) == STEPS
     assert {"resolved_config.yaml", "plan.json"} <= {a.path for a in client.list_artifacts(mlrun.info.run_id)}

@@ -1,0 +1,143 @@
+"""MLflow: a local sqlite store by default (``sqlite:///<cwd>/mlflow.db``; ``mlflow ui --backend-store-uri`` with
+the same URI shows the runs), any tracking URI by ``logging.tracking_uri``. Written through ``MlflowClient`` (no
+process-wide active run, so the jobs of a sweep that share one process never see each other's run). A sweep's jobs
+are children of one parent run named after the sweep (MLflow's ``mlflow.parentRunId`` tag)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rlhf.spec.schema import LoggingSpec
+from rlhf.tracking.protocol import RunInfo, Status
+
+MAX_PARAM_CHARS = 6000  # MLflow's limit on one parameter value
+PARAMS_PER_BATCH = 100  # MLflow's limit on params in one log_batch
+METRICS_PER_BATCH = 1000
+PARENT_TAG = "rlhf.sweep_parent"  # on the parent run of a sweep: the sweep's id
+PARENT_RUN_ID = "mlflow.parentRunId"  # MLflow's own tag for a nested run's parent (mlflow.utils.mlflow_tags)
+
+
+def default_tracking_uri(cwd: Path | None = None) -> str:
+    """sqlite in the directory the job started from (MLflow 3 refuses a file store without an opt-in)."""
+    return f"sqlite:///{(cwd or Path.cwd()).resolve() / 'mlflow.db'}"
+
+
+def tracking_uri(logging: LoggingSpec) -> str:
+    return logging.tracking_uri or default_tracking_uri()
+
+
+def _client(uri: str) -> Any:
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _experiment_id(client: Any, name: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name)
+    except Exception:  # another job created it first (MlflowException: already exists)
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def _parent_of(client: Any, experiment_id: str, group: str) -> str | None:
+    quoted = group.replace("'", "\\'")
+    runs = client.search_runs([experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{quoted}'", max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+class MlflowTracker:
+    """One MLflow run per job; continued by run id on resume (same tracking URI)."""
+
+    def __init__(self) -> None:
+        self.client: Any = None
+        self.uri = ""
+        self.run_id = ""
+        self.experiment_id = ""
+        self._last = -1  # MLflow cannot be asked cheaply for a run's highest step: kept in the record
+        self._ended = False
+
+    def start(self, run: RunInfo, record: dict[str, Any] | None) -> bool:
+        self.uri = tracking_uri(run.spec.logging)
+        self.client = _client(self.uri)
+        self.experiment_id = _experiment_id(self.client, run.spec.logging.experiment)
+        if record and record.get("tracking_uri") == self.uri and record.get("run_id"):
+            if self._continue(str(record["run_id"])):
+                self._last = int(record.get("last_step", -1))
+                return True
+        tags = dict(run.tags)
+        if run.group:
+            parent = _parent_of(self.client, self.experiment_id, run.group)
+            if parent:  # made by the sweep's own process (open_group); absent when sweep.id was set by hand
+                tags[PARENT_RUN_ID] = parent
+        made = self.client.create_run(self.experiment_id, tags=tags, run_name=run.name)
+        self.run_id = made.info.run_id
+        return False
+
+    def _continue(self, run_id: str) -> bool:
+        try:
+            found = self.client.get_run(run_id)
+        except Exception:  # deleted, or another store: a new run
+            return False
+        if found.info.lifecycle_stage != "active":
+            return False
+        self.run_id = run_id
+        self.client.update_run(run_id, status="RUNNING")
+        return True
+
+    def record(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "tracking_uri": self.uri, "last_step": self._last}
+
+    def last_step(self) -> int:
+        return self._last
+
+    def log_params(self, params: dict[str, str]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, v[:MAX_PARAM_CHARS]) for k, v in params.items()]
+        for i in range(0, len(items), PARAMS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=items[i : i + PARAMS_PER_BATCH])
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        for i in range(0, len(items), METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=items[i : i + METRICS_PER_BATCH])  # synchronous: on disk
+        self._last = max(self._last, step)
+
+    def log_artifacts(self, paths: list[Path]) -> None:
+        for p in paths:
+            if Path(p).exists():
+                self.client.log_artifact(self.run_id, str(p))
+
+    def location(self) -> str:
+        return f"run {self.run_id} in {self.uri}  (mlflow ui --backend-store-uri {self.uri})"
+
+    def finish(self, status: Status) -> None:
+        if self.run_id and not self._ended:
+            self.client.set_terminated(self.run_id, status)
+            self._ended = True
+
+    def open_group(self, logging: LoggingSpec, group: str) -> None:
+        # Once, before any job: jobs that start together would race to create the same sqlite database (MLflow's
+        # schema migration fails for all but one) and the same experiment.
+        client = _client(tracking_uri(logging))
+        exp = _experiment_id(client, logging.experiment)
+        if _parent_of(client, exp, group) is None:
+            client.create_run(exp, tags={PARENT_TAG: group, "rlhf.sweep": group}, run_name=f"sweep {group}")
+
+    def close_group(self, logging: LoggingSpec, group: str, status: Status) -> None:
+        client = _client(tracking_uri(logging))
+        exp = client.get_experiment_by_name(logging.experiment)
+        parent = _parent_of(client, exp.experiment_id, group) if exp is not None else None
+        if parent:
+            client.set_terminated(parent, status)

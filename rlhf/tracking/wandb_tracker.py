@@ -1,0 +1,106 @@
+"""Weights & Biases: one W&B run per job, project ``logging.experiment``, group ``sweep.id`` in a sweep.
+
+``logging.wandb.mode=offline`` (the default) needs no account and sends nothing: W&B writes the run to
+``<run dir>/wandb/offline-run-<time>-<id>/`` and ``wandb sync <that folder>`` uploads it later; ``online`` logs to
+the account ``wandb login`` set up. A resumed job continues the same run id (each attempt is one more folder of
+that id, which ``wandb sync`` merges). W&B's core process writes its files behind the training process, and a
+killed process loses what it had not written yet, so the highest step held is read back from the run's own files
+(``rlhf.tracking.wandb_files``) rather than remembered: a step lost with a killed attempt is logged again, a step
+already on disk never is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlhf.spec.schema import LoggingSpec
+from rlhf.tracking.protocol import RunInfo, Status
+
+EXIT_CODES = {"FINISHED": 0, "FAILED": 1, "KILLED": 130}  # KILLED: rlhf-run's exit status after a signal
+
+
+class WandbTracker:
+    def __init__(self) -> None:
+        self.run: Any = None
+        self.run_dir = Path()
+        self.project = ""
+        self.entity = ""
+        self._where = ""
+        self.run_id = ""
+        self._last = -1
+
+    def start(self, run: RunInfo, record: dict[str, Any] | None) -> bool:
+        import wandb
+
+        opts = run.spec.logging.wandb
+        self.run_dir = run.run_dir.resolve()
+        self.project, self.entity = run.spec.logging.experiment, opts.entity
+        resume = bool(record) and record.get("project") == self.project and record.get("entity") == self.entity
+        run_id = str(record["id"]) if resume and record and record.get("id") else None
+        if run_id:
+            from rlhf.tracking.wandb_files import highest_step
+
+            self._last = highest_step(self.run_dir / "wandb", run_id)
+        settings = wandb.Settings(
+            silent=True,
+            console="off",  # rlhf-run's own console (and a sweep job's console.log) stay untouched
+            x_disable_stats=True,  # no system-metrics thread beside the training loop
+            disable_git=True,
+            save_code=False,
+        )
+        self.run = wandb.init(
+            project=self.project,
+            entity=self.entity or None,
+            name=None if run_id else run.name,  # a resumed run keeps its name
+            group=run.group or None,
+            tags=[t for t in (run.tags.get("rlhf.algorithm"), run.tags.get("rlhf.recipe")) if t],
+            dir=str(self.run_dir),
+            id=run_id,
+            resume="allow" if run_id else None,
+            mode=opts.mode,
+            settings=settings,
+        )
+        self.run_id = self.run.id
+        sync_dir = self.run.settings.sync_dir
+        self._where = f"{sync_dir}  (wandb sync {sync_dir})" if opts.mode == "offline" else str(self.run.url)
+        if opts.mode == "online" and self.run.resumed:
+            self._last = max(self._last, int(self.run.starting_step) - 1)  # what the server holds
+        return run_id is not None
+
+    def record(self) -> dict[str, Any]:
+        return {"id": self.run_id, "project": self.project, "entity": self.entity}
+
+    def last_step(self) -> int:
+        return self._last
+
+    def log_params(self, params: dict[str, str]) -> None:
+        self.run.config.update(params, allow_val_change=True)
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log({k: float(v) for k, v in metrics.items()}, step=step)
+        self._last = max(self._last, step)
+
+    def log_artifacts(self, paths: list[Path]) -> None:
+        import shutil
+
+        for p in paths:
+            if Path(p).is_file():  # what is in run.dir W&B keeps with the run (and uploads with it)
+                shutil.copy2(p, Path(self.run.dir) / Path(p).name)
+
+    def location(self) -> str:
+        return self._where
+
+    def finish(self, status: Status) -> None:
+        if self.run is not None:
+            import wandb
+
+            self.run.finish(exit_code=EXIT_CODES[status])
+            self.run = None
+            wandb.teardown()  # waits until W&B's core process has written the run's files (finish alone does not)
+
+    def open_group(self, logging: LoggingSpec, group: str) -> None:
+        """Nothing to make: W&B groups runs by the group name each job passes."""
+
+    def close_group(self, logging: LoggingSpec, group: str, status: Status) -> None:
+        """Nothing to close."""
