@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlhf.spec import names, reasoning_gym_source, recording
+from rlhf.spec import backends, names, reasoning_gym_source, recording
 from rlhf.spec.derive import Derived, derive, reward_source
 from rlhf.spec.keys import domain_violations
 from rlhf.spec.schema import ROLES, ExperimentSpec, ISCorrectionSpec
@@ -525,22 +525,20 @@ def _check_recording(spec: ExperimentSpec, c: _Collector) -> None:
         else:
             for key, value, fix in recording.mismatches(spec, manifest, ro.record, recording.RECORD_KEYS):
                 c.errors.append(SpecError(key, value, f"{fix} to continue it (rollout.record), or record elsewhere"))
+
+
 def _check_logging(spec: ExperimentSpec, c: _Collector) -> None:
     """Every tracker named is registered, once, and its package is installed (else the extra that installs it)."""
-    # The registry names trackers by import path and imports none of them (nor mlflow, wandb, tensorboard), so
-    # validation stays as light as the rest of spec/; it is the one list of names, kept beside the trackers.
-    from rlhf.tracking import registry
-
     trackers = list(spec.logging.trackers)
     for i, name in enumerate(trackers):
         key = f"logging.trackers[{i}]"
-        if name not in registry.TRACKERS:
-            c.one_of(key, name, registry.names())
+        if name not in backends.TRACKERS:
+            c.one_of(key, name, tuple(backends.TRACKERS))
         elif name in trackers[:i]:
             c.require(False, key, name, "already listed earlier in logging.trackers")
     for name in spec.logging.active_trackers:
-        if name in registry.TRACKERS:
-            why = registry.missing_package(name)
+        if name in backends.TRACKERS:
+            why = backends.missing_package("tracker", backends.TRACKERS, name)
             c.require(why is None, "logging.trackers", trackers, why or "")
 
 
