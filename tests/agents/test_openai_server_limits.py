@@ -99,3 +99,21 @@ def test_health_is_answered_while_a_large_prompt_is_tokenised(tokenizer):
         big.join(120)
         assert done["r"][0] == 200 and done["r"][1]["choices"][0]["finish_reason"] == "length"  # over max_length
         assert max(waits) < 1.0, f"/health took {max(waits):.2f} s while a large prompt was tokenised"
+
+
+def test_a_long_prompt_gets_an_engine_call_of_its_own_after_the_short_ones(tokenizer):
+    import asyncio
+
+    from rlhf.agents.batching import WindowBatcher
+    from rlhf.engines.protocol import SamplingSpec
+
+    engine = FakeEngine(end_token(tokenizer))
+    batcher = WindowBatcher(engine, max_wait_s=0.01)
+    prompts = [[5] * 900, [5] * 20, [5] * 30, [5] * 60]  # 60 <= 2 * 20 + 32: one bucket with 20 and 30
+
+    async def all_at_once():
+        return await asyncio.gather(*(batcher.generate(p, SamplingSpec(max_new_tokens=2)) for p in prompts))
+
+    outs = asyncio.run(all_at_once())
+    assert [len(o.prompt_ids) for o in outs] == [900, 20, 30, 60]  # each caller gets its own answer
+    assert [sorted(len(p) for p in call) for call, _ in engine.calls] == [[20, 30, 60], [900]]
