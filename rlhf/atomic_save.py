@@ -206,7 +206,7 @@ def abort_dir(tmp: Path, error: BaseException, need_bytes: int | None, what: str
     """Remove the partial ``tmp``; raise :class:`DiskFull` from ``error`` when the disk was full."""
     written, free = tree_bytes(tmp), free_bytes(tmp)  # measured before the cleanup gives the space back
     shutil.rmtree(tmp, ignore_errors=True)
-    if isinstance(error, DiskFull):
+    if isinstance(error, DiskFull) or not isinstance(error, Exception):  # Ctrl-C stays Ctrl-C
         return
     if is_disk_full(error) or free < MIN_MARGIN_BYTES:
         raise DiskFull(what, str(tmp), need_bytes, free, written=written) from error

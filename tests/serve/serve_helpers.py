@@ -14,6 +14,24 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def tiny_llama_config(tokenizer, layers: int = 2):
+    """A 64-wide Llama with one label (a reward model) over ``tokenizer``."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+
+
 def byte_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -27,14 +45,14 @@ def byte_tokenizer():
 
 
 @contextmanager
-def serving(model: Path, *args: str) -> Iterator[str]:
+def serving(model: Path, *args: str, start_timeout: float = 120) -> Iterator[str]:
     """``rlhf-serve-rm --model MODEL --port 0 ARGS`` until the block ends; yields its /get_reward URL."""
     cmd = [sys.executable, "-m", "rlhf.cli.serve_rm", "--model", str(model), "--port", "0", "--device", "cpu", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + start_timeout
         while not any("serving" in line for line in lines):
             assert proc.poll() is None, f"rlhf-serve-rm exited: {''.join(lines)}"
             assert time.monotonic() < deadline, f"rlhf-serve-rm did not start: {''.join(lines)}"

@@ -90,15 +90,17 @@ def test_more_queries_than_the_limit_get_413_naming_it(server):
 
 
 def test_a_request_past_its_timeout_gets_504_and_its_queries_are_dropped(reward_model_dir):
-    with serving(reward_model_dir[0], *LIMITS, "--request-timeout-s", "1") as url:
-        for _ in range(30):  # the first forward pass (lazy initialisation) may itself take more than a second
+    huge = BIG * 5  # 20,000 queries: far more than 3 s of scoring on any machine we run on
+    limits = ["--batch-size", "8", "--max-queries", str(len(huge)), "--max-queue", str(len(huge) + 100)]
+    with serving(reward_model_dir[0], *limits, "--request-timeout-s", "3") as url:
+        for _ in range(30):  # the first forward pass (lazy initialisation) may itself take seconds
             if post_status(url, {"query": ["warm up"]})[0] == 200:
                 break
         sent = time.monotonic()
-        status, body, _ = post_status(url, {"query": BIG})
+        status, body, _ = post_status(url, {"query": huge})
         took = time.monotonic() - sent
-        assert status == 504 and "within 1 s (--request-timeout-s)" in body["error"], body
-        assert took < 10 and health(url)["queued"] == 0
+        assert status == 504 and "within 3 s (--request-timeout-s)" in body["error"], body
+        assert took < 15 and health(url)["queued"] == 0
         post(url, {"query": ["after"]})  # any forward pass of the dropped request in flight is over now
         before = health(url)["queries"]
         post(url, {"query": ["again"]})
