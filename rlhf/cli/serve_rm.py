@@ -80,18 +80,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     limits = p.add_argument_group("limits")
     limits.add_argument(
-        "--max-body-mb", type=_positive, default=DEFAULTS.max_body_bytes / 2**20, help="largest request body (16)"
+        "--max-body-mb",
+        type=_positive,
+        default=DEFAULTS.max_body_bytes / 2**20,
+        help="largest request body, MB (%(default)g)",
     )
     limits.add_argument(
-        "--max-queries", type=_at_least(1), default=DEFAULTS.max_queries, help="queries per request (1024)"
+        "--max-queries", type=_at_least(1), default=DEFAULTS.max_queries, help="queries per request (%(default)s)"
     )
     limits.add_argument(
-        "--max-queue", type=_at_least(1), default=DEFAULTS.max_queue, help="queries held at once, then 503 (8192)"
+        "--max-queue",
+        type=_at_least(1),
+        default=DEFAULTS.max_queue,
+        help="queries held at once, then 503 (%(default)s)",
     )
     limits.add_argument(
-        "--request-timeout-s", type=_positive, default=DEFAULTS.request_timeout_s, help="per request, then 504 (120)"
+        "--request-timeout-s",
+        type=_positive,
+        default=DEFAULTS.request_timeout_s,
+        help="seconds per request, then 504 (%(default)g)",
     )
-    limits.add_argument("--max-connections", type=_at_least(1), default=256, help="open connections, then 503 (256)")
+    limits.add_argument(
+        "--max-connections", type=_at_least(1), default=256, help="open connections, then 503 (%(default)s)"
+    )
     args = p.parse_args(argv)
     args.limits = ServeLimits(
         max_body_bytes=int(args.max_body_mb * 2**20),
