@@ -16,6 +16,12 @@ keep one HTTP/1.1 connection and send their next request as soon as the answer a
 timeout (``--timeout``), a status other than 200 or a body without the expected field. The table gives requests/s
 (completed requests / time until the last one ended), latency p50/p99 and errors per server; the script exits 1 if
 any request failed. Prompts are the ``builtin:arith`` rows.
+
+Mixed load (unless ``--huge-clients 0``): the same small clients again for ``--duration``, while ``--huge-clients``
+more clients send the largest requests the server takes, one after another: ``rm`` ``--huge-queries`` queries (the
+server's ``--max-queries``, 1024), ``openai`` a prompt of ``--huge-prompt-tokens`` tokens. The table puts the small
+requests' p95 under that load beside the unloaded one. For ``rm`` one request over the limit (``--over-limit-queries``
+queries, the 450,000 of issue 21) shows how fast it is refused (413).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -88,7 +95,8 @@ def start_server(kind: str, workdir: Path, args: argparse.Namespace) -> tuple[su
     if kind == "rm":
         model = save_tiny_reward_model(workdir / "rm")
         cmd = [sys.executable, "-m", "rlhf.cli.serve_rm", "--model", str(model), "--port", "0", "--device", "cpu"]
-        cmd += ["--batch-size", str(args.clients)]
+        cmd += ["--batch-size", str(args.clients), "--max-queries", str(max(args.huge_queries, 1))]
+        cmd += ["--max-queue", str(max(8192, args.huge_clients * args.huge_queries + args.clients))]
     else:
         cmd = [sys.executable, __file__, "--serve-openai", "--max-tokens", str(args.max_tokens)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -163,6 +171,9 @@ class Load:
     error_samples: list[str] = field(default_factory=list)
     seconds: float = 0.0
     server_info: str = ""
+    mixed: Load | None = None  # the small clients again, with huge requests among them
+    huge: Load | None = None  # the huge requests of that phase
+    over_limit: str = ""  # rm: how an over-limit request was answered
 
 
 def request_for(kind: str, prompt: str, max_tokens: int) -> tuple[str, bytes, str]:
@@ -173,18 +184,30 @@ def request_for(kind: str, prompt: str, max_tokens: int) -> tuple[str, bytes, st
     return "/v1/chat/completions", json.dumps(body).encode(), "choices"
 
 
-async def drive(kind: str, base: str, prompts: list[str], args: argparse.Namespace) -> Load:
+def huge_request_for(kind: str, prompts: list[str], args: argparse.Namespace) -> tuple[str, bytes, str]:
+    """The largest request the server takes: --huge-queries queries, or a --huge-prompt-tokens prompt."""
+    if kind == "rm":
+        queries = [prompts[i % len(prompts)] for i in range(args.huge_queries)]
+        return "/get_reward", json.dumps({"query": queries}).encode(), "rewards"
+    text = " ".join(prompts)
+    text = (text * (args.huge_prompt_tokens // max(len(text), 1) + 1))[: args.huge_prompt_tokens]  # bytes = tokens
+    return request_for(kind, text, args.max_tokens)
+
+
+async def _closed_loop(
+    base: str, n: int, stop_at: float, make: Callable[[int], tuple[str, bytes, str]], args: argparse.Namespace
+) -> Load:
+    """``n`` clients, each sending ``make(k)`` (k = its next request number) until ``stop_at``."""
     parts = urlsplit(base)
     load = Load()
     start = time.monotonic()
-    stop_at = start + args.duration
 
     async def client(i: int) -> None:
         conn = Connection(parts.hostname, parts.port, keep_alive=not args.fresh_connections)
         k = i
         while time.monotonic() < stop_at:
-            path, body, expect = request_for(kind, prompts[k % len(prompts)], args.max_tokens)
-            k += args.clients
+            path, body, expect = make(k)
+            k += n
             sent = time.monotonic()
             try:
                 status, data = await asyncio.wait_for(conn.post(path, body), args.timeout)
@@ -199,9 +222,47 @@ async def drive(kind: str, base: str, prompts: list[str], args: argparse.Namespa
             load.latencies.append(time.monotonic() - sent)
         await conn.close()
 
-    await asyncio.gather(*(client(i) for i in range(args.clients)))
+    await asyncio.gather(*(client(i) for i in range(n)))
     load.seconds = time.monotonic() - start
     return load
+
+
+async def drive(kind: str, base: str, prompts: list[str], args: argparse.Namespace) -> Load:
+    def small(k: int) -> tuple[str, bytes, str]:
+        return request_for(kind, prompts[k % len(prompts)], args.max_tokens)
+
+    return await _closed_loop(base, args.clients, time.monotonic() + args.duration, small, args)
+
+
+async def drive_mixed(kind: str, base: str, prompts: list[str], args: argparse.Namespace) -> tuple[Load, Load]:
+    """(small requests, huge requests) with both kinds of clients at once for --duration."""
+    huge = huge_request_for(kind, prompts, args)
+    stop_at = time.monotonic() + args.duration
+
+    def small(k: int) -> tuple[str, bytes, str]:
+        return request_for(kind, prompts[k % len(prompts)], args.max_tokens)
+
+    return tuple(
+        await asyncio.gather(
+            _closed_loop(base, args.clients, stop_at, small, args),
+            _closed_loop(base, args.huge_clients, stop_at, lambda k: huge, args),
+        )
+    )
+
+
+async def over_limit(base: str, n: int, args: argparse.Namespace) -> str:
+    """How rlhf-serve-rm answers one request of ``n`` queries (over its --max-queries, or its body limit)."""
+    parts = urlsplit(base)
+    body = json.dumps({"query": [f"query {i}: 3+4=7" for i in range(n)]}).encode()
+    conn = Connection(parts.hostname, parts.port)
+    sent = time.monotonic()
+    try:
+        status, data = await asyncio.wait_for(conn.post("/get_reward", body), args.timeout)
+    finally:
+        await conn.close()
+    took = time.monotonic() - sent
+    reason = json.loads(data).get("error", "")[:90] if status != 200 else "accepted"
+    return f"{n} queries ({len(body) / 2**20:.1f} MB): HTTP {status} in {1000 * took:.0f} ms ({reason}...)"
 
 
 def warm_up(kind: str, base: str, prompts: list[str], args: argparse.Namespace) -> None:
@@ -244,7 +305,7 @@ def table(results: dict[str, Load], args: argparse.Namespace) -> str:
     width = max(len(TITLES[k]) for k in kinds) + 2
 
     def row(name: str, cells: list[str]) -> str:
-        return f"{name:<22}" + "".join(f"{c:>{width}}" for c in cells)
+        return f"{name:<26}" + "".join(f"{c:>{width}}" for c in cells)
 
     conns = "a new connection per request" if args.fresh_connections else "keep-alive connections"
     lines = [f"serve load: {args.clients} concurrent clients x {args.duration:g} s per server, 127.0.0.1, {conns}"]
@@ -257,13 +318,25 @@ def table(results: dict[str, Load], args: argparse.Namespace) -> str:
     lines.append(row("latency p99 (ms)", [f"{1000 * percentile(r.latencies, 99):.0f}" for r in loads]))
     lines.append(row("latency max (ms)", [f"{1000 * max(r.latencies, default=float('nan')):.0f}" for r in loads]))
     lines.append(row("errors", [str(r.errors) for r in loads]))
+    if all(r.mixed is not None for r in loads):
+        lines.append(row("small p95, unloaded (ms)", [f"{1000 * percentile(r.latencies, 95):.0f}" for r in loads]))
+        lines.append(row("small p95, mixed (ms)", [f"{1000 * percentile(r.mixed.latencies, 95):.0f}" for r in loads]))
+        lines.append(row("small requests, mixed", [str(len(r.mixed.latencies)) for r in loads]))
+        lines.append(row("huge requests done", [str(len(r.huge.latencies)) for r in loads]))
+        lines.append(row("huge latency p50 (ms)", [f"{1000 * percentile(r.huge.latencies, 50):.0f}" for r in loads]))
+        lines.append(row("errors, mixed", [str(r.mixed.errors + r.huge.errors) for r in loads]))
     for k, r in results.items():
         if r.server_info:
             lines.append(f"{TITLES[k]}: {r.server_info}")
-        for e in r.error_samples:
+        if r.over_limit:
+            lines.append(f"{TITLES[k]} over the limit: {r.over_limit}")
+        for e in r.error_samples + (r.mixed.error_samples + r.huge.error_samples if r.mixed else []):
             lines.append(f"{TITLES[k]} error: {e}")
     if "openai" in results:
         lines.append(f"openai requests: one user message, max_tokens={args.max_tokens}")
+    if args.huge_clients:
+        huge = f"rm {args.huge_queries} queries, openai a {args.huge_prompt_tokens}-token prompt"
+        lines.append(f"mixed: {args.clients} small clients beside {args.huge_clients} clients of huge ones ({huge})")
     return "\n".join(lines)
 
 
@@ -281,6 +354,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a new TCP connection per request (as the trainer's urllib reward client), not keep-alive",
     )
+    ap.add_argument("--huge-clients", type=int, default=2, help="mixed load: clients of huge requests (0: none)")
+    ap.add_argument("--huge-queries", type=int, default=1024, help="rm: queries per huge request (its --max-queries)")
+    ap.add_argument("--huge-prompt-tokens", type=int, default=900, help="openai: prompt tokens of a huge request")
+    ap.add_argument("--over-limit-queries", type=int, default=450_000, help="rm: one request this large (0: none)")
     ap.add_argument("--json", dest="json_out", default=None, help="also write the figures to this file")
     ap.add_argument("--serve-openai", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -303,6 +380,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{TITLES[kind]}: {args.clients} clients for {args.duration:g} s at {base}", flush=True)
                 results[kind] = asyncio.run(drive(kind, base, prompts, args))
                 results[kind].server_info = health(base, kind)
+                if args.huge_clients:
+                    print(f"{TITLES[kind]}: the same with {args.huge_clients} clients of huge requests", flush=True)
+                    results[kind].mixed, results[kind].huge = asyncio.run(drive_mixed(kind, base, prompts, args))
+                if kind == "rm" and args.over_limit_queries:
+                    results[kind].over_limit = asyncio.run(over_limit(base, args.over_limit_queries, args))
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
@@ -313,13 +395,27 @@ def main(argv: list[str] | None = None) -> int:
                 "requests": len(r.latencies),
                 "requests_per_s": len(r.latencies) / r.seconds,
                 "p50_ms": 1000 * percentile(r.latencies, 50),
+                "p95_ms": 1000 * percentile(r.latencies, 95),
                 "p99_ms": 1000 * percentile(r.latencies, 99),
                 "errors": r.errors,
+                **(
+                    {
+                        "mixed_requests": len(r.mixed.latencies),
+                        "mixed_p95_ms": 1000 * percentile(r.mixed.latencies, 95),
+                        "huge_requests": len(r.huge.latencies),
+                        "huge_p50_ms": 1000 * percentile(r.huge.latencies, 50),
+                        "mixed_errors": r.mixed.errors + r.huge.errors,
+                    }
+                    if r.mixed
+                    else {}
+                ),
+                **({"over_limit": r.over_limit} if r.over_limit else {}),
             }
             for k, r in results.items()
         }
         Path(args.json_out).write_text(json.dumps({"clients": args.clients, "duration_s": args.duration, **figures}))
-    return 1 if any(r.errors for r in results.values()) else 0
+    failed = any(r.errors or (r.mixed and r.mixed.errors + r.huge.errors) for r in results.values())
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ Points in use (grep for ``fault("``):
     rank.exit_on_train_step:N   a training rank's process exits on its N-th optimizer step (1-based)
     rank.hang_on_train_step:N   ... or stops answering there (sleeps for an hour)
     rank.enospc_on_save:N       a training rank's N-th checkpoint save fails with ENOSPC (a full disk)
+    disk.fill_before_checkpoint:N   the N-th checkpoint save fills its disk once the free-space check passed
+    disk.fill_before_model:N    ... the N-th model save (save_hf) of a rank (rlhf.atomic_save.fill_disk; tmpfs only)
     rank.nan_loss_on_train_steps:A-B   a training rank's optimizer steps A to B (1-based) get a NaN loss
 With ``RLHF_FAULTS_ONCE_DIR`` set, a point fires once per run, not once per process: a marker file in that folder
 records it, so a restarted process does not fail again.

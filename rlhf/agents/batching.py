@@ -6,7 +6,8 @@ Two batchers turn concurrent single requests into ``engine.generate(prompts, sam
 * :class:`LockstepBatcher` (agent executors): dispatches once every live episode is waiting on a generation, so
   turn k of all episodes goes out as one call. The batches, and hence seeded sampling, are deterministic.
 * :class:`WindowBatcher` (the OpenAI server, whose requests arrive over HTTP at any time): dispatches what arrived
-  within a short window, one engine call at a time; what arrives meanwhile forms the next batch.
+  within a short window, one engine call at a time, prompts of very different lengths in separate calls (short
+  ones first); what arrives meanwhile forms the next batch.
 
 Requests are grouped by their sampling settings apart from ``max_new_tokens``: a group is generated with the largest
 limit in it and each output is cut to its own limit afterwards (the kept tokens and their log-probs are the same as
@@ -150,4 +151,18 @@ class WindowBatcher:
             if len(self._pending) < self.max_batch:
                 await asyncio.sleep(self.max_wait_s)
             batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-            await _generate_groups(self.engine, batch, next(self._calls))
+            for bucket in length_buckets(batch):  # short prompts first, never padded to a long one's length
+                await _generate_groups(self.engine, bucket, next(self._calls))
+
+
+def length_buckets(requests: list[_Request], slack: int = 32) -> list[list[_Request]]:
+    """``requests`` split by prompt length, shortest first: a bucket's longest prompt is at most twice its shortest
+    (plus ``slack`` tokens). A long prompt batched with short ones would pad them all to its length and make every
+    short call as slow as the long one; apart, the short ones are answered first."""
+    buckets: list[list[_Request]] = []
+    for req in sorted(requests, key=lambda r: len(r.prompt_ids)):
+        if buckets and len(req.prompt_ids) <= 2 * len(buckets[-1][0].prompt_ids) + slack:
+            buckets[-1].append(req)
+        else:
+            buckets.append([req])
+    return buckets

@@ -18,6 +18,13 @@ request are honoured only with ``honor_request_sampling=True``. ``max_tokens`` (
 ``stop`` are honoured, capped by the session's length budget. Once a session's budget (``max_length`` tokens) is
 spent, calls return an empty completion with ``finish_reason: "length"`` and are not recorded. Only ``n=1``.
 
+Limits (constructor options; an agent file's ``AgentExecutor(OpenAIAgentExecutor)`` passes them as
+``server_options``): a body over ``max_body_bytes`` (8 MB) or more than ``max_messages`` (1024) messages gets 413
+naming the limit; beyond ``max_queue`` calls held at once (1024; the executor runs at most ``max_concurrency``
+sessions, 512) 503 with ``Retry-After``; ``call_timeout_s`` bounds the body's arrival and the generation (504). The
+engine runs in a worker thread and a large prompt is rendered and tokenised in one too, so ``/health`` is answered
+while they run.
+
 The reply's content keeps special tokens generated mid-text and drops the final stop token (the chat template adds
 it back), and a matched stop string stays in the content: sending the reply back verbatim keeps the session's
 prefix stable (see rlhf.agents.sessions). Concurrent calls are batched into few engine calls (WindowBatcher).
@@ -26,6 +33,7 @@ prefix stable (see rlhf.agents.sessions). Concurrent calls are batched into few 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -41,15 +49,22 @@ from rlhf.agents.batching import WindowBatcher
 from rlhf.agents.errors import RolloutEngineError
 from rlhf.agents.sessions import CallTrace, PrefixError, Session, SessionError, SessionStore
 from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.serve.limits import CLOSE, Admission, BodyTimeout, BodyTooLarge, read_body
 
 SESSION_HEADER = "x-session-id"
 
 
+OFFLOAD_BYTES = 64 * 2**10  # a body this large is parsed, rendered and tokenised off the event loop
+
+
 class BadRequest(Exception):
-    def __init__(self, status: int, message: str, code: str = "invalid_request_error") -> None:
+    def __init__(
+        self, status: int, message: str, code: str = "invalid_request_error", headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
+        self.headers = headers
 
 
 class OpenAIServer:
@@ -72,6 +87,9 @@ class OpenAIServer:
         max_wait_s: float = 0.005,
         max_batch: int = 256,
         honor_request_sampling: bool = False,
+        max_body_bytes: int = 8 * 2**20,
+        max_messages: int = 1024,
+        max_queue: int = 1024,
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
@@ -82,6 +100,9 @@ class OpenAIServer:
         self.port = port
         self.call_timeout_s = call_timeout_s
         self.honor_request_sampling = honor_request_sampling
+        self.max_body_bytes = max_body_bytes
+        self.max_messages = max_messages
+        self.admission = Admission(max_queue)  # calls held at once (admitted, not yet answered)
         self.sessions = SessionStore()
         self.calls = 0  # completions served (for tests and logs)
         self._max_wait_s = max_wait_s
@@ -163,20 +184,26 @@ class OpenAIServer:
 
         def error(exc: BadRequest) -> JSONResponse:
             body = {"error": {"message": str(exc), "type": exc.code, "code": exc.status}}
-            return JSONResponse(body, status_code=exc.status)
+            return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
-        async def body_of(request: Request) -> dict:
+        async def body_of(request: Request) -> tuple[dict, int]:
             try:
-                body = await request.json()
-            except Exception:
+                raw = await read_body(request, self.max_body_bytes, self.call_timeout_s)
+            except BodyTooLarge as exc:
+                raise BadRequest(413, f"{exc} (max_body_bytes)", "request_too_large", CLOSE) from None
+            except BodyTimeout as exc:
+                raise BadRequest(408, f"{exc} (call_timeout_s)", "timeout", CLOSE) from None
+            try:
+                body = json.loads(raw) if len(raw) < OFFLOAD_BYTES else await asyncio.to_thread(json.loads, raw)
+            except ValueError:
                 raise BadRequest(400, "the request body is not JSON") from None
             if not isinstance(body, dict):
                 raise BadRequest(400, "the request body must be a JSON object")
-            return body
+            return body, len(raw)
 
         @app.get("/health")
         async def health() -> dict:
-            return {"status": "ok", "model": self.model_name}
+            return {"status": "ok", "model": self.model_name, "calls": self.calls, "held": self.admission.held}
 
         @app.get("/v1/models")
         async def models() -> dict:
@@ -186,7 +213,7 @@ class OpenAIServer:
         @app.post("/tokenize")
         async def tokenize(request: Request) -> Any:
             try:
-                body = await body_of(request)
+                body, _ = await body_of(request)
                 if "messages" in body:
                     text = self.render(body["messages"], bool(body.get("add_generation_prompt", True)))
                     ids = self.encode(text)
@@ -205,9 +232,9 @@ class OpenAIServer:
         @app.post("/v1/chat/completions")
         async def chat_completions(request: Request) -> Any:
             try:
-                body = await body_of(request)
+                body, size = await body_of(request)
                 session_id = body.get("session_id") or request.headers.get(SESSION_HEADER)
-                return await self.complete(body, session_id)
+                return await self.complete(body, session_id, size)
             except BadRequest as exc:
                 return error(exc)
 
@@ -254,8 +281,9 @@ class OpenAIServer:
             raise BadRequest(400, f"max_tokens must be a positive integer, got {asked!r}")
         return replace(spec, **changes), asked
 
-    async def complete(self, body: dict, session_id: str | None) -> dict:
-        """One chat completion (the handler of /v1/chat/completions, callable without HTTP)."""
+    async def complete(self, body: dict, session_id: str | None, size: int = 0) -> dict:
+        """One chat completion (the handler of /v1/chat/completions, callable without HTTP); ``size``: the body's
+        bytes (a large one is rendered and tokenised in a thread)."""
         session = None
         if session_id:
             try:
@@ -268,12 +296,53 @@ class OpenAIServer:
                     f"session {session_id} already has a call in flight; a session's calls must come one after another",
                     "session_busy",
                 )
-        rendered = self.render(body.get("messages"), add_generation_prompt=True)
+        messages = body.get("messages")
+        if isinstance(messages, list) and len(messages) > self.max_messages:
+            raise BadRequest(
+                413,
+                f"the request has {len(messages)} messages; this server takes at most {self.max_messages} "
+                "(max_messages)",
+                "request_too_large",
+            )
         spec, asked = self._sampling_for(body)
+        if not self.admission.try_admit(1):
+            raise BadRequest(
+                503,
+                f"the server holds {self.admission.held} calls already (max_queue={self.admission.capacity}); retry "
+                f"after {self.admission.retry_after_s()} s",
+                "server_busy",
+                self.admission.retry_headers(),
+            )
+        started = time.monotonic()
+        if session is not None:
+            session.busy = True  # before the first await: a second call of this session is refused meanwhile
         try:
-            ids = session.prompt_ids(rendered, self.encode) if session else self.encode(rendered)
-        except PrefixError as exc:
-            raise BadRequest(400, str(exc), "prefix_mismatch") from None
+            return await self._complete(body, session, session_id, messages, spec, asked, size)
+        finally:
+            if session is not None:
+                session.busy = False
+            self.admission.release(1)
+            self.admission.completed(1, time.monotonic() - started)
+
+    async def _complete(
+        self,
+        body: dict,
+        session: Session | None,
+        session_id: Any,
+        messages: Any,
+        spec: SamplingSpec,
+        asked: int,
+        size: int,
+    ) -> dict:
+        def prompt() -> tuple[str, list[int]]:
+            rendered = self.render(messages, add_generation_prompt=True)
+            try:
+                return rendered, session.prompt_ids(rendered, self.encode) if session else self.encode(rendered)
+            except PrefixError as exc:
+                raise BadRequest(400, str(exc), "prefix_mismatch") from None
+
+        # A large prompt is rendered and tokenised in a thread: /health and small calls are answered meanwhile.
+        rendered, ids = await asyncio.to_thread(prompt) if size >= OFFLOAD_BYTES else prompt()
         remaining = self.max_length - len(ids)
         if remaining <= 0:
             if session is not None:
@@ -282,17 +351,12 @@ class OpenAIServer:
         spec = replace(spec, max_new_tokens=min(asked, remaining))
         if self._batcher is None:
             self._batcher = WindowBatcher(self, self._max_wait_s, self._max_batch)
-        if session is not None:
-            session.busy = True
         try:
             out = await asyncio.wait_for(self._batcher.generate(ids, spec), self.call_timeout_s)
         except asyncio.TimeoutError:
             raise BadRequest(504, f"generation did not finish within {self.call_timeout_s:g} s", "timeout") from None
         except RolloutEngineError as exc:
             raise BadRequest(500, str(exc), "engine_error") from None
-        finally:
-            if session is not None:
-                session.busy = False
         completion = list(out.output_ids)
         stop_ids = {self.tokenizer.eos_token_id, *spec.stop_token_ids}
         ends_with_stop = out.finish_reason == "stop" and bool(completion) and completion[-1] in stop_ids

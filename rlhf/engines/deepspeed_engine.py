@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from rlhf.algo import LossNormalizer, step_loss_normalizer
+from rlhf.atomic_save import atomic_dir, tensors_bytes
 from rlhf.engines import weights
 from rlhf.engines.optim import build_optimizer, build_scheduler
 from rlhf.spec.schema import TrainerSpec
@@ -160,17 +161,24 @@ class _EngineBase:
         adapters only (merge with ``python -m rlhf.models.merge_lora``). Collective: every rank must call it."""
         is_rank0 = self.rank == 0
         state = weights.state_dict_on_rank0(self.module, self.zero_stage == 3, is_rank0)
-        if is_rank0:
-            module = self.module
-            config = getattr(module, "config", None)
-            for key, value in (config_updates or {}).items():
-                setattr(config, key, value)
-            Path(path).mkdir(parents=True, exist_ok=True)
-            module.save_pretrained(str(path), state_dict=state, safe_serialization=True)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(str(path))
-        if dist.is_initialized():
-            dist.barrier()
+        try:
+            if is_rank0:
+                module = self.module
+                config = getattr(module, "config", None)
+                for key, value in (config_updates or {}).items():
+                    setattr(config, key, value)
+                # Written beside ``path`` and renamed into place once complete: ``path`` holds a loadable model or
+                # what it held before (a full disk raises atomic_save.DiskFull, one line).
+                # A peft model writes its adapters only: the full state's bytes would refuse a save that fits.
+                need = None if hasattr(module, "peft_config") else tensors_bytes(state)
+                what = f"the model {Path(path).name}/"
+                with atomic_dir(path, need_bytes=need, what=what, fault_point="disk.fill_before_model") as tmp:
+                    module.save_pretrained(str(tmp), state_dict=state, safe_serialization=True)
+                    if tokenizer is not None:
+                        tokenizer.save_pretrained(str(tmp))
+        finally:  # the other ranks go on whether rank 0's write worked or not
+            if dist.is_initialized():
+                dist.barrier()
 
 
 class DeepSpeedTrainEngine(_EngineBase):

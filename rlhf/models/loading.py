@@ -1,7 +1,7 @@
 """Loading Hugging Face causal LMs and tokenizers by local path (or hub name where a network exists).
 
-``resolve_model_path(spec.model)`` is the one place that turns a ModelSpec into a folder: the tiny factory's cache
-folder when ``make_local`` is set, else ``model.path``.
+``resolve_model_path(spec.model)`` is the one place that turns a ModelSpec into a folder: ``model.path`` when given,
+else the tiny factory's cache folder when ``make_local`` is set.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ def quiet_transformers() -> None:
 
 
 def resolve_model_path(spec: ModelSpec) -> str:
-    """The local folder (or hub name) of the model: makes the tiny model when ``make_local`` is set."""
-    if spec.make_local:
-        from rlhf.models.tiny import make_tiny_model
-
-        return str(make_tiny_model(spec))
+    """The local folder (or hub name) of the model: ``model.path`` when given (whatever ``make_local`` says), else
+    the tiny model made for these dimensions when ``make_local`` is set."""
     if not spec.path:
+        if spec.make_local:
+            from rlhf.models.tiny import make_tiny_model
+
+            return str(make_tiny_model(spec))
         raise ValueError(f"model.path is empty for model {spec.name!r} (set it, or model.make_local=true)")
     local = Path(spec.path).expanduser()
     return str(local) if local.exists() else spec.path

@@ -40,6 +40,7 @@ def merge_lora(base: str, adapter: str, out: str, *, precision: str = "fp32", va
     import torch
     from peft import PeftModel
 
+    from rlhf.atomic_save import atomic_dir, tensors_bytes
     from rlhf.models.loading import load_tokenizer, quiet_transformers, torch_dtype
 
     quiet_transformers()
@@ -55,8 +56,9 @@ def merge_lora(base: str, adapter: str, out: str, *, precision: str = "fp32", va
     with torch.no_grad():
         merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     out_path = Path(out)
-    out_path.mkdir(parents=True, exist_ok=True)
-    merged.save_pretrained(out_path)
     tok_src = adapter if (Path(adapter) / "tokenizer_config.json").is_file() else base
-    load_tokenizer(tok_src).save_pretrained(out_path)
+    need = tensors_bytes(merged.state_dict())
+    with atomic_dir(out_path, need_bytes=need, what="the merged model") as tmp:  # complete or absent
+        merged.save_pretrained(tmp)
+        load_tokenizer(tok_src).save_pretrained(tmp)
     return out_path

@@ -7,8 +7,11 @@ Layout under ``checkpoint.dir``::
     latest                   the name of the newest complete checkpoint, replaced atomically, written last
     .tmp-step00000030/       a checkpoint being written (ignored and cleared on the next save)
 
-A save writes into a ``.tmp-`` folder, renames it into place, then replaces ``latest``; rotation deletes the oldest
-only after that. A crash before the rename leaves ``latest`` naming the previous complete checkpoint.
+A save writes into a ``.tmp-`` folder (rlhf.atomic_save), renames it into place, then replaces ``latest``; rotation
+deletes the oldest only after that. A crash before the rename leaves ``latest`` naming the previous complete
+checkpoint. Before writing, the free space is checked against the last checkpoint's size plus a margin; a save that
+does not fit, or hits a full disk at any write, raises :class:`~rlhf.atomic_save.DiskFull` naming the folder, the
+bytes needed and free and the last good checkpoint.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from rlhf import atomic_save
 from rlhf.errors import UserError
 
 LATEST = "latest"
@@ -89,47 +93,38 @@ class CheckpointManager:
     def expected_bytes(self) -> int:
         """The size of the newest complete checkpoint (the next one is about as large), or 0 before the first."""
         done = self.complete()
-        return _tree_bytes(done[-1][1]) if done else 0
+        return atomic_save.tree_bytes(done[-1][1]) if done else 0
+
+    @staticmethod
+    def _what(step: int) -> str:
+        return f"the checkpoint of step {step}"
 
     # -- writing -------------------------------------------------------------------------------------------------
     def begin(self, step: int) -> Path:
         """A fresh temporary folder for the checkpoint of ``step`` (stale temporaries are removed), after checking
-        that the disk has room for one more checkpoint of the last one's size."""
+        that the disk has room for one more checkpoint of the last one's size plus the margin (DiskFull if not).
+
+        Fault point ``disk.fill_before_checkpoint:N`` (tests): the N-th save then fills the disk, so that the
+        ranks' writes meet a really full disk."""
         self.root.mkdir(parents=True, exist_ok=True)
-        for p in self.root.glob(".tmp-*"):
+        for p in self.root.glob(atomic_save.TMP_PREFIX + "*"):
             shutil.rmtree(p, ignore_errors=True)
-        need = self.expected_bytes()
-        free = shutil.disk_usage(self.root).free
-        if need and free < need * 1.05:
-            raise CheckpointError(
-                f"no space left on device for the checkpoint of step {step} in {self.root}: it needs "
-                f"~{need / 2**20:.0f} MB, {free / 2**20:.0f} MB free; free some space or set checkpoint.dir "
-                f"(the previous checkpoint {self.latest()} is intact)"
-            )
-        tmp = self.root / f".tmp-{step_dir_name(step)}"
-        tmp.mkdir()
+        tmp = atomic_save.begin_dir(self.root / step_dir_name(step), self.expected_bytes() or None, self._what(step))
+        from rlhf import faults
+
+        if faults.count_hits("disk.fill_before_checkpoint"):
+            atomic_save.fill_disk(self.root)
         return tmp
 
     def abort(self, tmp: Path, error: BaseException, step: int) -> None:
-        """A save failed: remove its partial folder; a full disk becomes a CheckpointError naming path and sizes."""
-        shutil.rmtree(tmp, ignore_errors=True)
-        free = shutil.disk_usage(self.root).free if self.root.exists() else 0
-        if isinstance(error, CheckpointError):
-            return
-        if _disk_full(error) or free < 2**20:
-            raise CheckpointError(
-                f"saving the checkpoint of step {step} into {tmp} failed: no space left on device "
-                f"({free / 2**20:.0f} MB free; ~{self.expected_bytes() / 2**20:.0f} MB needed); the partial folder was "
-                f"removed and the previous checkpoint {self.latest()} is intact"
-            ) from error
+        """A save failed: remove its partial folder; a full disk becomes a DiskFull naming path and sizes."""
+        atomic_save.abort_dir(tmp, error, self.expected_bytes() or None, self._what(step))
 
     def commit(self, tmp: Path, step: int, driver_state: dict[str, Any]) -> Path:
         """Seal ``tmp`` (written by every rank) as the checkpoint of ``step``; update ``latest``; rotate."""
         _write_atomic(tmp / DRIVER_STATE, json.dumps(driver_state, indent=1))
         final = self.root / step_dir_name(step)
-        if final.exists():  # a resumed run saving the same step again
-            shutil.rmtree(final)
-        os.rename(tmp, final)
+        atomic_save.publish(tmp, final)  # a resumed run saving the same step again replaces it
         _write_atomic(self.root / LATEST, final.name)
         self._rotate()
         return final
@@ -140,26 +135,6 @@ class CheckpointManager:
         done = self.complete()
         for _, p in done[: max(len(done) - self.max_keep, 0)]:
             shutil.rmtree(p, ignore_errors=True)
-
-
-def _tree_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-
-
-def _disk_full(error: BaseException) -> bool:
-    """Whether ``error`` (or anything in its chain, e.g. from a Ray worker) says the disk is full. torch's writer
-    reports it as "basic_ios::clear: iostream error" or "failed writing", without errno."""
-    import errno
-
-    e: BaseException | None = error
-    while e is not None:
-        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-            return True
-        text = str(e)
-        if "No space left" in text or "ENOSPC" in text:
-            return True
-        e = e.__cause__ or e.__context__
-    return False
 
 
 def _write_atomic(path: Path, text: str) -> None:

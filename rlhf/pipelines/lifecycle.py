@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlhf.atomic_save import DiskFull
 from rlhf.errors import RunInterrupted, UserError, WorkerFailure
 from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.pipelines.interrupts import Interrupts
@@ -235,7 +236,7 @@ class Runner:
             self.recipe.save(tmp, step)
             path = self.ckpt.commit(tmp, step, driver)
         except BaseException as e:
-            self.ckpt.abort(tmp, e, step)  # removes the partial folder; raises a CheckpointError naming the cause
+            self.ckpt.abort(tmp, e, step)  # removes the partial folder; a full disk raises DiskFull naming the sizes
             raise
         self.last_ckpt, self.last_save_time = path, time.monotonic()
         return path
@@ -363,6 +364,9 @@ class Runner:
         except RunInterrupted as e:
             e.announce()  # before the teardown: a signal sent to the whole process group may have stopped Ray too
             raise
+        except DiskFull as e:  # a checkpoint or a model (final, best, critic) did not fit: say what is still good
+            where = f"the last good checkpoint is {self.last_ckpt}" if self.last_ckpt else "no checkpoint yet"
+            raise e.with_hint(f"{where}; free some space, then resume with: {resume_command(self.run_dir)}") from None
         finally:
             self.recipe.teardown()
             self.tracker.finish(status)

@@ -205,8 +205,10 @@ class ModelSpec:
     """conf/model/*.yaml: the policy (or SFT/RM/DPO) base model, with the dimensions a plan needs offline."""
 
     name: str = key("tiny", "model option name (informational)", nonempty=True)
-    path: str = key("", "local HF folder or hub name org/name (ignored when make_local)")
-    make_local: bool = key(False, "random init from these dimensions + a byte-level tokenizer, cached (no download)")
+    path: str = key("", "local HF folder or hub name org/name; when given it is the model, whatever make_local says")
+    make_local: bool = key(
+        False, "with model.path empty: random init from these dimensions + a byte-level tokenizer, cached (no download)"
+    )
     tokenizer_path: str = key("", "tokenizer folder or hub name; empty: same as path")
     architecture: str = key("llama", "for the tiny factory and the plan", choices=("llama", "qwen2", "qwen3"))
     hidden_size: int = key(128, "hidden size", ge=1)

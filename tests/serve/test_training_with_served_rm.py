@@ -7,17 +7,12 @@ The reward model is the tiny policy's body with a random value head, saved the w
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-import threading
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
+from serve_helpers import health, serving
 
 from rlhf.launch.job import run as run_pipeline
 from rlhf.launch.plan import plan
@@ -73,37 +68,8 @@ def reward_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def served_rm(reward_model_dir):
     """``python -m rlhf.cli.serve_rm --port 0`` in a subprocess; yields the URL it prints."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "rlhf.cli.serve_rm",
-        "--model",
-        str(reward_model_dir),
-        "--port",
-        "0",
-        "--device",
-        "cpu",
-        "--batch-size",
-        "16",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
-    try:
-        deadline = time.monotonic() + 180
-        while not any("serving" in line for line in lines):
-            assert proc.poll() is None, f"rlhf-serve-rm exited: {''.join(lines)}"
-            assert time.monotonic() < deadline, f"rlhf-serve-rm did not start: {''.join(lines)}"
-            time.sleep(0.1)
-        yield next(line for line in lines if "serving" in line).split(" at ")[1].strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-def health(url: str) -> dict:
-    with urllib.request.urlopen(url.replace("/get_reward", "/health"), timeout=30) as r:
-        return json.loads(r.read())
+    with serving(reward_model_dir, "--batch-size", "16", start_timeout=180) as url:
+        yield url
 
 
 def test_grpo_trains_on_rewards_from_a_served_reward_model(
