@@ -1,0 +1,28 @@
+"""The training backends by their ``trainer.backend`` string. Adding one is one line here (its module and the object
+implementing :class:`rlhf.engines.training.TrainBackend`); the module loads on first use, so listing a backend
+costs nothing to those that do not use it. No torch import: the plan and validation read this table.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from rlhf.engines.training import TrainBackend
+
+# name -> "module:attribute" of the TrainBackend
+TRAIN_BACKENDS: dict[str, str] = {
+    "deepspeed": "rlhf.engines.deepspeed_backend:BACKEND",
+    "fsdp2": "rlhf.engines.fsdp2:BACKEND",
+}
+
+
+def train_backend(name: str) -> TrainBackend:
+    """The backend registered as ``name``; a ValueError naming ``trainer.backend`` and the valid names otherwise."""
+    try:
+        target = TRAIN_BACKENDS[name]
+    except KeyError:
+        raise ValueError(
+            f"trainer.backend={name!r}: not a training backend; valid: {', '.join(sorted(TRAIN_BACKENDS))}"
+        ) from None
+    module, attr = target.split(":")
+    return getattr(importlib.import_module(module), attr)
