@@ -65,7 +65,11 @@ class TrainEngine(Protocol):
         ...
 
     def step(
-        self, micro_batches: list[dict[str, Any]], loss_fn: LossFn, *, mask_key: str | None = "action_mask",
+        self,
+        micro_batches: list[dict[str, Any]],
+        loss_fn: LossFn,
+        *,
+        mask_key: str | None = "action_mask",
         norm_constant: float | None = None,
     ) -> dict[str, float]:
         """One optimizer step over exactly ``grad_accum`` micro-batches (collective). ``loss_fn`` gets the step-window

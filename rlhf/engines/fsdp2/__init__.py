@@ -18,12 +18,6 @@ from rlhf.engines.training import ModelLoader, ModelStates
 from rlhf.spec.schema import ExperimentSpec
 
 
-def load_precision(precision: str, train: bool) -> str:
-    """The dtype a model is loaded in: a trained model keeps fp32 shards (the master weights when computing in
-    bf16); a frozen one is loaded in the training precision."""
-    return "fp32" if train else precision
-
-
 class FSDP2Backend:
     name = "fsdp2"
 
@@ -47,7 +41,7 @@ class FSDP2Backend:
 
         t = spec.trainer
         return FSDP2TrainEngine(
-            load(load_precision(t.precision, train=True)),
+            load(t.precision),
             trainer=t,
             accelerator=spec.hardware.accelerator,
             lr=lr,
@@ -58,8 +52,7 @@ class FSDP2Backend:
     def build_frozen(self, load: ModelLoader, spec: ExperimentSpec, *, offload: bool) -> Any:
         from rlhf.engines.fsdp2.engine import FSDP2FrozenEngine
 
-        t = spec.trainer
-        model = load(load_precision(t.precision, train=False))
+        model = load(spec.trainer.precision)
         return FSDP2FrozenEngine(model, accelerator=spec.hardware.accelerator, offload=offload)
 
     def trained_states(

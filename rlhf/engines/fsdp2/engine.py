@@ -2,8 +2,9 @@
 
 Sharding: ``fully_shard`` on each decoder layer (the classes the model names in ``_no_split_modules``), on each untied
 input/output embedding, then on the root, over a 1-D device mesh of the role's ranks. A trained model keeps fp32
-shards; with trainer.precision=bf16 its MixedPrecisionPolicy gathers units in bf16 and reduce-scatters gradients in
-fp32. ``trainer.fsdp2.cpu_offload`` adds a CPUOffloadPolicy (shards, gradients and the optimizer step on the host).
+shards (with trainer.precision=bf16 it is loaded in bf16 and its shards upcast: the master weights), and its
+MixedPrecisionPolicy gathers units in bf16 and reduce-scatters gradients in fp32. ``trainer.fsdp2.cpu_offload``
+adds a CPUOffloadPolicy (shards, gradients and the optimizer step on the host).
 
 The step matches DeepSpeed's (rlhf.engines.deepspeed_engine) term for term: each micro-batch's loss divided by the
 gradient-accumulation count, gradients averaged over the ranks by the reduce-scatter, the norm taken before clipping,
@@ -139,6 +140,10 @@ class FSDP2TrainEngine:
             offload=self.cpu_offload,
             reshard_after_forward=self.reshard_after_forward,
         )
+        if mixed:
+            # Loaded in bf16 (each rank holds the whole model on the host only that long); the shards become the fp32
+            # master weights, as DeepSpeed's fp32 copies of a bf16 model.
+            model.to(torch.float32)
         self.model = model
         self.optimizer = build_optimizer(model, trainer, lr, sharded=True)
         self.scheduler = build_scheduler(self.optimizer, trainer, total_steps)

@@ -14,6 +14,8 @@ weights; the MixedPrecisionPolicy casts each gathered unit to bf16 and reduces g
                the gradient in flight.
 Frozen roles: their shards in the training precision (p = 2 bytes bf16, 4 fp32) pP/N + 2 gathered units; offloaded:
     the shards in host memory, the units on the device.
+Loading: every rank reads the whole model into host memory in the training precision before sharding it (a moment,
+as DeepSpeed ZeRO-0/1/2 does; ZeRO-3 partitions while loading).
 Activations are the plan's own formula (rlhf.launch.memory.activation_bytes): they do not depend on the backend.
 """
 
