@@ -2,7 +2,7 @@
 :class:`DeepSpeedEvalEngine` for a frozen one (reference, reward model).
 
 Both run inside one rank of a data-parallel group whose process group already exists (``init_distributed``). The
-train engine implements the :class:`rlhf.engines.protocol.TrainEngine` protocol: ``step`` runs exactly one optimizer
+train engine implements the :class:`rlhf.engines.training.TrainEngine` protocol: ``step`` runs exactly one optimizer
 step over the micro-batches it is given, normalising the loss over the whole step window (all micro-batches, all
 ranks) as OpenRLHF does, so the gradient is that of one token mean no matter how tokens fall into micro-batches.
 """
