@@ -19,11 +19,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from rlhf.algo import step_loss_normalizer
 from rlhf.engines import weights
 from rlhf.engines.distributed import (
     init_process_group,
-    mean_over_ranks,
     rng_file,
     rng_state,
     set_rng_state,
@@ -31,6 +29,7 @@ from rlhf.engines.distributed import (
     to_device,
 )
 from rlhf.engines.optim import build_optimizer, build_scheduler, set_peak_lr
+from rlhf.engines.step_window import MetricSums, step_inputs
 from rlhf.engines.training import LossFn
 from rlhf.spec.schema import TrainerSpec
 
@@ -146,31 +145,16 @@ class DeepSpeedTrainEngine(_EngineBase):
         built from ``micro_batch[mask_key]`` of every micro-batch on every rank (``None`` when ``mask_key`` is None,
         for sequence-level losses). Returns the metrics averaged over micro-batches and ranks, plus ``grad_norm``
         (before clipping) and the ``lr`` the step used."""
-        if len(micro_batches) != self.grad_accum:
-            raise ValueError(
-                f"an optimizer step takes {self.grad_accum} micro-batches per rank (gradient accumulation derived "
-                f"from trainer.global_batch), got {len(micro_batches)}"
-            )
         self.engine.train()
-        batches = [to_device(mb, self.device) for mb in micro_batches]
-        norm = None
-        if mask_key is not None:
-            norm = step_loss_normalizer(
-                [b[mask_key] for b in batches],
-                dp_size=self.world_size,
-                grad_accum_steps=self.grad_accum,
-                all_reduce=dist.all_reduce if self.world_size > 1 else None,
-                constant=norm_constant,
-            )
+        batches, norm = step_inputs(micro_batches, self.grad_accum, self.device, mask_key, norm_constant)
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step uses (the scheduler moves on after it)
-        sums: dict[str, float] = {}
+        metrics = MetricSums()
         for mb in batches:
-            loss, metrics = loss_fn(self.engine, mb, norm)
+            loss, m = loss_fn(self.engine, mb, norm)
             self.engine.backward(loss)
             self.engine.step()
-            for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-        out = mean_over_ranks({k: v / len(batches) for k, v in sums.items()}, self.device)
+            metrics.add(m)
+        out = metrics.mean(self.device)
         grad_norm = self.engine.get_global_grad_norm()
         out["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         out["lr"] = lr

@@ -3,7 +3,7 @@ RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set, one process group per backend
 
 For each case (a backend plus trainer/LoRA settings) it builds a trained and a frozen engine through the backend's
 ``TrainBackend`` and drives them only through the ``TrainEngine`` / ``FrozenEngine`` protocols, asserting the
-contract on the way; the per-step losses and gradient norms go to ``OUT/<case>.rank<r>.json`` so the parent can
+contract on the way (a non-finite step included); the per-step losses and gradient norms go to ``OUT/<case>.rank<r>.json`` so the parent can
 compare backends with each other.
 
     python backend_conformance.py OUT BACKEND CASE [CASE ...]      (a CASE: name=key=value,key=value)
@@ -34,6 +34,11 @@ def loss_fn(model, batch, norm):
     lp = causal_lm_log_probs(model, batch["input_ids"], batch["attention_mask"])
     loss = sft_loss(lp, batch["action_mask"], "token_mean", norm)
     return loss, {"loss": loss.detach()}
+
+
+def nan_loss_fn(model, batch, norm):
+    loss, metrics = loss_fn(model, batch, norm)
+    return loss * float("nan"), metrics
 
 
 def log_probs(model, batch):
@@ -172,6 +177,13 @@ def run_case(backend_name: str, case: str, overrides: list[str], out: Path) -> N
     engine.reload_states()
     m = engine.step(batches(4, rank), loss_fn)
     assert math.isclose(m["lr"], 5e-4), m["lr"]
+
+    # A step whose gradient is not finite changes nothing (trainer.on_nonfinite: the run decides what follows).
+    before = dict(engine.named_weights(keep=rank == 0))
+    m = engine.step(batches(5, rank), nan_loss_fn)
+    assert not math.isfinite(m["grad_norm"]), m
+    after = dict(engine.named_weights(keep=rank == 0))
+    assert all(torch.equal(before[n], after[n]) for n in before)
     (out / f"{case}.rank{rank}.json").write_text(json.dumps(record))
     dist.barrier()
 

@@ -23,17 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from rlhf.algo import step_loss_normalizer
 from rlhf.engines import weights
 from rlhf.engines.distributed import (
     accelerator_device,
     barrier,
-    mean_over_ranks,
     rank,
     rng_file,
     rng_state,
@@ -42,6 +39,7 @@ from rlhf.engines.distributed import (
     world_size,
 )
 from rlhf.engines.optim import build_optimizer, build_scheduler, set_peak_lr
+from rlhf.engines.step_window import MetricSums, step_inputs
 from rlhf.engines.training import LossFn
 from rlhf.models.loading import torch_dtype
 from rlhf.spec.schema import TrainerSpec
@@ -163,36 +161,20 @@ class FSDP2TrainEngine:
         norm_constant: float | None = None,
     ) -> dict[str, float]:
         """One optimizer step over exactly ``grad_accum`` micro-batches (see TrainEngine.step)."""
-        if len(micro_batches) != self.grad_accum:
-            raise ValueError(
-                f"an optimizer step takes {self.grad_accum} micro-batches per rank (gradient accumulation derived "
-                f"from trainer.global_batch), got {len(micro_batches)}"
-            )
         self.model.train()
-        batches = [to_device(mb, self.device) for mb in micro_batches]
-        norm = None
-        ranks = world_size()
-        if mask_key is not None:
-            norm = step_loss_normalizer(
-                [b[mask_key] for b in batches],
-                dp_size=ranks,
-                grad_accum_steps=self.grad_accum,
-                all_reduce=dist.all_reduce if ranks > 1 else None,
-                constant=norm_constant,
-            )
+        batches, norm = step_inputs(micro_batches, self.grad_accum, self.device, mask_key, norm_constant)
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step uses (the scheduler moves on after it)
-        sums: dict[str, float] = {}
+        metrics = MetricSums()
         for mb in batches:
-            loss, metrics = loss_fn(self.model, mb, norm)
-            (loss / self.grad_accum).backward()
-            for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
+            loss, m = loss_fn(self.model, mb, norm)
+            (loss / self.grad_accum).backward()  # DeepSpeed's engine.backward divides the same way
+            metrics.add(m)
         grad_norm = self._clip()
         if math.isfinite(grad_norm):  # a non-finite norm drops the update (and the schedule's step), as DeepSpeed does
             self.optimizer.step()
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        out = mean_over_ranks({k: v / len(batches) for k, v in sums.items()}, self.device)
+        out = metrics.mean(self.device)
         out["grad_norm"] = grad_norm
         out["lr"] = lr
         self.global_step += 1
