@@ -125,7 +125,9 @@ def test_grpo_fsdp2_matches_zero3(ray_cluster, tmp_path):
     reward.write_text(PARITY)
     extra = [*GRPO, f"reward.function={reward}"]
     (tmp_path / "fsdp2").mkdir()
-    _rlhf_run("grpo_tiny_cpu", tmp_path / "fsdp2", FSDP2, *extra)
+    # FSDP2's buckets over the broadcast route (gloo; tensors straight from the gathered DTensors); PPO below takes
+    # the shared-memory route (auto).
+    _rlhf_run("grpo_tiny_cpu", tmp_path / "fsdp2", FSDP2, *extra, "rollout.weight_sync=broadcast")
     _in_process("grpo_tiny_cpu", tmp_path / "zero3", *ZERO3, *extra)
 
     def steps(name: str) -> list[dict]:
