@@ -3,8 +3,8 @@ RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set, one process group per backend
 
 For each case (a backend plus trainer/LoRA settings) it builds a trained and a frozen engine through the backend's
 ``TrainBackend`` and drives them only through the ``TrainEngine`` / ``FrozenEngine`` protocols, asserting the
-contract on the way (a non-finite step included); the per-step losses and gradient norms go to ``OUT/<case>.rank<r>.json`` so the parent can
-compare backends with each other.
+contract on the way (a non-finite step included); the per-step losses and gradient norms go to
+``OUT/<case>.rank<r>.json`` so the parent can compare backends with each other.
 
     python backend_conformance.py OUT BACKEND CASE [CASE ...]      (a CASE: name=key=value,key=value)
 """
