@@ -22,7 +22,10 @@ def _gb(x: float) -> str:
 
 def render(p: Plan) -> str:
     d = p.derived
-    lines = [f"plan for {p.spec_name}: {p.params / 1e9:.3f}B parameters, {d.total_devices} device(s)", ""]
+    lines = [f"plan for {p.spec_name}: {p.params / 1e9:.3f}B parameters, {d.total_devices} device(s)"]
+    if p.training_engine:
+        lines.append(f"training engine: {p.training_engine}")
+    lines.append("")
     lines.append("roles")
     lines.append(f"  {'role':<10} {'group':>5} {'ranks':>5} {'share':>6}  nodes of its bundles")
     for role, rp in p.roles.items():

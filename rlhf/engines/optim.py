@@ -26,11 +26,17 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(model: torch.nn.Module, trainer: TrainerSpec, lr: float, *, offload: bool = False):
+def build_optimizer(model: torch.nn.Module, trainer: TrainerSpec, lr: float, *, sharded: bool = False):
+    """``trainer.optimizer`` over the model's trainable parameters. ``sharded``: the parameters are FSDP2's DTensor
+    shards, which DeepSpeed's own optimizers cannot step: fused_adam is then torch's fused AdamW (on GPUs)."""
     groups = param_groups(model, trainer.weight_decay)
     betas = tuple(trainer.betas)
     if trainer.optimizer == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=trainer.eps)
+    if sharded and trainer.optimizer == "fused_adam":
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=trainer.eps, fused=torch.cuda.is_available())
+    if sharded:
+        raise ValueError(f"trainer.optimizer={trainer.optimizer!r} cannot step sharded (fsdp2) parameters; use adamw")
     if trainer.optimizer == "fused_adam":
         from deepspeed.ops.adam import FusedAdam
 
@@ -65,3 +71,14 @@ def build_scheduler(optimizer, trainer: TrainerSpec, total_steps: int):
     if name == "constant":
         return get_scheduler(name, optimizer)
     raise ValueError(f"trainer.lr_scheduler={name!r}: must be cosine_with_min_lr, constant_with_warmup or constant")
+
+
+def set_peak_lr(optimizer, scheduler, lr: float) -> None:
+    """The schedule's peak learning rate becomes ``lr`` from the next step on (its shape kept): the LambdaLR's base
+    rates and every group's current rate at the schedule's present factor."""
+    scheduler.base_lrs = [lr for _ in scheduler.base_lrs]
+    lambdas = getattr(scheduler, "lr_lambdas", None)
+    for i, group in enumerate(optimizer.param_groups):
+        group["initial_lr"] = lr
+        factor = lambdas[i](scheduler.last_epoch) if lambdas else 1.0
+        group["lr"] = lr * factor

@@ -1,4 +1,5 @@
-"""The contracts every engine keeps: what a rollout is and what a rollout or training engine can do.
+"""The contracts every engine keeps: what a rollout is and what a rollout engine can do (a training engine's:
+rlhf.engines.training).
 
 Token in, token out: a rollout engine receives prompt token ids and returns the generated token ids with the
 log-probs the engine itself assigned to them, so the trainer sees exactly the tokens that were sampled.
@@ -6,7 +7,7 @@ log-probs the engine itself assigned to them, so the trainer sees exactly the to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -68,18 +69,4 @@ class RolloutEngine(Protocol):
     def wake(self) -> None: ...
 
 
-@runtime_checkable
-class TrainEngine(Protocol):
-    """A training backend (DeepSpeed)."""
-
-    def step(self, micro_batches: list[dict[str, Any]], loss_fn: Callable[..., Any]) -> dict[str, float]:
-        """One optimizer step over the given micro-batches; returns averaged metrics."""
-        ...
-
-    def named_weights(self) -> Iterable[tuple[str, Any]]:
-        """Full (ZeRO-3 gathered) parameters with HF names, for weight sync and saving."""
-        ...
-
-    def save(self, path: str) -> None: ...
-
-    def load(self, path: str) -> None: ...
+# The training engines' contract (TrainBackend, TrainEngine, FrozenEngine): rlhf.engines.training.

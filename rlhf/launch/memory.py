@@ -4,16 +4,11 @@ Parameter count (from the model card's dimensions)
     embed = V*h; lm_head = V*h unless tied; per layer: attention h*(a*d) + 2*h*(k*d) + (a*d)*h (+ biases a*d + 2*k*d
     for qwen2), MLP 3*h*I, two norms 2*h; final norm h.    (V vocab, h hidden, a heads, k kv heads, d head dim, I MLP)
 
-Trained roles (policy, critic) under DeepSpeed ZeRO with N data-parallel ranks, DeepSpeed's own accounting:
-    mixed precision (bf16/fp16): 2 (16-bit weights) + 2 (16-bit grads) + 4 (fp32 grads) + 4 (fp32 master) + 8 (Adam)
-    fp32:                       4 (weights) + 4 (grads) + 8 (Adam)
-    ZeRO-1 partitions master + Adam (/N), ZeRO-2 also the gradients, ZeRO-3 also the weights (+ 4 bytes x the largest
-    layer, the gathered-parameter buffer; no separate 16-bit gradient partition, so 18 bytes per parameter / N).
-    offload_optimizer moves master, fp32 grads and Adam to host memory; offload_params (ZeRO-3) the weights too.
-    LoRA: the base weights frozen (weights only), the adapters trained in full.
-    This is what deepspeed's estimate_zero{2,3}_model_states_mem_needs compute (tests compare the two).
-Frozen roles (reference, reward, teacher): weights only, sharded /N under ZeRO-3, 0 when offloaded. The teacher of
-    on-policy distillation has teacher.params_b billion parameters, or the student's count when that is not given.
+Model states of the trained roles (policy, critic) and frozen roles (reference, reward, teacher) come from the
+    training backend of trainer.backend (rlhf.engines.backends): DeepSpeed ZeRO's accounting in
+    rlhf.engines.deepspeed_backend, FSDP2's in rlhf.engines.fsdp2.memory. LoRA: the adapters are the trained
+    parameters. The teacher of on-policy distillation has teacher.params_b billion parameters, or the student's count
+    when that is not given.
 Activations (trained roles, per device, one micro-batch of T tokens = micro_batch_per_device x data.max_len):
     no checkpointing: 34*T*h bytes per layer (Korthikanti et al. with flash/sdpa attention), x2 in fp32;
     checkpointing:    2*T*h per layer + one layer's 34*T*h; plus the fp32 logits T*V*4 (log-probs need them).
@@ -25,7 +20,8 @@ Colocated roles take turns when the rollout sleeps (rollout.enable_sleep): the d
 training phase (all DeepSpeed roles' states + activations) and the rollout phase (rollout memory + the resident
 16-bit weights of the DeepSpeed roles); without sleep the two add up.
 Weight sync (rollout.weight_sync), per device, with B = max(weight_sync_bucket_mb, the largest single weight):
-    policy   ZeRO-3: every rank gathers one bucket (B) and rank 0 also packs it (B): 2B; ZeRO-0/1/2: rank 0 packs (B)
+    policy   sharded (ZeRO-3, FSDP2): every rank gathers one bucket (B) and rank 0 also packs it (B): 2B; else rank 0
+             packs (B)
     rollout  the received bucket (B; vLLM keeps a partly loaded layer's tensors, counted in the same B)
     host     CPU shared_memory: the /dev/shm segment (two chunks of max(256 MB, the largest weight), once per node);
              object_store (the reference route): every
@@ -41,6 +37,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlhf.engines.backends import train_backend
+from rlhf.engines.deepspeed_backend import frozen_states, trained_states  # noqa: F401 - DeepSpeed's, as before
+from rlhf.engines.training import ModelStates
 from rlhf.spec.derive import Derived
 from rlhf.spec.schema import ExperimentSpec, ModelSpec
 
@@ -94,46 +93,8 @@ class StateBytes:
         return self.weights + self.grads + self.optimizer + self.activations + self.rollout
 
 
-def trained_states(
-    params: int,
-    largest_layer: int,
-    dp: int,
-    zero_stage: int,
-    precision: str,
-    offload_optimizer: bool = False,
-    offload_params: bool = False,
-    trainable: int | None = None,
-) -> StateBytes:
-    """Model states of a DeepSpeed-trained role per device (see the module docstring)."""
-    trainable = params if trainable is None else trainable  # LoRA: only the adapters have grads and Adam states
-    mixed = precision in ("bf16", "fp16")
-    w_b, g_b = (2, 2) if mixed else (4, 4)
-    opt_b = (4 + 4 + 8) if mixed else 8  # fp32 grads + master + Adam, or Adam alone
-    weights = (params * w_b) / (dp if zero_stage >= 3 else 1)
-    if zero_stage >= 3:
-        weights += 4 * largest_layer
-    grads = trainable * g_b / (dp if zero_stage >= 2 else 1)
-    if zero_stage >= 3 and mixed:
-        # ZeRO-3 reduce-scatters 16-bit gradients straight into the fp32 gradient partition (counted in optimizer).
-        grads = 0.0
-    optimizer = trainable * opt_b / (dp if zero_stage >= 1 else 1)
-    host = 0.0
-    if offload_optimizer:
-        host += optimizer
-        optimizer = 0.0
-        if mixed:  # DeepSpeed keeps the 16-bit gradients on the host side of the CPU optimizer as well
-            host += grads
-            grads = 0.0
-    if offload_params and zero_stage >= 3:
-        host += weights - 4 * largest_layer
-        weights = 4 * largest_layer
-    return StateBytes(weights=weights, grads=grads, optimizer=optimizer, host=host)
-
-
-def frozen_states(params: int, dp: int, zero_stage: int, precision: str, offload: bool) -> StateBytes:
-    w_b = 2 if precision in ("bf16", "fp16") else 4
-    weights = params * w_b / (dp if zero_stage >= 3 else 1)
-    return StateBytes(weights=0.0, host=weights) if offload else StateBytes(weights=weights)
+def _state_bytes(s: ModelStates) -> StateBytes:
+    return StateBytes(weights=s.weights, grads=s.grads, optimizer=s.optimizer, host=s.host)
 
 
 def activation_bytes(spec: ExperimentSpec, micro_batch: int) -> float:
@@ -198,11 +159,12 @@ def sync_bytes(spec: ExperimentSpec, derived: Derived, params: int) -> SyncBytes
     bucket = max(ro.weight_sync_bucket_mb * 2**20, largest_tensor(spec.model) * wbytes)
     full = params * wbytes
     route = ro.weight_sync
-    device = {"policy": (2 * bucket) if spec.trainer.zero_stage == 3 else bucket, "rollout": bucket}
+    sharded = train_backend(spec.trainer.backend).gathers_on_every_rank(spec)
+    device = {"policy": (2 * bucket) if sharded else bucket, "rollout": bucket}
     host_rank: dict[str, float] = {}
     host_node = 0.0
     if route == "object_store":
-        device = {"policy": bucket if spec.trainer.zero_stage == 3 else 0.0, "rollout": 0.0}
+        device = {"policy": bucket if sharded else 0.0, "rollout": 0.0}
         host_rank["policy"] = full  # named_weights: every rank's host copy
         host_node = full * (2 if ro.backend == "vllm" else 1)  # the object store's copy (+ the driver's packed one)
     elif route in ("shared_memory", "auto") and hw.accelerator == "cpu":
@@ -235,6 +197,7 @@ class GroupMemory:
 def estimate(spec: ExperimentSpec, derived: Derived) -> list[GroupMemory]:
     """Per device group: bytes per device of each role, the phases' totals and the peak against capacity."""
     t = spec.trainer
+    backend = train_backend(t.backend)  # the model states per role are the training backend's estimate
     params, largest = param_count(spec.model)
     lora = lora_param_count(spec.model)
     sync = sync_bytes(spec, derived, params)
@@ -246,15 +209,8 @@ def estimate(spec: ExperimentSpec, derived: Derived) -> list[GroupMemory]:
             dp = max(derived.devices.get(role, 1), 1)
             if role in ("policy", "critic"):
                 trainable = lora if (role == "policy" and lora) else None
-                s = trained_states(
-                    params + (lora if trainable else 0),
-                    largest,
-                    dp,
-                    t.zero_stage,
-                    t.precision,
-                    t.offload_optimizer,
-                    t.offload_params,
-                    trainable=trainable,
+                s = backend.trained_states(
+                    spec, params=params + (lora if trainable else 0), largest_layer=largest, dp=dp, trainable=trainable
                 )
                 act = activation_bytes(spec, t.micro_batch_per_device)
                 per_role[role] = StateBytes(s.weights, s.grads, s.optimizer, act, 0.0, s.host)
@@ -262,9 +218,9 @@ def estimate(spec: ExperimentSpec, derived: Derived) -> list[GroupMemory]:
                 offload = {"reference": spec.reference.offload, "reward": spec.reward.offload}.get(
                     role, spec.teacher.offload
                 )
-                stage = 3 if t.zero_stage == 3 else 0
                 size = teacher_params(spec) if role == "teacher" else params
-                per_role[role] = frozen_states(size, dp, stage, t.precision, offload)
+                s = backend.frozen_states(spec, params=size, largest_layer=largest, dp=dp, offload=offload)
+                per_role[role] = _state_bytes(s)
             elif role == "rollout":
                 total, kv = rollout_bytes(spec, params)
                 per_role[role] = StateBytes(rollout=total)

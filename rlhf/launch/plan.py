@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rlhf.engines.backends import train_backend
 from rlhf.launch.memory import GB, GroupMemory, SyncBytes, estimate, param_count, sync_bytes
 from rlhf.spec.derive import Derived, derive
 from rlhf.spec.schema import ExperimentSpec
@@ -66,6 +67,7 @@ class Plan:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     sync: SyncBytes | None = None
     hosts: tuple[NodeHost, ...] = ()
+    training_engine: str = ""  # the training backend's own description (rlhf.engines.training.TrainBackend.describe)
 
     @property
     def fits(self) -> bool:
@@ -92,6 +94,7 @@ class Plan:
         return {
             "spec": self.spec_name,
             "params": self.params,
+            "training_engine": self.training_engine,
             "derived": asdict(self.derived),
             "groups": [asdict(g) for g in self.groups],
             "roles": {k: asdict(v) for k, v in self.roles.items()},
@@ -232,4 +235,5 @@ def plan(spec: ExperimentSpec) -> Plan:
         warnings=tuple(w1 + w2),
         sync=sync,
         hosts=_hosts(spec, groups, memory, sync),
+        training_engine=train_backend(spec.trainer.backend).describe(spec),
     )

@@ -18,6 +18,12 @@ class Backend:
     extra: str = ""  # the pip extra that installs ``package`` ("" when a core dependency does)
 
 
+# trainer.backend: rlhf.engines.training.TrainBackend (the object the module exposes as BACKEND)
+TRAIN_BACKENDS: dict[str, Backend] = {
+    "deepspeed": Backend("rlhf.engines.deepspeed_backend:BACKEND", "deepspeed"),
+    "fsdp2": Backend("rlhf.engines.fsdp2:BACKEND"),
+}
+
 # logging.trackers: rlhf.tracking.protocol.Tracker
 TRACKERS: dict[str, Backend] = {
     "mlflow": Backend("rlhf.tracking.mlflow_tracker:MlflowTracker", "mlflow"),

@@ -5,6 +5,8 @@ tests/spec/test_names_match_registries.py checks that these equal the keys of rl
 
 from __future__ import annotations
 
+from rlhf.spec import backends
+
 FAMILIES = ("rl", "sft", "rm", "dpo")
 ADVANTAGE_ESTIMATORS = (
     "gae",
@@ -98,6 +100,8 @@ def threshold_bounds(threshold: object) -> tuple[float, float]:
 PREFERENCE_LOSSES = ("dpo", "cdpo", "ipo", "kto", "simpo", "orpo")
 RM_LOSSES = ("sigmoid", "logexp")
 ROLLOUT_BACKENDS = ("vllm", "hf")
+# trainer.backend: the registry lines of rlhf.spec.backends
+TRAIN_BACKENDS = tuple(backends.TRAIN_BACKENDS)
 PRECISIONS = ("bf16", "fp32", "fp16")
 OPTIMIZERS = ("adamw", "fused_adam", "cpu_adam")
 LR_SCHEDULERS = ("cosine_with_min_lr", "constant_with_warmup", "constant")

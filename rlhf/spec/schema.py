@@ -360,9 +360,39 @@ class HardwareSpec:
 
 
 @dataclass(frozen=True)
-class TrainerSpec:
-    """Optimizer, schedule, batches and DeepSpeed settings shared by every trained role."""
+class FSDP2Spec:
+    """trainer.backend=fsdp2: torch's ``fully_shard`` over a device mesh of the role's ranks (each decoder layer, the
+    untied input and output embeddings, then the root are units of their own). Precision comes from
+    trainer.precision (bf16: bf16 compute over fp32 sharded master weights, gradients reduced in fp32)."""
 
+    reshard_after_forward: bool = key(
+        True,
+        "free each unit's gathered parameters after its forward and gather again for the backward (ZeRO-3's memory); "
+        "false keeps them until the backward (one gather less per unit, the full 16-bit weights resident)",
+    )
+    cpu_offload: bool = key(
+        False,
+        "CPUOffloadPolicy: sharded parameters, gradients and the optimizer step in host memory (each unit gathered "
+        "to the device for its forward and backward)",
+    )
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """Optimizer, schedule, batches and the training engine, shared by every trained role.
+
+    ``backend`` picks the engine (rlhf.engines.backends). Keys every engine reads sit here; DeepSpeed's ZeRO keys
+    (zero_stage, offload_optimizer, offload_params) stay here too, where OpenRLHF users look for them
+    (``rlhf-run +recipe=grpo_llama3_8b trainer.zero_stage=3``); any other backend's own keys live in its sub-section
+    (``trainer.fsdp2.*``). Keys of a backend not selected must stay at their defaults (validation says so)."""
+
+    backend: str = key(
+        "deepspeed",
+        "training engine: deepspeed (ZeRO; keys zero_stage, offload_optimizer, offload_params) | fsdp2 (torch "
+        "fully_shard; keys under trainer.fsdp2)",
+        choices=names.TRAIN_BACKENDS,
+    )
+    fsdp2: FSDP2Spec = field(default_factory=FSDP2Spec)
     global_batch: int = key(128, "samples per optimizer step, across all data-parallel ranks", ge=1)
     micro_batch_per_device: int = key(1, "samples per forward/backward on one device", ge=1)
     epochs_per_rollout: int = key(1, "RL: optimizer passes over each rollout batch (OpenRLHF train.max_epochs)", ge=1)
@@ -371,14 +401,15 @@ class TrainerSpec:
     max_steps: int | None = key(
         None, "stop after this many steps (RL steps, or optimizer steps for SFT/RM/DPO); null: the epochs decide", ge=1
     )
-    zero_stage: int = key(2, "DeepSpeed ZeRO stage", choices=(0, 1, 2, 3))
+    zero_stage: int = key(2, "DeepSpeed ZeRO stage (backend=deepspeed; fsdp2 always shards)", choices=(0, 1, 2, 3))
     precision: str = key("bf16", "training precision (fp16 needs a GPU)", choices=names.PRECISIONS)
-    offload_optimizer: bool = key(False, "optimizer states in host memory")
-    offload_params: bool = key(False, "ZeRO-3 parameters in host memory")
+    offload_optimizer: bool = key(False, "DeepSpeed: optimizer states in host memory (fsdp2: fsdp2.cpu_offload)")
+    offload_params: bool = key(False, "DeepSpeed ZeRO-3: parameters in host memory (fsdp2: fsdp2.cpu_offload)")
     gradient_checkpointing: bool = key(False, "recompute activations in the backward pass")
     optimizer: str = key(
         "adamw",
-        "adamw (torch) | fused_adam | cpu_adam (DeepSpeed ops, compiled on first use)",
+        "adamw (torch) | fused_adam (DeepSpeed's, compiled on first use; under fsdp2 torch's fused AdamW) | cpu_adam "
+        "(DeepSpeed's, compiled on first use; deepspeed only)",
         choices=names.OPTIMIZERS,
     )
     lr: float = key(1e-6, "peak learning rate (policy, or the SFT/RM/DPO model)", gt=0)
@@ -405,7 +436,7 @@ class TrainerSpec:
     on_nonfinite: str = key(
         "stop",
         "a NaN/inf loss or gradient norm: stop (naming step, role and metric; the last checkpoint stays loadable) "
-        "| skip (DeepSpeed drops the step's update, ZeRO 1-3; 3 skipped in a row stop the run)",
+        "| skip (the engine drops the step's update: DeepSpeed ZeRO 1-3, or fsdp2; 3 skipped in a row stop the run)",
         choices=("stop", "skip"),
     )
 

@@ -18,6 +18,7 @@ from rlhf.spec.derive import Derived, derive, reward_source
 from rlhf.spec.keys import domain_violations
 from rlhf.spec.schema import ROLES, ExperimentSpec, ISCorrectionSpec
 from rlhf.spec.tokenizer_files import tokenizer_difference
+from rlhf.spec.trainer_backends import backend_problems
 
 
 @dataclass(frozen=True)
@@ -361,20 +362,10 @@ def _check_resources(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
     )
     for r in d.roles:
         c.require(d.devices.get(r, 0) >= 1, f"placement.devices.{r}", d.devices.get(r), "every role needs >= 1 device")
-    c.require(
-        t.on_nonfinite != "skip" or t.zero_stage >= 1,
-        "trainer.on_nonfinite",
-        t.on_nonfinite,
-        "skip needs trainer.zero_stage >= 1 (DeepSpeed's ZeRO optimizer is what drops a non-finite step)",
-    )
+    for key, value, fix in backend_problems(spec):  # the training backend's own rules (rlhf.spec.trainer_backends)
+        c.errors.append(SpecError(key, value, fix))
     lora = spec.model.lora
     if lora.rank > 0:
-        c.require(
-            not t.offload_params,
-            "trainer.offload_params",
-            True,
-            "LoRA with ZeRO-3 parameter offload is not supported; set trainer.offload_params=false",
-        )
         c.require(
             spec.algorithm.family != "rm",
             "model.lora.rank",

@@ -1,4 +1,5 @@
-"""What every Ray worker does first: quiet logs, size its thread pool, join its process group, and leave it."""
+"""What every Ray worker does first: quiet logs, size its thread pool, join its process group (the training backend
+forms it), and leave it."""
 
 from __future__ import annotations
 
@@ -39,18 +40,23 @@ class BaseWorker:
                 os.environ["LOCAL_RANK"] = str(int(gpu_ids[0]))
         self._dist_ready = False
 
-    def init_distributed(self) -> None:
-        from rlhf.engines.deepspeed_engine import init_distributed
+    @property
+    def backend(self):
+        """The training backend of ``trainer.backend`` (rlhf.engines.training.TrainBackend)."""
+        from rlhf.engines.backends import train_backend
 
+        return train_backend(self.spec.trainer.backend)
+
+    def init_distributed(self) -> None:
         if not self._dist_ready:
-            init_distributed(self.spec.hardware.accelerator)
+            self.backend.init_distributed(self.spec.hardware.accelerator)
             self._dist_ready = True
 
     def ping(self) -> dict[str, int | str]:
         return {"role": self.role, "rank": self.rank, "world_size": self.world_size, "pid": os.getpid()}
 
     def shutdown(self) -> None:
-        from rlhf.engines.deepspeed_engine import shutdown_distributed
+        from rlhf.engines.distributed import shutdown_distributed
 
         shutdown_distributed()
         self._dist_ready = False

@@ -1,6 +1,7 @@
-"""The Ray actor that hosts DeepSpeed engines for one rank: at most one trained model and any number of frozen
-ones. Colocated roles (policy + reference) can be fused into one process this way, which saves a process, a
-framework import and a copy of the CUDA context per rank.
+"""The Ray actor that hosts the training backend's engines for one rank (``trainer.backend``: DeepSpeed or FSDP2,
+through rlhf.engines.backends): at most one trained model and any number of frozen ones. Colocated roles (policy +
+reference) can be fused into one process this way, which saves a process, a framework import and a copy of the CUDA
+context per rank. Everything here goes through the rlhf.engines.training contract, never a backend's own API.
 
 Thin by design: building models and engines, moving batches in and results out. What a step computes is the
 ``loss_fn`` / ``fn`` the pipeline sends (module-level functions or ``functools.partial`` of them, pickled by name).
@@ -21,21 +22,15 @@ MODEL_KINDS = ("causal_lm", "reward", "critic")
 class EngineWorker(BaseWorker):
     def __init__(self, spec: ExperimentSpec, role: str) -> None:
         super().__init__(spec, role)
-        self.trained = None  # DeepSpeedTrainEngine
-        self.frozen: dict[str, Any] = {}  # name -> DeepSpeedEvalEngine
+        self.trained = None  # rlhf.engines.training.TrainEngine
+        self.frozen: dict[str, Any] = {}  # name -> rlhf.engines.training.FrozenEngine
         self.tokenizer = None
-        self._hf_ds_config = None  # kept alive: transformers builds models inside zero.Init while it exists
 
     # -- building ------------------------------------------------------------------------------------------------
-    def _zero3(self, ds_config: dict[str, Any]) -> None:
-        if ds_config["zero_optimization"]["stage"] == 3 and self._hf_ds_config is None:
-            from transformers.integrations import HfDeepSpeedConfig
-
-            self._hf_ds_config = HfDeepSpeedConfig(ds_config)
-
-    def _load(
+    def _loader(
         self, kind: str, path: str | None, *, train: bool, init_value_head: bool = False, normalize_reward: bool = False
-    ):
+    ) -> Callable[[str], Any]:
+        """``load(precision)``: the model as the backend asks for it (it calls it in the context it needs)."""
         from rlhf.models.loading import load_causal_lm, resolve_model_path, tokenizer_for
         from rlhf.models.value_head import load_value_model
 
@@ -48,27 +43,31 @@ class EngineWorker(BaseWorker):
         t = self.spec.trainer
         lora = m.lora if train else None
         gc = t.gradient_checkpointing and train
-        if kind == "causal_lm":
-            return load_causal_lm(
+
+        def load(precision: str) -> Any:
+            if kind == "causal_lm":
+                return load_causal_lm(
+                    path,
+                    precision=precision,
+                    attn=m.attn_implementation,
+                    trust_remote_code=m.trust_remote_code,
+                    gradient_checkpointing=gc,
+                    lora=lora,
+                )
+            return load_value_model(
                 path,
-                precision=t.precision,
+                kind,
+                precision=precision,
                 attn=m.attn_implementation,
+                value_head_prefix=self.spec.reward.value_head_prefix,
+                init_value_head=init_value_head,
+                normalize_reward=normalize_reward,
                 trust_remote_code=m.trust_remote_code,
                 gradient_checkpointing=gc,
                 lora=lora,
             )
-        return load_value_model(
-            path,
-            kind,
-            precision=t.precision,
-            attn=m.attn_implementation,
-            value_head_prefix=self.spec.reward.value_head_prefix,
-            init_value_head=init_value_head,
-            normalize_reward=normalize_reward,
-            trust_remote_code=m.trust_remote_code,
-            gradient_checkpointing=gc,
-            lora=lora,
-        )
+
+        return load
 
     def init_trained(
         self,
@@ -79,11 +78,8 @@ class EngineWorker(BaseWorker):
         total_steps: int = 1,
         init_value_head: bool = False,
     ) -> dict[str, Any]:
-        """Build the trained model and its DeepSpeed engine (optimizer, schedule over ``total_steps``)."""
+        """Build the trained model and its engine (optimizer, schedule over ``total_steps``) on the backend."""
         import torch
-
-        from rlhf.engines.deepspeed_engine import DeepSpeedTrainEngine
-        from rlhf.engines.ds_config import train_ds_config
 
         self.init_distributed()
         t = self.spec.trainer
@@ -93,21 +89,16 @@ class EngineWorker(BaseWorker):
                 f"role {self.role}: trainer.global_batch={t.global_batch} is not a multiple of "
                 f"micro_batch_per_device x ranks = {per_step}"
             )
-        cfg = train_ds_config(
-            t,
-            micro_batch=t.micro_batch_per_device,
-            grad_accum=t.global_batch // per_step,
-            dp_size=self.world_size,
-            accelerator=self.spec.hardware.accelerator,
+        load = self._loader(kind, model_path, train=True, init_value_head=init_value_head)
+        torch.manual_seed(self.spec.seed)  # same head and adapter init on every rank
+        self.trained = self.backend.build_trained(
+            load, self.spec, lr=lr or t.lr, total_steps=total_steps, grad_accum=t.global_batch // per_step
         )
-        self._zero3(cfg)
-        torch.manual_seed(self.spec.seed)  # same head init on every rank (ZeRO-3 broadcasts rank 0's anyway)
-        model = self._load(kind, model_path, train=True, init_value_head=init_value_head)
-        self.trained = DeepSpeedTrainEngine(model, cfg, trainer=t, lr=lr or t.lr, total_steps=total_steps)
-        trainable = sum(
-            p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters() if p.requires_grad
-        )
-        return {"grad_accum": self.trained.grad_accum, "trainable_params": trainable, "pid": os.getpid()}
+        return {
+            "grad_accum": self.trained.grad_accum,
+            "trainable_params": self.trained.trainable_params(),
+            "pid": os.getpid(),
+        }
 
     def init_frozen(
         self,
@@ -118,22 +109,11 @@ class EngineWorker(BaseWorker):
         offload: bool = False,
         normalize_reward: bool = False,
     ) -> None:
-        """Build a frozen model (``name``: reference, reward, ...) under ZeRO-3 if training uses stage 3, else 0."""
-        from rlhf.engines.deepspeed_engine import DeepSpeedEvalEngine
-        from rlhf.engines.ds_config import eval_ds_config
-
+        """Build a frozen model (``name``: reference, reward, ...) on the backend (DeepSpeed: ZeRO-3 if training uses
+        stage 3, else whole; FSDP2: sharded)."""
         self.init_distributed()
-        t = self.spec.trainer
-        cfg = eval_ds_config(
-            zero_stage=t.zero_stage,
-            precision=t.precision,
-            offload=offload,
-            dp_size=self.world_size,
-            accelerator=self.spec.hardware.accelerator,
-        )
-        self._zero3(cfg)
-        model = self._load(kind, model_path, train=False, normalize_reward=normalize_reward)
-        self.frozen[name] = DeepSpeedEvalEngine(model, cfg)
+        load = self._loader(kind, model_path, train=False, normalize_reward=normalize_reward)
+        self.frozen[name] = self.backend.build_frozen(load, self.spec, offload=offload)
 
     # -- computing -----------------------------------------------------------------------------------------------
     def _trained(self):
@@ -157,7 +137,7 @@ class EngineWorker(BaseWorker):
         mask_key: str | None = "action_mask",
         norm_constant: float | None = None,
     ) -> dict[str, float]:
-        """One optimizer step (see DeepSpeedTrainEngine.step)."""
+        """One optimizer step (rlhf.engines.training.TrainEngine.step)."""
         from rlhf import faults
 
         if faults.count_hits("rank.exit_on_train_step"):
@@ -180,11 +160,13 @@ class EngineWorker(BaseWorker):
 
     # -- weights and checkpoints ---------------------------------------------------------------------------------
     def named_weights(self) -> list[tuple[str, Any]] | None:
-        """Full HF-named weights of the trained model (gathered, LoRA merged) on rank 0; None on other ranks."""
-        out = [(n, t.cpu()) for n, t in self._trained().named_weights()]
-        return out if self.rank == 0 else None
+        """Full HF-named weights of the trained model (gathered, LoRA merged) on rank 0; None on other ranks (which
+        take part in the gathers when the backend shards)."""
+        keep = self.rank == 0
+        out = [(n, t.cpu()) for n, t in self._trained().named_weights(keep=keep)]
+        return out if keep else None
 
-    # -- weight sync: the policy's rank 0 sends, every rank gathers under ZeRO-3 --------------------------------
+    # -- weight sync: the policy's rank 0 sends; every rank gathers when the backend shards ----------------------
     def sync_location(self) -> dict[str, Any]:
         from rlhf.engines.weight_sync import member_location
 
@@ -202,7 +184,6 @@ class EngineWorker(BaseWorker):
     ) -> dict[str, Any]:
         """Rank 0 joins the sync group as its sender (``cfg``); every rank keeps the bucket size. Blocks until every
         engine worker has joined."""
-        from rlhf.engines.deepspeed_engine import current_device
         from rlhf.engines.weight_sync import GroupConfig, WeightSender
 
         engine = self._trained()
@@ -215,7 +196,7 @@ class EngineWorker(BaseWorker):
         self._sync_sender = WeightSender(
             GroupConfig.from_dict(cfg),
             self._sync_listen,
-            device=current_device(),
+            device=engine.device,
             capacity=capacity,
             checksums=checksums,
             shared=shared,
@@ -224,13 +205,13 @@ class EngineWorker(BaseWorker):
         return {"rank": 0, "capacity": capacity}
 
     def sync_push(self, version: int, measure_memory: bool = False) -> dict[str, Any] | None:
-        """Stream the current weights to the engines (rank 0), bucket by bucket; under ZeRO-3 every rank takes part
-        in each bucket's gather. Returns rank 0's report (other ranks: their memory growth only)."""
+        """Stream the current weights to the engines (rank 0), bucket by bucket; when the backend shards (ZeRO-3,
+        FSDP2) every rank takes part in each bucket's gather. Returns rank 0's report (other ranks: their memory
+        growth only)."""
         from rlhf.engines.weight_sync.memory import PeakRSS
 
         engine = self._trained()
-        zero3 = engine.zero_stage == 3
-        if self.rank != 0 and not zero3:
+        if self.rank != 0 and not engine.gathers_on_every_rank:
             return None
         with PeakRSS(measure_memory) as peak:
             buckets = engine.weight_buckets(self._sync_bucket_bytes, keep=self.rank == 0)
@@ -259,12 +240,7 @@ class EngineWorker(BaseWorker):
         self._trained().save(path, client_state)
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
-        client = self._trained().load(path)
-        return {
-            k: v
-            for k, v in client.items()
-            if k not in ("param_shapes", "frozen_param_shapes", "ds_config", "shared_params", "frozen_param_fragments")
-        }
+        return self._trained().load(path)
 
     def save_hf(self, path: str, config_updates: dict[str, Any] | None = None) -> None:
         self._trained().save_hf(path, tokenizer=self.tokenizer, config_updates=config_updates)

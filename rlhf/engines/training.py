@@ -1,0 +1,209 @@
+"""The training-engine contract: what a backend of ``trainer.backend`` provides, and nothing else.
+
+Three protocols, whose docstrings are the whole contract (tests/engines/test_train_backends.py runs every registered
+backend through them):
+
+* :class:`TrainBackend`: the backend itself, registered under its config string in ``rlhf.engines.backends``. Its
+  module imports no torch: the plan (memory) and validation use it on a machine with nothing but the package.
+* :class:`TrainEngine`: a trained model on one rank (policy, critic, the SFT/RM/DPO model), as the worker
+  (``rlhf.workers.model_worker``), the pipelines and the weight sync call it.
+* :class:`FrozenEngine`: a frozen model on one rank (reference, reward model, teacher).
+
+Config: ``trainer.backend`` picks the backend; keys every backend reads stay at ``trainer.*`` (batches, optimizer,
+schedule, precision, clipping, ``gradient_checkpointing``); a backend's own keys live in its sub-section
+``trainer.<name>.*`` of :class:`rlhf.spec.schema.TrainerSpec` (DeepSpeed's ZeRO keys stay at ``trainer.zero_stage``,
+``trainer.offload_*``, where OpenRLHF users know them). The spec layer imports nothing, so a backend's cross-key rules
+are declared there too: ``rlhf.spec.trainer_backends.RULES[name]``, run by ``rlhf.spec.validate`` with every other
+check (one message, nothing started).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from rlhf.spec.schema import ExperimentSpec
+
+# loss_fn(model, micro_batch, normalizer) -> (scalar loss to backpropagate, {metric: value}); ``model`` is callable
+# like the HF module. The normalizer is rlhf.algo.LossNormalizer (None for sequence-level losses).
+LossFn = Callable[[Any, dict[str, Any], Any], tuple[Any, dict[str, Any]]]
+# load(precision) -> the HF (or peft) model in that precision ("fp32" | "bf16" | "fp16"), on the CPU.
+ModelLoader = Callable[[str], Any]
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """Bytes per device of one role's model states, as the plan counts them (activations are the plan's own
+    formula: they depend on the model, not on the backend)."""
+
+    weights: float = 0.0  # parameters resident on the device (shards, plus gathered-layer buffers)
+    grads: float = 0.0  # gradients on the device
+    optimizer: float = 0.0  # master weights, fp32 gradient copies and Adam moments on the device
+    host: float = 0.0  # what the backend keeps in host memory instead (offload), per device
+
+
+@runtime_checkable
+class TrainEngine(Protocol):
+    """A trained model on one data-parallel rank. Every method marked *collective* must be called by every rank of
+    the role group, in the same order (the worker and the pipelines do)."""
+
+    grad_accum: int  # micro-batches per optimizer step on each rank
+    global_step: int  # optimizer steps taken (restored by load)
+    device: Any  # torch.device of this rank
+
+    @property
+    def module(self) -> Any:
+        """The model as built (HF or peft), for its config, its tokenizer-independent helpers and save_pretrained."""
+        ...
+
+    @property
+    def gathers_on_every_rank(self) -> bool:
+        """True when the parameters are sharded, so every rank must iterate :meth:`weight_buckets` and
+        :meth:`named_weights` (the gathers are collectives); False when rank 0 holds them whole."""
+        ...
+
+    def step(
+        self,
+        micro_batches: list[dict[str, Any]],
+        loss_fn: LossFn,
+        *,
+        mask_key: str | None = "action_mask",
+        norm_constant: float | None = None,
+    ) -> dict[str, float]:
+        """One optimizer step over exactly ``grad_accum`` micro-batches (collective). ``loss_fn`` gets the step-window
+        normaliser built from ``micro_batch[mask_key]`` of every micro-batch on every rank (None when ``mask_key`` is
+        None), so the gradient is that of one token mean over the whole step; the engine divides each micro-batch's
+        loss by ``grad_accum`` and averages gradients over the ranks. Gradients are clipped to ``trainer.max_norm``
+        (0: not clipped); a step whose gradient norm is not finite changes nothing. Returns the loss metrics averaged
+        over micro-batches and ranks, ``grad_norm`` (before clipping, NaN/inf when the step was dropped) and the
+        ``lr`` the step used; the schedule then moves on."""
+        ...
+
+    def forward_no_grad(self, fn: Callable[[Any, dict[str, Any]], Any], batch: dict[str, Any]) -> Any:
+        """``fn(model, batch)`` in eval mode without gradients, the batch on this rank's device (collective when
+        sharded: every rank runs the same number of forwards)."""
+        ...
+
+    def set_peak_lr(self, lr: float) -> None:
+        """The schedule's peak learning rate from the next step on (its shape kept): the SFT warm-up's own rate."""
+        ...
+
+    def save(self, path: str, client_state: dict[str, Any] | None = None) -> None:
+        """Model, optimizer, schedule, ``client_state`` and this rank's RNG state into the folder ``path``
+        (collective; the folder is a temporary one of rlhf.pipelines.checkpoint, renamed into place after every rank
+        returned). :meth:`load` of it continues bit-exactly."""
+        ...
+
+    def load(self, path: str) -> dict[str, Any]:
+        """Restore what :meth:`save` wrote (collective); returns the client state given to it."""
+        ...
+
+    def save_hf(self, path: str, tokenizer: Any = None, config_updates: dict[str, Any] | None = None) -> None:
+        """A Hugging Face folder plain transformers loads, in the training precision, written by rank 0 (collective);
+        a peft model writes its adapters only. ``config_updates`` are set on config.json (RM mean/std)."""
+        ...
+
+    def named_weights(self, keep: bool = True) -> Iterator[tuple[str, Any]]:
+        """Full weights under plain HF names (gathered, LoRA merged), for the object-store weight sync. Collective
+        when :attr:`gathers_on_every_rank`; ranks with ``keep=False`` take part and get nothing."""
+        ...
+
+    def weight_buckets(self, bucket_bytes: int, keep: bool = True) -> Iterator[list[tuple[str, Any]] | None]:
+        """The weights of :meth:`named_weights` in buckets of about ``bucket_bytes`` (a larger tensor alone), as the
+        rollout engines load them (rollout precision, on this rank's device), gathered one bucket at a time: no rank
+        ever holds more than one bucket of full weights. Consume a bucket before asking for the next. Ranks with
+        ``keep=False`` get ``None`` per bucket (they still take part in the gathers)."""
+        ...
+
+    def largest_weight_bytes(self) -> int:
+        """Bytes of the largest single weight as :meth:`weight_buckets` yields it: a sync buffer must hold it."""
+        ...
+
+    def trainable_params(self) -> int:
+        """Trained parameters (full count, not this rank's shard; LoRA: the adapters)."""
+        ...
+
+    def offload_states(self) -> None:
+        """Parameters and optimizer states to host memory while the colocated rollout engine generates (GPUs; a
+        no-op where they already live there)."""
+        ...
+
+    def reload_states(self) -> None:
+        """Undo :meth:`offload_states` before training."""
+        ...
+
+
+@runtime_checkable
+class FrozenEngine(Protocol):
+    """A frozen model on one rank (reference, reward, teacher): forward only, no gradients."""
+
+    device: Any
+
+    @property
+    def module(self) -> Any: ...
+
+    def forward(self, fn: Callable[[Any, dict[str, Any]], Any], batch: dict[str, Any]) -> Any:
+        """``fn(model, batch)`` without gradients on this rank's device (collective when sharded)."""
+        ...
+
+    def offload_states(self) -> None: ...
+
+    def reload_states(self) -> None: ...
+
+
+@runtime_checkable
+class TrainBackend(Protocol):
+    """A training backend: ``trainer.backend=<name>``. One module (or folder) under rlhf/engines/ defines it without
+    importing torch at module level; ``rlhf.engines.backends.TRAIN_BACKENDS`` names it; conf/trainer/backend/<name>.yaml
+    selects it as a group option (``trainer/backend=<name>``, the same as ``trainer.backend=<name>``).
+
+    Memory (the plan, ``rlhf-plan``): :meth:`trained_states` and :meth:`frozen_states` per role and device;
+    :meth:`gathers_on_every_rank` for the weight sync's buffers. Validation: see the module docstring (the
+    sub-section ``trainer.<name>`` and ``rlhf.spec.trainer_backends.RULES[name]``). Weights reach the rollout
+    engines through :meth:`TrainEngine.weight_buckets`, sent by the worker's weight-sync sender on rank 0.
+    """
+
+    name: str
+
+    def describe(self, spec: ExperimentSpec) -> str:
+        """One line for the plan: how the trained and frozen models are held (sharding, precision, offload)."""
+        ...
+
+    def init_distributed(self, accelerator: str, timeout_s: float = 600.0) -> None:
+        """Join this rank's role group (RANK / WORLD_SIZE / MASTER_* in the environment): gloo on CPU, nccl on
+        GPUs. Idempotent."""
+        ...
+
+    def build_trained(
+        self, load: ModelLoader, spec: ExperimentSpec, *, lr: float, total_steps: int, grad_accum: int
+    ) -> TrainEngine:
+        """The engine of a trained model: ``load(precision)`` called in whatever context the backend needs (e.g.
+        ZeRO-3's partitioned init), the optimizer (``trainer.optimizer``, ``betas``, ``eps``, ``weight_decay``) and
+        schedule (``trainer.lr_scheduler`` over ``total_steps``) built, ``trainer.gradient_checkpointing`` and LoRA
+        already applied by the loader. Collective."""
+        ...
+
+    def build_frozen(self, load: ModelLoader, spec: ExperimentSpec, *, offload: bool) -> FrozenEngine:
+        """The engine of a frozen model in ``trainer.precision``; ``offload``: its weights in host memory
+        (reference.offload, reward.offload, teacher.offload). Collective."""
+        ...
+
+    def trained_states(
+        self, spec: ExperimentSpec, *, params: int, largest_layer: int, dp: int, trainable: int | None = None
+    ) -> ModelStates:
+        """Per-device bytes of a trained role with ``params`` parameters (``trainable`` of them trained; None: all)
+        over ``dp`` ranks; ``largest_layer``: parameters of the largest block gathered at once."""
+        ...
+
+    def frozen_states(
+        self, spec: ExperimentSpec, *, params: int, largest_layer: int, dp: int, offload: bool
+    ) -> ModelStates:
+        """Per-device bytes of a frozen role."""
+        ...
+
+    def gathers_on_every_rank(self, spec: ExperimentSpec) -> bool:
+        """Whether the policy's parameters are sharded under ``spec`` (every rank gathers each weight-sync bucket,
+        so each holds one bucket during a sync); the engine's :attr:`TrainEngine.gathers_on_every_rank` agrees."""
+        ...

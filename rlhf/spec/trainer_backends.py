@@ -1,0 +1,97 @@
+"""Validation of the training backend's keys (``trainer.backend``): the rules of each backend, by name.
+
+A backend's code lives in rlhf/engines/ (rlhf.engines.backends); these are its config facts, here because the spec
+layer imports nothing else. Each rule returns ``(full key, value given, fix)`` triples; rlhf.spec.validate reports
+them with every other problem. Besides its own rules, a backend's sub-section (``trainer.<name>``) must keep its
+defaults when another backend is selected, so a key that would be ignored is never silently accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+from rlhf.spec.schema import ExperimentSpec, FSDP2Spec
+
+Problem = tuple[str, Any, str]
+
+# backend name -> its sub-section's dataclass (backends without keys of their own have none)
+SECTIONS: dict[str, type] = {"fsdp2": FSDP2Spec}
+
+
+def _deepspeed(spec: ExperimentSpec) -> list[Problem]:
+    t, out = spec.trainer, []
+    if t.on_nonfinite == "skip" and t.zero_stage < 1:
+        out.append(
+            (
+                "trainer.on_nonfinite",
+                t.on_nonfinite,
+                "skip needs trainer.zero_stage >= 1 (DeepSpeed's ZeRO optimizer is what drops a non-finite step)",
+            )
+        )
+    if spec.model.lora.rank > 0 and t.offload_params:
+        out.append(
+            (
+                "trainer.offload_params",
+                True,
+                "LoRA with ZeRO-3 parameter offload is not supported; set trainer.offload_params=false",
+            )
+        )
+    return out
+
+
+def _fsdp2(spec: ExperimentSpec) -> list[Problem]:
+    t, out = spec.trainer, []
+    if t.precision == "fp16":
+        out.append(("trainer.precision", "fp16", "fsdp2 trains in bf16 or fp32 (no loss scaling); use bf16"))
+    if t.optimizer == "cpu_adam":
+        out.append(
+            (
+                "trainer.optimizer",
+                "cpu_adam",
+                "DeepSpeed's CPU Adam cannot step FSDP2's sharded parameters; use adamw (with "
+                "trainer.fsdp2.cpu_offload=true the step runs in host memory)",
+            )
+        )
+    for name in ("offload_optimizer", "offload_params"):
+        if getattr(t, name):
+            out.append(
+                (
+                    f"trainer.{name}",
+                    True,
+                    "a DeepSpeed key; under trainer.backend=fsdp2 use trainer.fsdp2.cpu_offload=true (parameters, "
+                    "gradients and the optimizer step in host memory)",
+                )
+            )
+    return out
+
+
+RULES: dict[str, Callable[[ExperimentSpec], list[Problem]]] = {"deepspeed": _deepspeed, "fsdp2": _fsdp2}
+
+
+def _unused_sections(spec: ExperimentSpec) -> list[Problem]:
+    out = []
+    for name, cls in SECTIONS.items():
+        if name == spec.trainer.backend:
+            continue
+        section, default = getattr(spec.trainer, name), cls()
+        for f in fields(cls):
+            value = getattr(section, f.name)
+            if value != getattr(default, f.name):
+                out.append(
+                    (
+                        f"trainer.{name}.{f.name}",
+                        value,
+                        f"applies to trainer.backend={name} only (this run uses {spec.trainer.backend}); remove it or "
+                        f"set trainer.backend={name}",
+                    )
+                )
+    return out
+
+
+def backend_problems(spec: ExperimentSpec) -> list[Problem]:
+    """The selected backend's rules and the keys of the others that were changed (unknown backends are reported by
+    the key's own domain check)."""
+    rules = RULES.get(spec.trainer.backend)
+    return (rules(spec) if rules else []) + _unused_sections(spec)
