@@ -288,15 +288,32 @@ class DeepSpeedTrainEngine(_EngineBase):
 
     # -- memory --------------------------------------------------------------------------------------------------
     def offload_states(self) -> None:
-        """Move optimizer states and parameters to host memory between phases (ZeRO-3 on GPUs; no-op on CPU)."""
-        if self.device.type == "cpu" or self.zero_stage != 3:
+        """Move the optimizer states, fp32 master weights and gradients to host memory while the rollout engines
+        generate on the same devices, whatever the ZeRO stage (DeepSpeed > 0.17.5 offloads stages 1-3); the 16-bit
+        weights stay (the plan counts them in the generation phase), the allocator's cache is emptied after. The
+        state types are OpenRLHF's offload_deepspeed_states'. No-op on CPU."""
+        if self.device.type == "cpu":
             return
-        self.engine.offload_states()
+        from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum, OffloadStateTypeEnum
+
+        kinds = [
+            OffloadStateTypeEnum.optim_states,
+            OffloadStateTypeEnum.contiguous_grad_buffer,
+            OffloadStateTypeEnum.hp_params,
+            OffloadStateTypeEnum.lp_grads,
+        ]
+        self.engine.offload_states(include=kinds, device=OffloadDeviceEnum.cpu, pin_memory=True, non_blocking=True)
+        if self.zero_stage == 3:
+            self.engine.empty_partition_cache()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
     def reload_states(self) -> None:
-        if self.device.type == "cpu" or self.zero_stage != 3:
+        if self.device.type == "cpu":
             return
-        self.engine.reload_states()
+        self.engine.reload_states(non_blocking=True)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 class DeepSpeedEvalEngine(_EngineBase):

@@ -111,21 +111,34 @@ class WeightSyncWorkerExtension:
         self.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)  # type: ignore[attr-defined]
         return count
 
-    def rlhf_sync_connect(self, cfg: dict[str, Any], route: str) -> dict[str, Any]:
+    def rlhf_sync_location(self) -> dict[str, Any]:
+        """Where this worker runs (its own GPU, which for TP > 1 is not the engine actor's)."""
+        from rlhf.engines.weight_sync import member_location
+
+        return member_location()
+
+    def rlhf_sync_connect(self, cfg: dict[str, Any], routes: list[str]) -> dict[str, Any]:
         """Join the weight-sync group: ``cfg["rank"]`` is this engine's first worker, tensor-parallel worker k takes
-        the rank after it (every TP worker receives the full weights; vLLM's loader keeps its own shard)."""
+        the rank after it and the route ``routes[k]`` chosen from its own device (every TP worker receives the full
+        weights; vLLM's loader keeps its own shard)."""
         from rlhf.engines.weight_sync import GroupConfig, WeightReceiver
 
         old = getattr(self, "_rlhf_receiver", None)
         if old is not None:
             old.close()
         tp_rank = int(getattr(self, "rank", 0) or 0)
+        route = routes[tp_rank] if isinstance(routes, (list, tuple)) else routes
         member = GroupConfig.from_dict(dict(cfg, rank=int(cfg["rank"]) + tp_rank))
         device = getattr(self, "device", None)
         device = device if isinstance(device, torch.device) else torch.device("cpu")
         # stable: vLLM's layer-wise reload keeps a layer's tensors until the layer is complete.
         self._rlhf_receiver = WeightReceiver(member, device=device, route=route, stable=True)
         return {"rank": member.rank, "route": route}
+
+    def rlhf_empty_cache(self) -> None:
+        """Hand this worker's cached, unused CUDA memory back (between the sync and the next phase)."""
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def rlhf_sync_pull(self, version: int) -> dict[str, Any]:
         """One weight sync through vLLM's own in-place reload, fed tensor by tensor as buckets arrive."""
