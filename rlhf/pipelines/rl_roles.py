@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -86,7 +87,8 @@ def reuses_current_logprobs(spec: ExperimentSpec) -> bool:
 
 
 def takes_turns(spec: ExperimentSpec, rollout_colocated: bool) -> bool:
-    """Rollout and training share devices and swap memory (colocated, rollout.enable_sleep, not async)."""
+    """Rollout and training share devices and swap memory (colocated with the policy, rollout.enable_sleep, not
+    async): rlhf.launch.memory.sleeps, which the plan's phases follow."""
     ro = spec.rollout
     return ro.enable_sleep and not ro.async_mode and rollout_colocated
 
@@ -151,15 +153,61 @@ class HybridSchedule:
         self._mark("train")
 
     def begin_sync(self) -> None:
-        """The engines wake their weights themselves as the sync starts (VLLMEngine.sync_pull / load_weights)."""
-        if self.active:
+        """Only the engines' weights wake for a sync (OpenRLHF's broadcast_to_vllm: wake_up(tags=["weights"])); the
+        KV cache stays asleep until the next generation."""
+        if self.active and "weights" not in self.engine_tags:
+            self.engines.wake(["weights"])
             self.engine_tags |= {"weights"}
         self._mark("sync")
 
 
+@dataclass
+class RoleActors:
+    """The RL roles' actor groups as the plan places them (frozen models fused into a trained role's processes
+    where they share its bundles and rank count); None for a role that does not run or is fused."""
+
+    policy: Any
+    reference: Any = None
+    teacher: Any = None
+    critic: Any = None
+    reward: Any = None
+    fuse_ref: bool = False
+    fuse_teacher: bool = False
+    fuse_rm: bool = False
+
+    def groups(self) -> dict[str, Any]:
+        out = {"policy": self.policy, "reference": self.reference, "teacher": self.teacher}
+        out.update({"critic": self.critic, "reward": self.reward})
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def start_role_actors(spec: ExperimentSpec, realized: Any, env: dict[str, str] | None) -> RoleActors:
+    """Create every training-side role's actors in its bundles (nothing loaded yet: constructing a worker touches
+    no device). The run and ``rlhf-plan --rehearse`` both start them here."""
+    from rlhf.workers import ModelWorker, TrainerWorker
+
+    roles = set(realized.plan.roles)
+    fuse_ref = "reference" in roles and realized.can_fuse("policy", "reference")
+    fuse_teacher = "teacher" in roles and realized.can_fuse("policy", "teacher")
+    fused = ("reference",) * fuse_ref + ("teacher",) * fuse_teacher  # frozen models in the policy's processes
+    out = RoleActors(realized.create_group("policy", TrainerWorker, spec, "policy", fused=fused, env=env))
+    out.fuse_ref, out.fuse_teacher = fuse_ref, fuse_teacher
+    if "reference" in roles and not fuse_ref:
+        out.reference = realized.create_group("reference", ModelWorker, spec, "reference", env=env)
+    if "teacher" in roles and not fuse_teacher:
+        out.teacher = realized.create_group("teacher", ModelWorker, spec, "teacher", env=env)
+    out.fuse_rm = "critic" in roles and "reward" in roles and realized.can_fuse("critic", "reward")
+    if "critic" in roles:
+        out.critic = realized.create_group(
+            "critic", TrainerWorker, spec, "critic", fused=("reward",) if out.fuse_rm else (), env=env
+        )
+    if "reward" in roles and not out.fuse_rm:
+        out.reward = realized.create_group("reward", ModelWorker, spec, "reward", env=env)
+    return out
+
+
 class RLWorkers:
     def __init__(self, spec: ExperimentSpec, realized: Any, policy_path: str, total_steps: int) -> None:
-        from rlhf.workers import ModelWorker, TrainerWorker
 
         self.spec = spec
         self.roles = set(realized.plan.roles)
@@ -167,25 +215,10 @@ class RLWorkers:
         self.temperature = spec.rollout.temperature or 1.0
         # Before any actor starts: a teacher whose tokenizer differs would score other tokens than the student's.
         teacher_path = check_teacher_tokenizer(spec, policy_path) if "teacher" in self.roles else ""
-        fuse_ref = "reference" in self.roles and realized.can_fuse("policy", "reference")
-        fuse_teacher = "teacher" in self.roles and realized.can_fuse("policy", "teacher")
-        fused = ("reference",) * fuse_ref + ("teacher",) * fuse_teacher  # frozen models in the policy's processes
-        self.policy = realized.create_group("policy", TrainerWorker, spec, "policy", fused=fused, env=env)
-        self.reference = None
-        if "reference" in self.roles and not fuse_ref:
-            self.reference = realized.create_group("reference", ModelWorker, spec, "reference", env=env)
-        self.teacher = None
-        if "teacher" in self.roles and not fuse_teacher:
-            self.teacher = realized.create_group("teacher", ModelWorker, spec, "teacher", env=env)
-        self.critic = None
-        self.reward = None
-        fuse_rm = "critic" in self.roles and "reward" in self.roles and realized.can_fuse("critic", "reward")
-        if "critic" in self.roles:
-            self.critic = realized.create_group(
-                "critic", TrainerWorker, spec, "critic", fused=("reward",) if fuse_rm else (), env=env
-            )
-        if "reward" in self.roles and not fuse_rm:
-            self.reward = realized.create_group("reward", ModelWorker, spec, "reward", env=env)
+        actors = start_role_actors(spec, realized, env)
+        self.policy, self.reference, self.teacher = actors.policy, actors.reference, actors.teacher
+        self.critic, self.reward = actors.critic, actors.reward
+        fuse_ref, fuse_teacher, fuse_rm = actors.fuse_ref, actors.fuse_teacher, actors.fuse_rm
 
         self.rollout_colocated = realized.colocated("rollout", "policy")
         self.rollout = None

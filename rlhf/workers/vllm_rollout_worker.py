@@ -61,8 +61,8 @@ class VLLMRolloutActor:
         would read, and (TP > 1) its workers placed in their bundles by vLLM's rule; nothing is loaded."""
         import ray
 
-        from rlhf.engines.vllm_engine import check_vllm_version
         from rlhf.engines.vllm_placement import assign_tp_devices
+        from rlhf.engines.vllm_version import check_vllm_version
 
         version = check_vllm_version()
         tp = int(self.engine_kwargs.get("tensor_parallel_size", 1))

@@ -1,0 +1,56 @@
+"""Hub datasets named without the config they need: ``openai/gsm8k`` has the configs ``main`` and ``socratic`` and
+no default, so loading it fails after the cluster started; the preflight asks the hub (datasets'
+``get_dataset_config_names``) for each hub source that names no config and reports the ones to choose from. Without
+hub access (an offline machine) it says it could not check, as a warning."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rlhf.launch.preflight.data_files import data_sources
+from rlhf.launch.preflight.findings import Finding
+from rlhf.spec.hub_source import FORM, parse_hub_source
+from rlhf.spec.schema import ExperimentSpec
+
+
+def _config_names(path: str) -> list[str]:
+    import datasets
+
+    return list(datasets.get_dataset_config_names(path))
+
+
+def hub_sources(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    """(key, source) of the hub sources (not local, not builtin: or reasoning_gym:)."""
+    import os
+
+    out = []
+    for key, source in data_sources(spec):
+        if ":" in source.split("/")[0] or os.path.exists(os.path.expanduser(source)):
+            continue  # builtin:NAME, reasoning_gym:TASK, a local path
+        if parse_hub_source(source) is not None:
+            out.append((key, source))
+    return out
+
+
+def check_hub_configs(spec: ExperimentSpec, config_names: Callable[[str], list[str]] = _config_names) -> list[Finding]:
+    findings = []
+    for key, source in hub_sources(spec):
+        hub = parse_hub_source(source)
+        if hub is None or hub.config:
+            continue
+        try:
+            names = config_names(hub.path)
+        except Exception as e:  # noqa: BLE001 - offline, private or unknown: the loader will say which
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            findings.append(Finding(key, source, f"could not ask the hub for its configs ({first})", warning=True))
+            continue
+        if len(names) > 1 and "default" not in names:
+            findings.append(
+                Finding(
+                    key,
+                    source,
+                    f"the dataset has configs {', '.join(names)} and none is the default",
+                    f"name one, as {FORM}: e.g. {hub.path}:{names[0]}",
+                )
+            )
+    return findings
