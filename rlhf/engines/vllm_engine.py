@@ -164,12 +164,12 @@ class VLLMEngine:
         return per_prompt
 
     def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
-        from vllm.inputs import TokensPrompt
-
         if self.awake != {"weights", "kv_cache"}:
             raise RuntimeError(
                 f"VLLMEngine.generate called with only {sorted(self.awake) or 'nothing'} awake; call wake() first"
             )
+        from vllm.inputs import TokensPrompt
+
         requests = [TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts]
         outputs = self.llm.generate(requests, self._sampling_params(sampling, len(requests)), use_tqdm=False)
         rollouts: list[Rollout] = []

@@ -77,10 +77,6 @@ class HFRolloutWorker:
             self.engine.load_weights(stream)
         report = self._receiver.report.to_dict()
         report["peak_rss_delta_mb"] = peak.delta_mb
-        from rlhf import faults
-
-        if faults.count_hits("engine.reload_stale"):
-            self.load_from_path(self.model_path)  # fault injection: a sync that delivered nothing
         return [report]
 
     def sync_close(self) -> None:

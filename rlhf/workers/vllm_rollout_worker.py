@@ -122,14 +122,10 @@ class VLLMRolloutActor:
         return self._engine().sync_connect(cfg, routes)
 
     def sync_pull(self, version: int, measure_memory: bool = False) -> list[dict[str, Any]]:
-        from rlhf import faults
         from rlhf.engines.weight_sync.memory import PeakRSS
 
         with PeakRSS(measure_memory) as peak:
             reports = self._engine().sync_pull(version)
-        if faults.count_hits("engine.reload_stale"):
-            # fault injection: the engine goes back to its weights from the start (a sync that delivered nothing)
-            self._engine().load_from_path(self.model_path)
         for r in reports:
             r["peak_rss_delta_mb"] = peak.delta_mb
         return reports

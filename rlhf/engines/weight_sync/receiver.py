@@ -100,6 +100,13 @@ class WeightReceiver:
         report = self.report = SyncReport(version=version, side="receiver", route=self.route)
         digest = Digest()
         state = {"mismatch": None, "finished": False}
+        if faults.count_hits("sync.drop"):
+            # fault injection: the stream is received, checked and acknowledged, and nothing reaches the engine (a
+            # sync that silently delivers nothing, which only the log-prob probe can notice)
+            for _ in self._stream(version, None, report, digest, state):
+                pass
+            report.seconds = time.perf_counter() - t0
+            return
         try:
             yield from self._stream(version, into, report, digest, state)
         except GeneratorExit:
