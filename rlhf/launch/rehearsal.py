@@ -253,9 +253,8 @@ def rehearse(spec: ExperimentSpec, plan: Plan, *, timeout_s: float = 300.0) -> R
         started = None
         if "rollout" in plan.roles:
             started = realized.start_rollout(spec.model.path or "(the policy's weights)", None, start=False)
-            # one engine at a time: each places (and ends) its own stand-in workers beside the trainers
-            for i, actor in enumerate(started.actors):
-                engines.append(_engine_report(started, i, actor, timeout_s))
+            # every engine at once: all TP workers must fit beside the trainers together, as in a run
+            engines = _engine_reports(started, timeout_s)
             _engine_procs(out, started, engines, node_index)
             lap("engines")
         _check_devices(out, plan, spec)
@@ -290,20 +289,25 @@ def _node_index() -> dict[str, int]:
     return {n: i for i, n in enumerate(gpu_nodes)}
 
 
-def _engine_report(started: Any, i: int, actor: Any, timeout_s: float) -> dict[str, Any]:
+def _engine_reports(started: Any, timeout_s: float) -> list[dict[str, Any]]:
+    """Each engine's :meth:`VLLMRolloutActor.rehearse`, the wait bounded; a failure is reported, not raised, so
+    the device map shows every engine."""
     import ray
 
-    ref = actor.rehearse.remote(timeout_s)
-    done, _ = ray.wait([ref], timeout=timeout_s + 30)
-    if not done:
-        raise RehearsalFailed(
-            f"rollout engine {i} did not answer within {timeout_s + 30:.0f} s; {started.where[i]}"
-        )
-    try:
-        return ray.get(ref)
-    except ray.exceptions.RayError as e:
-        cause = [ln for ln in str(e).strip().splitlines() if ln.strip()][-1:] or [type(e).__name__]
-        return {"error": cause[0]}
+    refs = [a.rehearse.remote(timeout_s) for a in started.actors]
+    ray.wait(refs, num_returns=len(refs), timeout=timeout_s + 30)
+    out = []
+    for i, ref in enumerate(refs):
+        done, _ = ray.wait([ref], timeout=0)
+        if not done:
+            out.append({"error": f"did not answer within {timeout_s + 30:.0f} s; {started.where[i]}"})
+            continue
+        try:
+            out.append(ray.get(ref))
+        except ray.exceptions.RayError as e:
+            cause = [ln for ln in str(e).strip().splitlines() if ln.strip()][-1:] or [type(e).__name__]
+            out.append({"error": cause[0]})
+    return out
 
 
 def _engine_procs(out: Rehearsal, started: Any, engines: list[dict[str, Any]], node_index: dict[str, int]) -> None:
