@@ -61,6 +61,7 @@ class Proc:
     device: int | None  # physical GPU on its node
     pid: int | None = None
     ray_gpus: tuple[int, ...] = ()
+    note: str = ""  # printed under the row (an engine's vLLM variables)
 
 
 @dataclass
@@ -80,7 +81,7 @@ class Rehearsal:
 
     def render(self) -> str:
         lines = [f"rehearsal of {self.spec_name}: {len(self.procs)} process(es) placed, nothing loaded", ""]
-        head = f"  {'role':<9} {'process':<28} {'node':>4} {'bundle':>6} {'GPU':>5}  {'CUDA_VISIBLE_DEVICES':<22}"
+        head = f"  {'role':<9} {'process':<35} {'node':>4} {'bundle':>6} {'GPU':>5}  {'CUDA_VISIBLE_DEVICES':<20}"
         lines += ["device map", head + f" {'LOCAL_RANK':>10} {'rank/world':>10}  device"]
         for p in self.procs:
             cvd = p.cuda_visible
@@ -88,13 +89,15 @@ class Rehearsal:
             dev = "-" if p.device is None else f"node{p.node}:gpu{p.device}"
             bundle = "-" if p.bundle is None else str(p.bundle)
             lines.append(
-                f"  {p.role:<9} {p.label:<28} {p.node:>4} {bundle:>6} {p.gpus:>5.2f}  {cvd:<22} {lr:>10} "
+                f"  {p.role:<9} {p.label:<35} {p.node:>4} {bundle:>6} {p.gpus:>5.2f}  {cvd:<20} {lr:>10} "
                 f"{p.rank:>10}  {dev}"
             )
+            if p.note:
+                lines.append(f"  {'':<9}   {p.note}")
         if self.sync:
             lines += ["", f"weight sync group (data backend {self.sync_backend})"]
             for member, rank, route, device in self.sync:
-                lines.append(f"  rank {rank:>3}  {member:<28} {route:<14} {device}")
+                lines.append(f"  rank {rank:>3}  {member:<30} {route:<14} {device}")
         if self.phases:
             lines += ["", "memory phases (what the schedule leaves in device memory; the plan's, checked)"]
             lines += [f"  {phase:<11} {what}" for phase, what in self.phases]
@@ -316,12 +319,12 @@ def _engine_procs(out: Rehearsal, started: Any, engines: list[dict[str, Any]], n
             out.violations.append(f"role rollout, engine {i}: {rep['error']}")
             continue
         env = rep.get("env", {})
-        extra = f" [{', '.join(f'{k}={v}' for k, v in env.items())}]" if env else ""
+        note = " ".join(f"{k}={v}" for k, v in env.items())
         tp = len(p.bundles)
         out.procs.append(
             Proc(
                 "rollout",
-                f"engine {i} (pid {rep['pid']}){extra}" if tp > 1 else f"engine {i} (pid {rep['pid']})",
+                f"engine {i} (pid {rep['pid']})",
                 node_index.get(rep["node_id"], -1),
                 p.actor_bundle,
                 p.actor_gpus,
@@ -331,6 +334,7 @@ def _engine_procs(out: Rehearsal, started: Any, engines: list[dict[str, Any]], n
                 rep["workers"][0]["device"] if tp == 1 else None,
                 rep["pid"],
                 tuple(rep.get("gpu_ids", ())),
+                note,
             )
         )
         if tp > 1:

@@ -10,7 +10,6 @@ import threading
 import torch
 
 from rlhf.engines.weight_sync import GroupConfig, WeightReceiver, WeightSender, listen_socket
-from rlhf.engines.weight_sync.receiver import DeviceCopies
 
 
 def _weights(v: int) -> list[tuple[str, torch.Tensor]]:
@@ -18,20 +17,21 @@ def _weights(v: int) -> list[tuple[str, torch.Tensor]]:
     return [(f"w{i}", torch.randn(64, 64, generator=g)) for i in range(6)]  # 16 KiB each
 
 
-class _Recorder(DeviceCopies):
-    def __init__(self, log: list) -> None:
-        super().__init__(torch.device("cpu"))
-        self.log = log
-
-    def copy(self, dst, src, with_checksum):
-        self.log.append(("copy", dst.data_ptr(), with_checksum))
-        return super().copy(dst, src, with_checksum)
-
-    def settle(self):
-        self.log.append(("settle",))
-
-
 def test_copies_are_settled_and_checksummed_on_the_kept_bytes_before_the_acknowledgement():
+    from rlhf.engines.weight_sync.receiver import DeviceCopies
+
+    class _Recorder(DeviceCopies):
+        def __init__(self, log: list) -> None:
+            super().__init__(torch.device("cpu"))
+            self.log = log
+
+        def copy(self, dst, src, with_checksum):
+            self.log.append(("copy", dst.data_ptr(), with_checksum))
+            return super().copy(dst, src, with_checksum)
+
+        def settle(self):
+            self.log.append(("settle",))
+
     listen = listen_socket("127.0.0.1")
     port = listen.getsockname()[1]
     cfg0 = GroupConfig("127.0.0.1", port, 2, 0, "gloo", (0,), 60.0)

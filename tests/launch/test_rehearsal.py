@@ -84,9 +84,9 @@ def test_the_rehearsal_passes(shape, name):
 def test_the_device_map_gives_each_tp_engine_its_own_bundles_and_a_share_beside_the_trainers():
     text = _run_shape("1x8x192")["grpo_llama3_8b-zero3"]["map"]
     for e in range(4):
-        assert f"VLLM_RAY_BUNDLE_INDICES={2 * e},{2 * e + 1}, VLLM_RAY_PER_WORKER_GPUS=0.25" in text
-    assert "rollout engine 0 worker 0    shared_memory  node0:gpu0" in text  # beside the sender: CUDA IPC
-    assert "rollout engine 0 worker 1    broadcast      node0:gpu1" in text
+        assert f"VLLM_RAY_BUNDLE_INDICES={2 * e},{2 * e + 1} VLLM_RAY_PER_WORKER_GPUS=0.25" in text
+    assert "rollout engine 0 worker 0      shared_memory  node0:gpu0" in text  # beside the sender: CUDA IPC
+    assert "rollout engine 0 worker 1      broadcast      node0:gpu1" in text
     assert "sync        trainers states+weights; engines weights" in text
 
 

@@ -11,8 +11,6 @@ import pytest
 import torch
 
 from rlhf.engines.vllm_engine import VLLMEngine
-from rlhf.launch.memory import phases
-from rlhf.pipelines.rl_roles import HybridSchedule, engines_first, takes_turns
 from rlhf.spec.build import load_spec
 
 
@@ -28,6 +26,9 @@ class _Engines:
 
 
 def test_the_schedule_follows_openrlhfs_order_and_the_plans_phases():
+    from rlhf.launch.memory import phases
+    from rlhf.pipelines.rl_roles import HybridSchedule, engines_first, takes_turns
+
     spec = load_spec(["+recipe=grpo_llama3_8b"])
     assert takes_turns(spec, True) and engines_first(spec, True)
     log: list = []
@@ -53,6 +54,8 @@ def test_the_schedule_follows_openrlhfs_order_and_the_plans_phases():
 
 
 def test_nothing_moves_when_the_engines_have_devices_of_their_own():
+    from rlhf.pipelines.rl_roles import HybridSchedule, engines_first, takes_turns
+
     spec = load_spec(["+recipe=grpo_llama3_8b", "placement=colocate_actor_ref", "placement.devices.policy=4"])
     log: list = []
     s = HybridSchedule(takes_turns(spec, False), _Engines(log), lambda: log.append("x"), lambda: log.append("y"))

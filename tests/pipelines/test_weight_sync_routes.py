@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlhf.errors import UserError
-from rlhf.pipelines.weight_sync import choose_routes, sync_ranks
+from rlhf.pipelines.weight_sync import choose_routes
 
 
 def _gpu(uuid: str, node: str = "10.0.0.1") -> dict:
@@ -20,6 +20,8 @@ def test_a_tp_worker_on_the_senders_gpu_reads_shared_memory_and_the_others_broad
     engines = [[_gpu("GPU-0"), _gpu("GPU-1")], [_gpu("GPU-2"), _gpu("GPU-3")]]
     routes = choose_routes("auto", SENDER, engines, "gpu")
     assert routes == [["shared_memory", "broadcast"], ["broadcast", "broadcast"]]
+    from rlhf.pipelines.weight_sync import sync_ranks
+
     first, data, world = sync_ranks(routes)
     assert first == [1, 3] and data == [0, 2, 3, 4] and world == 5  # the NCCL group: sender + broadcast workers
 
