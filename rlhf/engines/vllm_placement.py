@@ -19,7 +19,7 @@ two variables), for ``distributed_executor_backend="ray"``:
 
 OpenRLHF sets both variables per engine the same way (openrlhf/trainer/ray/vllm_engine.py ``create_vllm_engines``
 and ``RolloutRayActor._configure_device_env``). ``rlhf-plan --rehearse`` stands in for vLLM's executor with
-:func:`assign_tp_devices`, placing one stand-in actor per worker exactly as step 3 does.
+:func:`assign_tp_devices`, placing one stand-in per worker with step 3's resources.
 """
 
 from __future__ import annotations
@@ -96,22 +96,20 @@ def assign_devices(placed: Sequence[tuple[int, str, Sequence[int]]], gpus: float
     return out
 
 
-class _StandInWorker:
-    """What vLLM's RayWorkerProc is to Ray (num_cpus=0, num_gpus=VLLM_RAY_PER_WORKER_GPUS, the engine's runtime
-    environment) without its model: it reports what Ray gave it."""
+def _where() -> tuple[str, list[int], str | None]:
+    """What Ray gave a worker placed like vLLM's RayWorkerProc (num_cpus=0, num_gpus=VLLM_RAY_PER_WORKER_GPUS, the
+    engine's runtime environment): its node, GPU ids and CUDA_VISIBLE_DEVICES."""
+    import ray
 
-    def where(self) -> tuple[str, list[int], str | None]:
-        import ray
-
-        ctx = ray.get_runtime_context()
-        return ctx.get_node_id(), [int(i) for i in ctx.get_accelerator_ids().get("GPU", [])], os.environ.get(
-            "CUDA_VISIBLE_DEVICES"
-        )
+    ctx = ray.get_runtime_context()
+    gpus = [int(i) for i in ctx.get_accelerator_ids().get("GPU", [])]
+    return ctx.get_node_id(), gpus, os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
 def assign_tp_devices(tp: int, timeout_s: float) -> list[TPWorker]:
-    """Stand in for vLLM's Ray executor inside the engine actor (steps 1-4 with Ray, no vLLM): one stand-in actor
-    per worker in the bundle vLLM would use, with the GPU share vLLM would ask for; a worker Ray cannot place within
+    """Stand in for vLLM's Ray executor inside the engine actor (steps 1-4 with Ray, no vLLM): one stand-in per
+    worker, scheduled in the bundle vLLM would use with the resources vLLM's worker actor asks for (a Ray task
+    rather than an actor: the same placement answer without a process per worker); a worker Ray cannot place within
     ``timeout_s`` is the hang a real start would have, reported with the bundle and what is free there."""
     import ray
     from ray.util.placement_group import get_current_placement_group, placement_group_table
@@ -131,31 +129,28 @@ def assign_tp_devices(tp: int, timeout_s: float) -> list[TPWorker]:
         raise RuntimeError(f"tensor_parallel_size {tp} needs {tp} GPU bundles; the group has {len(gpu_bundles)}")
     bundles = worker_bundles(os.environ, gpu_bundles, tp)
     gpus = float(os.environ.get(PER_WORKER_GPUS_ENV, "1.0"))
-    cls = ray.remote(_StandInWorker)
-    actors = [
-        cls.options(
+    task = ray.remote(_where)
+    refs = [
+        task.options(
             num_cpus=0,
             num_gpus=gpus,
             scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=b),
         ).remote()
         for b in bundles
     ]
-    refs = [a.where.remote() for a in actors]
     done, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-    try:
-        if pending:
-            r = refs.index(pending[0])
-            free = {
-                k.split("_group_")[0]: v
-                for k, v in ray.available_resources().items()
-                if k.endswith(f"_group_{bundles[r]}_{pg.id.hex()}")
-            }
-            raise RuntimeError(
-                f"tensor-parallel worker {r} cannot be placed within {timeout_s:.0f} s: it needs GPU {gpus:g} "
-                f"in bundle {bundles[r]}, which has free {free or 'nothing'} (vLLM would wait for ever)"
-            )
-        placed = [(b, node, ids) for b, (node, ids, _) in zip(bundles, ray.get(refs), strict=True)]
-    finally:
-        for a in actors:
-            ray.kill(a)
+    if pending:
+        r = refs.index(pending[0])
+        free = {
+            k.split("_group_")[0]: v
+            for k, v in ray.available_resources().items()
+            if k.endswith(f"_group_{bundles[r]}_{pg.id.hex()}")
+        }
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise RuntimeError(
+            f"tensor-parallel worker {r} cannot be placed within {timeout_s:.0f} s: it needs GPU {gpus:g} "
+            f"in bundle {bundles[r]}, which has free {free or 'nothing'} (vLLM would wait for ever)"
+        )
+    placed = [(b, node, ids) for b, (node, ids, _) in zip(bundles, ray.get(refs), strict=True)]
     return assign_devices(placed, gpus)

@@ -8,10 +8,10 @@ rlhf.launch.rollout starts every engine's real actor class with its real runtime
 the variables it sets for vLLM's Ray executor); rlhf.pipelines.weight_sync.choose_routes and sync_ranks form the
 weight-sync group; rlhf.pipelines.rl_roles.HybridSchedule drives the engines' sleep and wake. Each trainer is then
 asked where it would compute (rlhf.workers.base.BaseWorker.placement) instead of loading its model; each engine
-runs its version check and, for tensor parallelism, places one stand-in actor per worker in the bundle with the GPU
-share vLLM's Ray executor would use (rlhf.engines.vllm_placement, vLLM's rule) instead of building vLLM.
+runs its version check and, for tensor parallelism, places one stand-in per worker in the bundle with the GPU share
+vLLM's Ray executor would use (rlhf.engines.vllm_placement, vLLM's rule) instead of building vLLM.
 
-Stood in for: vLLM's executor (its workers are stand-in actors placed by vLLM's rule), and every device itself (no
+Stood in for: vLLM's executor (its workers are stand-ins placed by vLLM's rule), and every device itself (no
 kernel, no NCCL or CUDA IPC, no memory measured: the memory phases are what the schedule asks of the engines and
 trainers, compared with the plan's). scripts/gpu_check.sh covers those on a real GPU.
 
@@ -36,7 +36,7 @@ from rlhf.launch.plan import Plan
 from rlhf.spec.schema import ExperimentSpec
 
 STOOD_IN = (
-    "stood in for: vLLM's Ray executor (each TP worker is a stand-in actor placed by vLLM's rule, "
+    "stood in for: vLLM's Ray executor (each TP worker is a stand-in placed by vLLM's rule, "
     "rlhf/engines/vllm_placement.py) and the devices themselves (no model loaded, no kernel, NCCL or CUDA IPC run); "
     "everything else is the code a run executes"
 )

@@ -28,18 +28,25 @@ MATRIX = [*GRPO, "reward.model_path=", "reward.verifier=math"]  # policy, refere
 
 
 def _matrix(nodes: int) -> list[tuple[str, list[str]]]:
-    """TP 1/2/4 x placement on ``nodes`` node(s): 1 x 8 GPUs, or 2 x 4 (then colocated groups span both nodes)."""
-    hw = ["hardware=8xh100"] if nodes == 1 else ["hardware=2x8xh100", "hardware.devices_per_node=4",
-                                                 "hardware.cpus_per_node=96"]
+    """TP 1/2/4 x placement on one node of 6 GPUs, or two nodes of 4 (where the colocated group of 8 spans both
+    nodes and the other placements put the engines on one node, the trainers on the other); as few GPUs as each
+    case needs, so the rehearsal starts few processes."""
+    if nodes == 1:
+        hw = ["hardware=8xh100", "hardware.devices_per_node=6", "hardware.cpus_per_node=48"]
+        colocated, rollout, policy = 4, None, 2
+    else:
+        hw = ["hardware=2x8xh100", "hardware.devices_per_node=4", "hardware.cpus_per_node=32"]
+        colocated, rollout, policy = 8, 4, 4
     out = []
     for tp in (1, 2, 4):
         ro = [f"rollout.tensor_parallel_size={tp}"]
+        engines = (rollout or tp) // tp
         out.append((f"colocate_all-tp{tp}-{nodes}n", [*MATRIX, *hw, "placement=colocate_all",
-                                                     f"rollout.num_engines={8 // tp}", *ro]))
+                                                     f"rollout.num_engines={colocated // tp}", *ro]))
         out.append((f"colocate_actor_ref-tp{tp}-{nodes}n", [*MATRIX, *hw, "placement=colocate_actor_ref",
-                    f"rollout.num_engines={4 // tp}", "placement.devices.policy=4", *ro]))
-        out.append((f"split-tp{tp}-{nodes}n", [*MATRIX, *hw, "placement=split", f"rollout.num_engines={4 // tp}",
-                    "placement.devices.policy=2", "placement.devices.reference=2", *ro]))
+                    f"rollout.num_engines={engines}", f"placement.devices.policy={policy}", *ro]))
+        out.append((f"split-tp{tp}-{nodes}n", [*MATRIX, *hw, "placement=split", f"rollout.num_engines={engines}",
+                    f"placement.devices.policy={policy // 2}", f"placement.devices.reference={policy // 2}", *ro]))
     return out
 
 
@@ -47,9 +54,9 @@ RECIPES_8X = ["ppo_llama3_8b", "grpo_llama3_8b", "rloo_llama3_8b", "reinforce_pp
               "sft_llama3_8b", "rm_llama3_8b", "dpo_llama3_8b"]
 SHAPES = {
     "1x8x192": [(r, [f"+recipe={r}"]) for r in RECIPES_8X]
-    + [("grpo_llama3_8b-zero3", [*GRPO, "trainer.zero_stage=3"])]
-    + _matrix(1),
-    "2x4x96": _matrix(2),
+    + [("grpo_llama3_8b-zero3", [*GRPO, "trainer.zero_stage=3"])],
+    "1x6x48": _matrix(1),
+    "2x4x32": _matrix(2),
     "6x8x96": [("ppo_llama3_70b", ["+recipe=ppo_llama3_70b"])],
     "1x1x26": [("grpo_qwen2_5_0_5b", ["+recipe=grpo_qwen2_5_0_5b"]),
                ("grpo_qwen2_5_0_5b_h200", ["+recipe=grpo_qwen2_5_0_5b_h200"])],
