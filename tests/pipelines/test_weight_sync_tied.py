@@ -11,12 +11,16 @@ from pathlib import Path
 
 import pytest
 from test_weight_sync import (
+    PROMPTS,
     ROUTES,
+    SAMPLING,
     _BaselineSlot,
     _drop,
     _engine_diffs,
+    _mean_diff,
     _policy,
     _train_one_step,
+    _trainer_logprobs,
 )
 
 from rlhf.launch.plan import plan
@@ -73,8 +77,6 @@ def test_a_tied_qwen2_model_syncs_over_every_route(ray_cluster, tmp_path, backen
             save = tmp_path / route
             policy.run_all("save_hf", str(save))
             if backend == "hf":
-                from test_weight_sync import PROMPTS, SAMPLING, _mean_diff, _trainer_logprobs
-
                 from rlhf.engines.hf_engine import HFEngine
 
                 rollouts = HFEngine.from_path(str(save)).generate(PROMPTS, SAMPLING)
