@@ -158,25 +158,27 @@ class WeightReceiver:
                         data = data.clone()
                     data[0] ^= 0xFF  # fault injection: one byte flipped in transit
                 got = self.copies.checksum(data) if e.checksum is not None else None
-                self._record(e, got, report, digest, state)
-                if state["mismatch"] is not None:
-                    continue
-                if dest is not None:
-                    report.in_place += 1
-                    continue
-                out.append((e.name, data.view(getattr(torch, e.dtype)).view(e.shape)))
+                self._take(e, got, data, dest, out, report, digest, state)
             if header.barrier:
                 # beside shared-memory receivers: acknowledge too (our bytes are our own, so at once)
                 self.copies.settle()
                 self.group.barrier()
             yield from out
 
-    def _record(self, e: Entry, got: str | None, report: SyncReport, digest: Digest, state: dict) -> None:
+    def _take(self, e: Entry, got: str | None, kept: Tensor, dest, out: list, report, digest, state) -> None:
+        """Record a received tensor (``got``: the checksum of the bytes kept); yield it later unless it landed in
+        the engine's own parameter or a mismatch was found (from then on nothing is handed to the engine)."""
         digest.add(Entry(e.name, e.dtype, e.shape, e.offset, e.nbytes, got))
         if got != e.checksum and state["mismatch"] is None:
             state["mismatch"] = f"{e.name} (received checksum {got}, sent {e.checksum})"
         report.tensors += 1
         report.bytes += e.nbytes
+        if state["mismatch"] is not None:
+            return
+        if dest is not None:
+            report.in_place += 1
+            return
+        out.append((e.name, kept.view(getattr(torch, e.dtype)).view(e.shape)))
 
     def _from_shared(self, header: Header, into, report, digest, state, corrupt) -> list[tuple[str, Tensor]]:
         """Copy a bucket out of its shared half into memory this engine keeps (its parameter, or a buffer of its
@@ -202,13 +204,7 @@ class WeightReceiver:
                 got = self.copies.checksum(kept) if e.checksum is not None else None
             else:
                 got = self.copies.copy(kept, src, e.checksum is not None)
-            self._record(e, got, report, digest, state)
-            if state["mismatch"] is not None:
-                continue
-            if dest is not None:
-                report.in_place += 1
-                continue
-            out.append((e.name, kept.view(getattr(torch, e.dtype)).view(e.shape)))
+            self._take(e, got, kept, dest, out, report, digest, state)
         return out
 
     def _drain(self) -> None:
