@@ -44,3 +44,15 @@ def test_without_any_vllm_the_error_names_all_three_ways(tmp_path, monkeypatch):
         find_vllm_python()
     msg = str(err.value)
     assert 'pip install -e ".[vllm]"' in msg and paths.VLLM_PYTHON_ENV in msg and "setup_vllm_cpu.sh" in msg
+
+
+def test_preflight_names_a_missing_engine_interpreter_before_anything_starts(tmp_path, monkeypatch):
+    from rlhf.launch.preflight.engine import check_vllm_engine
+    from rlhf.spec.build import load_spec
+
+    monkeypatch.delenv(paths.VLLM_PYTHON_ENV, raising=False)
+    monkeypatch.setattr(paths, "vllm_importable_here", lambda: False)
+    monkeypatch.setattr(paths, "source_root", lambda: tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (finding,) = check_vllm_engine(load_spec(["+recipe=grpo_llama3_8b"]))
+    assert finding.key == "rollout.backend" and 'pip install -e ".[vllm]"' in finding.problem
