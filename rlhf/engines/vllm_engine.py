@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from rlhf.engines.logprob_meaning import MIN_NEW_TOKENS_ARG
+from rlhf.engines.logprob_meaning import FORCE_TOKENS_ARG, MIN_NEW_TOKENS_ARG
 from rlhf.engines.protocol import Rollout, SamplingSpec
 from rlhf.engines.vllm_version import VLLM_SUPPORTED, check_vllm_version
 from rlhf.engines.vllm_worker import PackedWeights, iter_packed, pack_named_tensors
@@ -241,21 +241,36 @@ class VLLMEngine:
             self.llm.collective_rpc("rlhf_empty_cache")
 
     def score(self, sequences: list[tuple[list[int], list[int]]]) -> list[list[float]]:
-        """Teacher-forced log-probs of each ``(prompt, output)``'s output tokens at temperature 1 (vLLM's prompt
-        log-probs of the whole sequence: deterministic, so a probe can tell whether the weights moved)."""
+        """Teacher-forced log-probs of each ``(prompt, output)``'s output tokens at temperature 1: the engine is made
+        to sample exactly ``output`` (rlhf.engines.vllm_logprobs, point 3) and reports each token's log-prob under
+        the full distribution. Deterministic, so a probe can tell whether the weights moved."""
+        if self.awake != {"weights", "kv_cache"}:
+            raise RuntimeError("VLLMEngine.score called while asleep; call wake() first")
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        if self.awake != {"weights", "kv_cache"}:
-            raise RuntimeError("VLLMEngine.score called while asleep; call wake() first")
-        requests = [TokensPrompt(prompt_token_ids=[int(t) for t in p + o]) for p, o in sequences]
-        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+        requests, params = [], []
+        for prompt, output in sequences:
+            requests.append(TokensPrompt(prompt_token_ids=[int(t) for t in prompt]))
+            params.append(
+                SamplingParams(
+                    max_tokens=len(output),
+                    temperature=1.0,
+                    logprobs=0,
+                    flat_logprobs=True,
+                    ignore_eos=True,
+                    extra_args={FORCE_TOKENS_ARG: [int(t) for t in output]},
+                    detokenize=False,
+                    seed=0,
+                )
+            )
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         out = []
-        for (prompt, output), res in zip(sequences, outputs, strict=True):
-            ids = [int(t) for t in prompt + output]
-            lps = res.prompt_logprobs
-            out.append([_logprob_at(lps, i, ids[i]) for i in range(len(prompt), len(ids))])
+        for (_, output), res in zip(sequences, outputs, strict=True):
+            got = list(res.outputs[0].token_ids)
+            if got != [int(t) for t in output]:
+                raise RuntimeError(f"teacher forcing gave {got[:8]}... instead of {list(output)[:8]}...")
+            out.append(_sampled_logprobs(res.outputs[0].logprobs, got))
         return out
 
     def _rpc_in_process(self) -> bool:
@@ -282,19 +297,6 @@ class VLLMEngine:
                 if self.sleep_supported:
                     self.llm.wake_up(tags=[tag])
                 self.awake.add(tag)
-
-
-def _logprob_at(prompt_logprobs: Any, i: int, token: int) -> float:
-    """The log-prob of ``token`` at position ``i`` of vLLM's prompt log-probs (FlatLogprobs or a list of dicts)."""
-    if prompt_logprobs is None:
-        raise RuntimeError("vLLM returned no prompt log-probs although they were requested")
-    entry = prompt_logprobs[i]
-    if isinstance(entry, dict):
-        return float(entry[token].logprob)
-    for tok, lp in zip(getattr(entry, "token_ids", []), getattr(entry, "logprobs", []), strict=False):
-        if int(tok) == token:
-            return float(lp)
-    raise RuntimeError(f"vLLM's prompt log-probs at position {i} do not include token {token}")
 
 
 def _sampled_logprobs(logprobs: Any, token_ids: list[int]) -> list[float]:

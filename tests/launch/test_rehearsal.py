@@ -99,7 +99,12 @@ def test_the_device_map_gives_each_tp_engine_its_own_bundles_and_a_share_beside_
 
 def test_the_70b_engines_span_their_own_node_and_the_sync_broadcasts_to_every_worker():
     text = _run_shape("6x8x96")["ppo_llama3_70b"]["map"]
-    assert text.count("TP worker") == 16 and "shared_memory" not in text  # split placement: every worker elsewhere
+    workers = [ln for ln in text.splitlines() if ln.startswith("  rollout") and "TP worker" in ln]
+    assert len(workers) == 16 and "shared_memory" not in text  # split placement: every worker elsewhere
+    engine_nodes = {ln.split()[-1].split(":")[0] for ln in workers}
+    trainers = [ln for ln in text.splitlines() if ln.startswith(("  policy", "  critic"))]
+    assert len(engine_nodes) == 2 and len(trainers) == 32  # the engines' own two nodes ...
+    assert not engine_nodes & {ln.split()[-1].split(":")[0] for ln in trainers}  # ... where no trainer computes
 
 
 def test_a_violation_exits_non_zero_naming_role_process_and_device(tmp_path):
