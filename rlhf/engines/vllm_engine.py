@@ -211,6 +211,7 @@ class VLLMEngine:
         started on ``path`` would load)."""
         self.wake(["weights"])
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": path, "is_checkpoint_format": True})
+        self.llm.collective_rpc("rlhf_refresh_tied_head")
         self.llm.reset_prefix_cache()
 
     def sync_locations(self) -> list[dict[str, Any]]:

