@@ -43,13 +43,12 @@ def test_preflight_names_a_missing_config_before_anything_starts():
     from rlhf.launch.preflight.hub_datasets import check_hub_configs
 
     spec = load_spec(["+recipe=grpo_qwen2_5_0_5b", "data.train_files=[openai/gsm8k]"])
-    found = check_hub_configs(spec, lambda path: ["main", "socratic"])
+    found, _ = check_hub_configs(spec, lambda path: ["main", "socratic"])
     assert [f.key for f in found] == ["data.train_files[0]"]
     assert "main, socratic" in found[0].problem and "openai/gsm8k:main" in found[0].fix and not found[0].warning
-    assert check_hub_configs(load_spec(["+recipe=grpo_qwen2_5_0_5b"]), lambda path: ["main", "socratic"]) == []
+    assert check_hub_configs(load_spec(["+recipe=grpo_qwen2_5_0_5b"]), lambda path: ["main", "socratic"]) == ([], [])
 
     def offline(path):
         raise ConnectionError("no network")
 
-    (warning,) = check_hub_configs(spec, offline)
-    assert warning.warning and "no network" in warning.problem
+    assert check_hub_configs(spec, offline) == ([], ["openai/gsm8k"])  # not asked: said in what was checked

@@ -69,8 +69,10 @@ def preflight(spec: ExperimentSpec) -> PreflightReport:
         report.findings += check_vllm_engine(spec)
         report.checked.append("vLLM interpreter and version")
     if hub_sources(spec):
-        report.findings += check_hub_configs(spec)
-        report.checked.append("hub dataset configs")
+        found, unasked = check_hub_configs(spec)
+        report.findings += found
+        note = f" (hub unreachable here, not asked: {', '.join(unasked)})" if unasked else ""
+        report.checked.append("hub dataset configs" + note)
     if spec.reward.model_path:
         report.findings += check_reward_model(spec)
         report.checked.append("reward.model_path")

@@ -1,7 +1,8 @@
 """Hub datasets named without the config they need: ``openai/gsm8k`` has the configs ``main`` and ``socratic`` and
 no default, so loading it fails after the cluster started; the preflight asks the hub (datasets'
 ``get_dataset_config_names``) for each hub source that names no config and reports the ones to choose from. Without
-hub access (an offline machine) it says it could not check, as a warning."""
+hub access (an offline machine) nothing can be asked: the preflight says so in what it checked, and the loader names
+the dataset if it fails later."""
 
 from __future__ import annotations
 
@@ -32,17 +33,20 @@ def hub_sources(spec: ExperimentSpec) -> list[tuple[str, str]]:
     return out
 
 
-def check_hub_configs(spec: ExperimentSpec, config_names: Callable[[str], list[str]] = _config_names) -> list[Finding]:
-    findings = []
+def check_hub_configs(
+    spec: ExperimentSpec, config_names: Callable[[str], list[str]] = _config_names
+) -> tuple[list[Finding], list[str]]:
+    """Findings for hub sources that need a config and name none, and the sources the hub could not be asked
+    about (offline, private, unknown)."""
+    findings, unasked = [], []
     for key, source in hub_sources(spec):
         hub = parse_hub_source(source)
         if hub is None or hub.config:
             continue
         try:
             names = config_names(hub.path)
-        except Exception as e:  # noqa: BLE001 - offline, private or unknown: the loader will say which
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            findings.append(Finding(key, source, f"could not ask the hub for its configs ({first})", warning=True))
+        except Exception:  # noqa: BLE001 - offline, private or unknown: the loader will say which
+            unasked.append(source)
             continue
         if len(names) > 1 and "default" not in names:
             findings.append(
@@ -53,4 +57,4 @@ def check_hub_configs(spec: ExperimentSpec, config_names: Callable[[str], list[s
                     f"name one, as {FORM}: e.g. {hub.path}:{names[0]}",
                 )
             )
-    return findings
+    return findings, unasked
