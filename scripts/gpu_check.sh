@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first thing to run on a GPU machine (one GPU is enough; about 10 minutes on one H200), after
+# The first thing to run on a GPU machine (one GPU is enough; meant to take under 10 minutes on one H200), after
 #   pip install -e ".[vllm]"        (or inside docker/Dockerfile.gpu's image)
 # One line per check; the first failure stops it with exit status 1. What it checks, in order:
 #   1. versions: torch + CUDA + GPU, vllm within the supported range, deepspeed, ray, transformers
