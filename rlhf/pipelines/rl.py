@@ -157,8 +157,9 @@ def evaluate(spec: ExperimentSpec, gen: Generator, workers: RLWorkers, evalset: 
     count = len(evalset) if spec.eval.max_prompts is None else min(len(evalset), spec.eval.max_prompts)
     rows = evalset.rows(list(range(count)))
     sampling = gen.sampling(10**6 + step, temperature=spec.eval.temperature, n=n)
-    rollouts = gen.launch(rows, sampling)()
-    scored = gen.scorer(rollouts, [r for r in rows for _ in range(n)])
+    with workers.generation(next_is_sync=False):  # hybrid engine: the engines awake, the trainers' states out
+        rollouts = gen.launch(rows, sampling)()
+        scored = gen.scorer(rollouts, [r for r in rows for _ in range(n)])
     lengths = [float(sum(r.action_mask)) for r in rollouts]
     truncated = [1.0 if r.finish_reason == "length" else 0.0 for r in rollouts]
     return eval_metrics(scored.scores, [r["datasource"] for r in scored.rows], lengths, truncated, n)

@@ -11,6 +11,8 @@ seed, exactly as an RL run's step would from the same weights; the engines keep 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -44,6 +46,12 @@ class RolloutWorkers:
         self.rollout = RolloutEngines(spec, realized, model_path, env)
         if pending is not None:
             self.reward.get(pending, "init")
+
+    @contextmanager
+    def generation(self, next_is_sync: bool = False) -> Iterator[None]:
+        """Nothing takes turns with the engines (no trainer holds their devices): a block that generates runs as
+        it is (the RL workers' hybrid schedule, rlhf.pipelines.rl_roles.HybridSchedule, has nothing to swap)."""
+        yield
 
     def reward_model_scores(self, exp: Any) -> list[float]:
         import torch

@@ -15,6 +15,8 @@ from typing import Any
 
 from rlhf.spec import backends, names, reasoning_gym_source, recording
 from rlhf.spec.derive import Derived, derive, reward_source
+from rlhf.spec.hub_source import FORM as HUB_FORM
+from rlhf.spec.hub_source import parse_hub_source
 from rlhf.spec.keys import domain_violations
 from rlhf.spec.schema import ROLES, ExperimentSpec, ISCorrectionSpec
 from rlhf.spec.tokenizer_files import tokenizer_difference
@@ -374,6 +376,55 @@ def _check_resources(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
         )
 
 
+def _check_deepspeed_on_gpus(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
+    """Combinations DeepSpeed refuses on GPUs, named before anything starts (deepspeed/runtime/engine.py
+    ``offload_states`` asserts no offloaded parameters; ZeRO-3's ``offload_states`` asserts FusedAdam; ZeRO-0 has
+    no ZeRO optimizer to offload; DeepSpeedCPUAdam steps host tensors only)."""
+    hw, t, ro = spec.hardware, spec.trainer, spec.rollout
+    if hw.accelerator != "gpu" or not any(r in d.roles for r in ("policy", "critic")):
+        return
+    c.require(
+        not (t.optimizer == "cpu_adam" and not t.offload_optimizer),
+        "trainer.optimizer",
+        t.optimizer,
+        "cpu_adam steps optimizer states in host memory: set trainer.offload_optimizer=true, or use fused_adam",
+    )
+    c.require(
+        not (t.offload_params and t.zero_stage != 3),
+        "trainer.offload_params",
+        True,
+        f"parameter offload is a ZeRO-3 feature (trainer.zero_stage={t.zero_stage}): set trainer.zero_stage=3",
+    )
+    group = d.group_of("rollout")
+    hybrid = "rollout" in d.roles and ro.enable_sleep and not ro.async_mode
+    trained_beside = [r for r in ("policy", "critic") if r in group] if hybrid else []
+    if not trained_beside:
+        return
+    where = f"rollout colocated with {'+'.join(trained_beside)} and rollout.enable_sleep"
+    fix = "; or set rollout.enable_sleep=false, or give the rollout its own devices (placement=colocate_actor_ref)"
+    for key, on in (("trainer.offload_optimizer", t.offload_optimizer), ("trainer.offload_params", t.offload_params)):
+        c.require(
+            not on,
+            key,
+            on,
+            f"{where}: the trainers' states move to host memory around every generation, which DeepSpeed refuses "
+            f"for states it already offloads (engine.offload_states); set {key}=false{fix}",
+        )
+    c.require(
+        t.zero_stage >= 1,
+        "trainer.zero_stage",
+        t.zero_stage,
+        f"{where}: moving the trainers' states out around generation needs a ZeRO optimizer (stage 1-3){fix}",
+    )
+    c.require(
+        not (t.zero_stage == 3 and t.optimizer != "fused_adam"),
+        "trainer.optimizer",
+        t.optimizer,
+        f"{where}: ZeRO-3 moves optimizer states only for DeepSpeed's FusedAdam (stage3 offload_states); use "
+        f"trainer.optimizer=fused_adam{fix}",
+    )
+
+
 def _check_warmup(spec: ExperimentSpec, c: _Collector) -> None:
     w = spec.sft_warmup
     if w.steps <= 0:
@@ -429,10 +480,10 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
             c.require(os.path.exists(os.path.expanduser(f)), key, f, "no such file or folder")
         else:
             c.require(
-                bool(_HUB_NAME.match(f)),
+                parse_hub_source(f) is not None,
                 key,
                 f,
-                "not a file here, builtin:NAME, reasoning_gym:TASK, nor a hub dataset org/name",
+                f"not a file here, builtin:NAME, reasoning_gym:TASK, nor a hub dataset {HUB_FORM}",
             )
     _check_reasoning_gym_overlap(spec, c)
     if d.train_probs is not None:
@@ -564,6 +615,7 @@ def validate(spec: ExperimentSpec) -> list[SpecError]:
     _check_algorithm(spec, d, c)
     _check_teacher(spec, d, c)
     _check_resources(spec, d, c)
+    _check_deepspeed_on_gpus(spec, d, c)
     _check_warmup(spec, c)
     _check_paths(spec, c)
     _check_recording(spec, c)
