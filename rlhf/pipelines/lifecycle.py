@@ -40,6 +40,7 @@ class Recipe(Protocol):
     family: str
     label: str  # progress bar label
     progress_keys: tuple[str, ...]  # metrics shown on the bar
+    init_origin: dict[str, str] | None  # set by prepare under checkpoint.init_from: tracker params (init_from.*)
 
     def prepare(self) -> int:
         """Tokenizer and data, before any process starts (a bad row stops here); returns the number of steps."""
@@ -268,6 +269,9 @@ class Runner:
             resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
             state = self.ckpt.driver_state(resume_from) if resume_from else {}
             self.tracker = Tracker(self.spec, self.run_dir, run_id=state.get("mlflow_run_id"))
+            origin = getattr(self.recipe, "init_origin", None)  # checkpoint.init_from: where the weights came from
+            if origin:
+                self.tracker.log_params(origin)
         except BaseException:
             starting.discard()
             raise

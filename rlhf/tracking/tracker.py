@@ -64,6 +64,11 @@ class Tracker:
         """Steps a previous attempt in this run folder logged (metrics.jsonl rows with a step above 0)."""
         return len({r.get("step") for r in read_metrics(self.run_dir) if r.get("step", 0) > 0})
 
+    def log_params(self, params: dict[str, str]) -> None:
+        """Params beside the config's (a value MLflow already holds for this run must stay the same)."""
+        if self.mlflow:
+            self.mlflow.log_params(params)
+
     def log_artifacts(self, paths: list[Path]) -> None:
         if self.mlflow:
             for p in paths:

@@ -11,7 +11,9 @@ imports neither Ray nor torch and runs none of the user's code. What it checks:
 * ``reward.urls``: each endpoint probed, a dead one fails in about a second, a slow one warns (see urls);
 * ``data.train_files`` / ``data.eval_files``: local JSON Lines, JSON, CSV and parquet files read far enough to
   name an empty file, a malformed line or a missing column (see data_files);
-* ``reward.model_path``: a folder without trained value-head weights, e.g. a policy (see models).
+* ``reward.model_path``: a folder without trained value-head weights, e.g. a policy (see models);
+* ``checkpoint.init_from``: a folder holding a run, a checkpoint or a Hugging Face model that fits model.* and the
+  pipeline (rlhf.pipelines.init_source, which reads the checkpoint layout and config files only).
 """
 
 from __future__ import annotations
@@ -62,6 +64,11 @@ def preflight(spec: ExperimentSpec) -> PreflightReport:
     if spec.reward.model_path:
         report.findings += check_reward_model(spec)
         report.checked.append("reward.model_path")
+    if spec.checkpoint.init_from:
+        from rlhf.pipelines.init_source import check as check_init_from
+
+        report.findings += [Finding(p.key, p.value, p.problem, p.fix) for p in check_init_from(spec)]
+        report.checked.append("checkpoint.init_from")
     report.seconds = time.monotonic() - start
     return report
 
