@@ -175,13 +175,14 @@ def starting_weights(spec: ExperimentSpec, run_dir: Path) -> tuple[ExperimentSpe
         )
     if not origin:
         _refuse_other_run(spec, Path(run_dir))
-    if not origin or not Path(origin.get("policy") or "").is_dir():
+    fresh = not origin or not Path(origin.get("policy") or "").is_dir()
+    if fresh:
         source = resolve(given)
         problems = fit_problems(spec, source)
         if problems:
             raise InitFromError(problems)
         origin = _materialize(spec, source, out)
-    print(_describe(spec, origin), file=sys.stderr, flush=True)
+    print(_describe(spec, origin, fresh), file=sys.stderr, flush=True)
     return _with_weights(spec, origin), tracker_params(spec, origin)
 
 
@@ -214,15 +215,18 @@ def tracker_params(spec: ExperimentSpec, origin: dict[str, Any]) -> dict[str, st
     }
 
 
-def _describe(spec: ExperimentSpec, origin: dict[str, Any]) -> str:
+def _describe(spec: ExperimentSpec, origin: dict[str, Any], fresh: bool) -> str:
     step = f" (step {origin['step']})" if origin["step"] is not None else ""
-    parts = [f"{KEY}: a new run from {origin['source']}{step}: weights {origin['policy']}"]
+    # A run folder holding the record already (a resumed run) says where it started; its checkpoint decides the rest.
+    head = "a new run from" if fresh else "this run started from"
+    parts = [f"{KEY}: {head} {origin['source']}{step}: weights {origin['policy']}"]
     if origin.get("critic"):
         parts.append(f"critic {origin['critic']}")
     ref = _reference(spec, origin)
     if ref:
         parts.append("reference: the same weights" if ref == origin["policy"] else f"reference {ref}")
-    parts.append(f"fresh optimizer, step 0, data order of seed {spec.seed}")
+    if fresh:
+        parts.append(f"fresh optimizer, step 0, data order of seed {spec.seed}")
     return "; ".join(parts)
 
 

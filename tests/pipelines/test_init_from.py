@@ -32,10 +32,6 @@ GRPO = ["+recipe=grpo_tiny_cpu", "logging.progress=false", "logging.mlflow=false
 SEEDED = ["eval.steps=1", "eval.temperature=1.0", "eval.samples_per_prompt=4", "eval.max_prompts=16"]
 
 
-def _keys(errors) -> set[str]:
-    return {e.key for e in errors}
-
-
 # -- refused before anything starts ---------------------------------------------------------------------------------
 def test_validation_names_a_missing_folder_and_a_resume_path_given_with_it(tmp_path):
     errors = validate(load_spec(["+recipe=grpo_tiny_cpu", f"checkpoint.init_from={tmp_path / 'nowhere'}"]))
@@ -74,7 +70,7 @@ def test_preflight_refuses_what_holds_no_weights_or_does_not_fit_model(tmp_path)
     (kind,) = check(load_spec(["+recipe=grpo_tiny_cpu", f"checkpoint.init_from={rm}"]))
     assert "reward model or critic" in kind.problem and "reward.model_path" in kind.fix
     assert check(load_spec(["+recipe=rm_tiny_cpu", f"checkpoint.init_from={rm}"])) == []  # an RM may start from one
-    assert value_head_trained(rm) and not value_head_trained(base)  # ... and then keeps its head
+    assert value_head_trained(rm) and not value_head_trained(base)  # what decides that it keeps its trained head
 
 
 def test_resume_with_an_init_from_the_run_was_not_started_with_is_refused(tmp_path, capsys):
@@ -122,7 +118,7 @@ def _logits(model, ids: torch.Tensor) -> torch.Tensor:
 def test_a_lora_adapter_folder_is_merged_into_its_base(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    spec, base = _tiny()
+    _, base = _tiny()
     adapted = _adapted(base)
     adapted.save_pretrained(tmp_path / "adapter")  # what a LoRA run's model/ holds (its base named inside)
     spec = load_spec(["+recipe=grpo_tiny_cpu", f"checkpoint.init_from={tmp_path / 'adapter'}"])
