@@ -62,6 +62,7 @@ def resume_argv(argv: list[str]) -> list[str]:
             "pass the folder the run printed after 'rlhf-run: ... ->'"
         )
     recorded = json.loads((run_dir / COMMAND_FILE).read_text())
+    _refuse_new_init_from(target, recorded["argv"], rest)
     run_dir = run_dir.resolve()
     start = recorded.get("cwd")
     if start and Path(start).is_dir() and Path(start).resolve() != Path.cwd().resolve():
@@ -71,6 +72,21 @@ def resume_argv(argv: list[str]) -> list[str]:
     argv = [*recorded["argv"], *rest, f"hydra.run.dir={run_dir}"]
     print(f"resuming {run_dir}: rlhf-run {' '.join(recorded['argv'] + rest)}", file=sys.stderr)
     return argv
+
+
+def _init_from(argv: list[str]) -> list[str]:
+    return [a.lstrip("+").partition("=")[2] for a in argv if a.lstrip("+").startswith("checkpoint.init_from=")]
+
+
+def _refuse_new_init_from(target: str, recorded: list[str], added: list[str]) -> None:
+    """``--resume`` continues a run; a checkpoint.init_from the run was not started with would start another."""
+    new, before = _init_from(added), _init_from(recorded)
+    if new and new[-1] != (before[-1] if before else ""):
+        fail(
+            f"--resume {target} continues that run (its weights, optimizer, step and data position), while "
+            f"checkpoint.init_from={new[-1]} starts a new run from those weights: drop --resume to start the new run, "
+            "or drop checkpoint.init_from to continue this one"
+        )
 
 
 def resume_line(e: RunInterrupted) -> str:

@@ -42,6 +42,7 @@ class Recipe(Protocol):
     family: str
     label: str  # progress bar label
     progress_keys: tuple[str, ...]  # metrics shown on the bar
+    init_origin: dict[str, str] | None  # set by prepare under checkpoint.init_from: tracker params (init_from.*)
 
     def prepare(self) -> int:
         """Tokenizer and data, before any process starts (a bad row stops here); returns the number of steps."""
@@ -269,6 +270,9 @@ class Runner:
             resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
             state = self.ckpt.driver_state(resume_from) if resume_from else {}
             self.tracker = Tracking(self.spec, self.run_dir, records=state.get("trackers"))
+            origin = getattr(self.recipe, "init_origin", None)  # checkpoint.init_from: where the weights came from
+            if origin:
+                self.tracker.log_params(origin)
         except BaseException:
             starting.discard()
             raise

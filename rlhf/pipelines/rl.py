@@ -209,9 +209,14 @@ class RLRecipe:
         self.pending: tuple[list[dict[str, Any]], Callable[[], list[Rollout]]] | None = None  # async: step k+1
         self.best: tuple[str | None, float | None] = (None, None)
         self.last_eval: dict[str, float] = {}
+        self.init_origin: dict[str, str] | None = None  # checkpoint.init_from: the tracker's init_from.* params
 
     # -- before any process -------------------------------------------------------------------------------------
     def prepare(self) -> int:
+        from rlhf.pipelines.init_from import starting_weights
+
+        # checkpoint.init_from: policy, engines, reference (and the source's critic) load the starting weights
+        self.spec, self.init_origin = starting_weights(self.spec, self.run_dir)
         spec = self.spec
         self.policy_path, self.tokenizer, self.splits = prompt_data(spec)
         self.warmup = _SFTWarmup(spec, self.tokenizer) if spec.sft_warmup.steps > 0 else None

@@ -93,10 +93,13 @@ class RolloutOnlyRecipe:
         self.recorder: Any = None
         self.current: tuple[int, list[dict[str, Any]]] | None = None  # the step under way and its prompts
         self.last_eval: dict[str, float] = {}
+        self.init_origin: dict[str, str] | None = None  # checkpoint.init_from: the tracker's init_from.* params
 
     def prepare(self) -> int:
+        from rlhf.pipelines.init_from import starting_weights
         from rlhf.pipelines.rollout_record import Recorder
 
+        self.spec, self.init_origin = starting_weights(self.spec, self.run_dir)  # the engines sample from them
         spec = self.spec
         self.model_path, self.tokenizer, self.splits = prompt_data(spec)
         self.total = _total_steps(spec, len(self.splits.train))

@@ -107,15 +107,23 @@ class SupervisedRecipe:
         self.spec, self.run_dir, self.make_task = spec, Path(run_dir), make_task
         self.workers: Workers | None = None
         self.last_eval: dict[str, float] = {}
+        self.init_origin: dict[str, str] | None = None  # checkpoint.init_from: the tracker's init_from.* params
 
     def prepare(self) -> int:
+        from dataclasses import replace
+
         from rlhf.data import build_datasets
         from rlhf.models.loading import tokenizer_for
+        from rlhf.pipelines.init_from import starting_weights, value_head_trained
 
+        # checkpoint.init_from: the spec the ranks load names the starting weights (checked, made loadable here).
+        self.spec, self.init_origin = starting_weights(self.spec, self.run_dir)
         spec = self.spec
         # Data before processes: a bad row stops the job here, naming file, row and key.
         self.tokenizer = tokenizer_for(spec.model)
         self.task = self.make_task(spec, self.tokenizer)
+        if self.init_origin and self.task.init_value_head and value_head_trained(spec.model.path):
+            self.task = replace(self.task, init_value_head=False)  # an RM started from an RM keeps its trained head
         self.family = self.task.family
         self.label = f"{self.task.family} train"
         self.progress_keys = self.task.progress_keys

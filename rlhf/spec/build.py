@@ -27,6 +27,7 @@ PATH_KEYS = (
     ("reference", "model_path"),
     ("teacher", "model_path"),
     ("agent", "path"),
+    ("checkpoint", "init_from"),
 )
 
 

@@ -503,6 +503,30 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
     res = spec.checkpoint.resume
     if res not in ("auto", "never"):
         c.require(Path(res).expanduser().exists(), "checkpoint.resume", res, "auto, never, or an existing checkpoint")
+    _check_init_from(spec, c)
+
+
+def _check_init_from(spec: ExperimentSpec, c: _Collector) -> None:
+    """checkpoint.init_from: an existing folder, and not together with a resume path (one continues a run, the other
+    starts a new one). What the folder holds and whether it fits model.* is the preflight's
+    (rlhf.pipelines.init_source, which reads the checkpoint layout)."""
+    init, res = spec.checkpoint.init_from, spec.checkpoint.resume
+    if not init:
+        return
+    c.require(
+        Path(init).expanduser().is_dir(),
+        "checkpoint.init_from",
+        init,
+        "no such folder; give a run folder (outputs/...), a checkpoint folder (.../checkpoints/stepN) or a Hugging "
+        "Face model folder",
+    )
+    c.require(
+        res in ("auto", "never"),
+        "checkpoint.resume",
+        res,
+        "checkpoint.resume=PATH continues that run (its optimizer, step and data position) while checkpoint.init_from "
+        "starts a new run from weights: set checkpoint.resume=auto (or never), or drop checkpoint.init_from",
+    )
 
 
 def _check_reasoning_gym(source: str, key: str, c: _Collector) -> None:

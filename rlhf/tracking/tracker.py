@@ -92,6 +92,12 @@ class Tracking:
         """Steps a previous attempt in this run folder logged (metrics.jsonl rows with a step above 0)."""
         return len({r.get("step") for r in read_metrics(self.run_dir) if r.get("step", 0) > 0})
 
+    def log_params(self, params: dict[str, str]) -> None:
+        """Params beside the config's, to every tracker (a value a tracker already holds for this run, logged again
+        on a resume, must stay the same: MLflow refuses a changed one)."""
+        for t in self.trackers.values():
+            t.log_params(params)
+
     def log_artifacts(self, paths: list[Path]) -> None:
         for t in self.trackers.values():
             t.log_artifacts(paths)
