@@ -181,12 +181,12 @@ class ImportOpenRLHF:
     help = "convert an OpenRLHF command line or script into a recipe, reporting what became of every flag"
 
     def add(self, p: argparse.ArgumentParser) -> None:
-        from rlhf.compat.openrlhf_cli import add_arguments
+        from rlhf.cli.importers.openrlhf.verb import add_arguments
 
         add_arguments(p)
 
     def run(self, args: argparse.Namespace) -> int:
-        from rlhf.compat.openrlhf_cli import run
+        from rlhf.cli.importers.openrlhf.verb import run
 
         return run(args)
 

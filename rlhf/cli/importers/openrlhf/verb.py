@@ -5,8 +5,8 @@ and a report on every flag.
     rlhf-recipes import-openrlhf -o grpo.yaml -- python3 -m openrlhf.cli.train_ppo_ray --pretrain ... --bf16
 
 Then ``rlhf-run +recipe=grpo.yaml``. The conversion steps live in their own modules: reading the script
-(rlhf.compat.shell), the flags (openrlhf_args, openrlhf_flags), what they mean here (openrlhf_convert), the recipe
-(openrlhf_recipe) and the report (openrlhf_report).
+(rlhf.cli.importers.shell), the flags (.args, .flags), what they mean here (.mapping), the recipe (.recipe) and the
+report (.report).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlhf.compat import shell
-from rlhf.compat.openrlhf_args import Command, ImportProblem, find_entry, split_command
-from rlhf.compat.openrlhf_convert import Mapping, map_command
-from rlhf.compat.openrlhf_recipe import Recipe, build_recipe, options, render_yaml
-from rlhf.compat.openrlhf_report import render
+from rlhf.cli.importers import shell
+from rlhf.cli.importers.openrlhf.args import Command, ImportProblem, find_entry, split_command
+from rlhf.cli.importers.openrlhf.mapping import Mapping, map_command
+from rlhf.cli.importers.openrlhf.recipe import Recipe, build_recipe, options, render_yaml
+from rlhf.cli.importers.openrlhf.report import render
 
 
 @dataclass

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlhf.compat.openrlhf_args import Command, Flag
-from rlhf.compat.openrlhf_convert import Mapping, Outcome
-from rlhf.compat.openrlhf_recipe import Recipe, _scalar
+from rlhf.cli.importers.openrlhf.args import Command, Flag
+from rlhf.cli.importers.openrlhf.mapping import Mapping, Outcome
+from rlhf.cli.importers.openrlhf.recipe import Recipe, _scalar
 
 WRITTEN, EQUAL, NONE, OVERRIDDEN, UNRECOGNISED = "->", "==", "--", "~~", "!!"
 

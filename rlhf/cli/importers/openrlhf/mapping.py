@@ -3,9 +3,9 @@
 The semantics are carried over, not just the names: where the command leaves a flag out, OpenRLHF's default for it
 is what the run would use, so that default is carried (``rollout.batch_size`` 1024, ``data.apply_chat_template``
 off, ``algo.kl.init_coef`` 0.01 in the reward with k1, ``lambd`` 1, ...); the recipe then keeps only the values
-that differ from the options it picks (rlhf.compat.openrlhf_recipe).
+that differ from the options it picks (rlhf.cli.importers.openrlhf.recipe).
 
-Batch vocabulary (OpenRLHF -> ours; derived values are equal, tests/compat pins them):
+Batch vocabulary (OpenRLHF -> ours; derived values are equal, tests/cli/importers pins them):
     rollout.batch_size (prompts per step)        -> rollout.prompts_per_step
     rollout.n_samples_per_prompt                  -> rollout.samples_per_prompt
     train.batch_size (samples per optimizer step) -> trainer.global_batch
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlhf.compat import openrlhf_flags as vocab
-from rlhf.compat.openrlhf_args import Command
+from rlhf.cli.importers.openrlhf import flags as vocab
+from rlhf.cli.importers.openrlhf.args import Command
 from rlhf.spec import names
 
 
@@ -288,7 +288,7 @@ class _Mapper:
             self._supervised_algorithm()
             groups, nodes, per_node = self._supervised_devices()
         model = "actor.model_name_or_path" if self.rl else "model.model_name_or_path"
-        self.explain(model, "model: the closest conf/model option (rlhf.compat.openrlhf_recipe.choose_model)")
+        self.explain(model, "model: the closest conf/model option (rlhf.cli.importers.openrlhf.recipe.choose_model)")
         for c in self.setting:
             if c not in self.handled:  # a flag of the vocabulary nobody maps: say so rather than drop it
                 self.none(c, UNSUPPORTED, "not carried over by this importer")

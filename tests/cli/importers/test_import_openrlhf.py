@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from openrlhf_commands import DOTTED, FLAT, REINFORCE_PP_BASELINE
 
+from rlhf.cli.importers.openrlhf.args import ImportProblem, find_entry
+from rlhf.cli.importers.openrlhf.mapping import openrlhf_grad_accum, openrlhf_steps_per_rollout
+from rlhf.cli.importers.openrlhf.report import NONE, UNRECOGNISED, lines
+from rlhf.cli.importers.openrlhf.verb import convert, words_from_script
 from rlhf.cli.recipes import main as recipes_main
-from rlhf.compat.openrlhf_args import ImportProblem, find_entry
-from rlhf.compat.openrlhf_cli import convert, words_from_script
-from rlhf.compat.openrlhf_convert import openrlhf_grad_accum, openrlhf_steps_per_rollout
-from rlhf.compat.openrlhf_report import NONE, UNRECOGNISED, lines
 from rlhf.launch.plan import plan
 from rlhf.spec import build, derive, validate
 from rlhf.spec.build import compose
@@ -296,7 +296,7 @@ def test_cli_refuses_to_overwrite_without_force(in_tmp, capsys):
 
 
 def _any_value(d) -> list[str]:
-    from rlhf.compat import openrlhf_flags as vocab
+    from rlhf.cli.importers.openrlhf import flags as vocab
 
     one = {int: "2", float: "0.5"}.get(d.type, "x")
     return {vocab.BOOL: [], vocab.ONE: [one], vocab.TWO: [one, one], vocab.MANY: ["q_proj", "v_proj"]}[d.arity]
@@ -304,9 +304,9 @@ def _any_value(d) -> list[str]:
 
 @pytest.mark.parametrize("entry", ["train_ppo_ray", "train_sft", "train_rm", "train_dpo"])
 def test_every_flag_of_every_vocabulary_has_a_meaning_or_a_reason(entry):
-    from rlhf.compat import openrlhf_flags as vocab
-    from rlhf.compat.openrlhf_args import split_command
-    from rlhf.compat.openrlhf_convert import map_command
+    from rlhf.cli.importers.openrlhf import flags as vocab
+    from rlhf.cli.importers.openrlhf.args import split_command
+    from rlhf.cli.importers.openrlhf.mapping import map_command
 
     words = ["python", "-m", f"openrlhf.cli.{entry}"]
     for name, d in vocab.VOCABULARY[entry].items():

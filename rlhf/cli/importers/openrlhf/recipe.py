@@ -18,8 +18,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlhf.compat.openrlhf_args import ImportProblem
-from rlhf.compat.openrlhf_convert import Mapping
+from rlhf.cli.importers.openrlhf.args import ImportProblem
+from rlhf.cli.importers.openrlhf.mapping import Mapping
 from rlhf.spec import schema
 from rlhf.spec.paths import conf_dir
 

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf.compat import openrlhf_flags as vocab
+from rlhf.cli.importers.openrlhf import flags as vocab
 from rlhf.errors import UserError
 
 _ENTRY = re.compile(r"(?:^|[./])openrlhf[./]cli[./](\w+?)(?:\.py)?$")
