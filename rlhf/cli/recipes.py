@@ -19,7 +19,7 @@ from rlhf.cli.common import (
     recipe_override,
     source_of,
 )
-from rlhf.spec import SpecInvalid, build, check
+from rlhf.spec import SpecInvalid
 from rlhf.spec.store import RecipeInfo
 
 
@@ -107,7 +107,10 @@ class Cp:
 
 
 class Validate:
-    help = "compose, validate and plan a recipe (or all); non-zero exit if any fails"
+    help = (
+        "compose, validate and plan a recipe (or all); non-zero exit if any is invalid. A value the recipe leaves "
+        "to the command line (???) is reported as needed, not as invalid"
+    )
 
     def add(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("name", help="a recipe name, or all")
@@ -116,12 +119,13 @@ class Validate:
     def run(self, args: argparse.Namespace) -> int:
         from rlhf.launch.plan import plan
         from rlhf.spec.build import compose
+        from rlhf.spec.required import check_with_stand_ins
 
         source = source_of(args)
         names = sorted(find_recipes(source)) if args.name == "all" else [args.name]
         if args.name != "all":
             _known(args.name, source)
-        failed = 0
+        failed = needing = 0
         for name in names:
             try:
                 cfg = compose(
@@ -129,17 +133,23 @@ class Validate:
                     config_dir=source.config_dir,
                     config_name=source.config_name,
                 )
-                spec = build(cfg)
-                check(spec)
-                p = plan(spec)
-                print(f"ok    {name}: {p.verdict()}")
+                checked = check_with_stand_ins(cfg)
+                if checked.errors:
+                    raise SpecInvalid(checked.errors)
+                verdict = plan(checked.spec).verdict()
+                needs = ""
+                if checked.needs:
+                    needing += 1
+                    needs = f"; needs {', '.join(checked.needs)} (give it on the command line: {checked.needs[0]}=...)"
+                print(f"ok    {name}: {verdict}{needs}")
             except SpecInvalid as e:
                 failed += 1
                 print(f"FAIL  {name}: {e}")
             except Exception as e:  # noqa: BLE001 - report compose errors per recipe and go on
                 failed += 1
                 print(f"FAIL  {name}: {type(e).__name__}: {e}")
-        print(f"{len(names) - failed} of {len(names)} recipe(s) valid")
+        tail = f" ({needing} with values to give on the command line)" if needing else ""
+        print(f"{len(names) - failed} of {len(names)} recipe(s) valid{tail}")
         return EXIT_USER_ERROR if failed else 0
 
 

@@ -4,9 +4,10 @@ quoting and variable expansion.
 Understood: line continuations, comments, '...', "...", $'...' (ANSI-C escapes), ``NAME=value``, ``export
 NAME=value``, arrays ``NAME=( ... )`` (comments and newlines inside) and their use as ``${NAME[@]}``, ``$NAME``,
 ``${NAME}``, ``${NAME:-default}``, word splitting of unquoted expansions, heredocs, and ``read -r -d '' NAME <<EOF``
-(OpenRLHF's older scripts keep their command in a variable this way). Not run: command substitution ``$(...)``
-and backquotes stay as text and are listed in :attr:`Command.unexpanded`; control flow (if/for) is read as a
-plain sequence of commands.
+(OpenRLHF's older scripts keep their command in a variable this way). Not run: command substitutions ``$(...)``
+and backquotes, variables the script never sets and its own arguments (``$@``, ``$1``) stay as written and are
+listed per word in :attr:`Command.unknown` (``$HOME`` becomes ``~`` and ``$(pwd)`` ``.``, which mean the same
+where the recipe runs); control flow (if/for) is read as a plain sequence of commands.
 """
 
 from __future__ import annotations
@@ -64,8 +65,16 @@ class Command:
 
     words: list[str]
     line: int  # where it starts, 1-based
-    unexpanded: list[str] = field(default_factory=list)  # $(...) and `...` left as text
+    # Word index -> the pieces of that word this reading cannot know, as written: ${SAVE_PATH} (set outside the
+    # script), $(...) and `...` (command substitutions), $@ / ${1} (the script's own arguments). The word itself
+    # keeps them as written: '${SAVE_PATH}/ckpt'.
+    unknown: dict[int, tuple[str, ...]] = field(default_factory=dict)
     unset: list[str] = field(default_factory=list)  # variables used but never set in the script
+
+
+def _special(c: str) -> bool:
+    """$@, $*, $1 ...: the script's own arguments and bash's special parameters."""
+    return bool(c) and c in "0123456789@*#?$!"
 
 
 class _Lexer:
@@ -275,7 +284,9 @@ class _Lexer:
                 e = self.take()
                 if e != "\n":
                     parts.append(_Part("lit", e, quoted=True))
-            elif c == "$" and (self.peek(1) == "{" or self.peek(1) == "(" or _NAME.match(self.peek(1) or "-")):
+            elif c == "$" and (
+                self.peek(1) in ("{", "(") or _NAME.match(self.peek(1) or "-") or _special(self.peek(1))
+            ):
                 parts.append(self._dollar(quoted=True))
             elif c == "`":
                 self.take()
@@ -312,8 +323,53 @@ class _Lexer:
         return _Part("lit", "$", quoted)
 
 
-class _Opaque(str):
-    """A variable's value that came from a command substitution: kept as one word, reported as unexpanded."""
+class _Unknown(str):
+    """Text this reading cannot know (a command substitution, a variable set outside the script, the script's own
+    arguments), kept as written; ``sources`` are those pieces as written (``${SAVE_PATH}``, ``$(pwd)``, ``$@``).
+
+    Internal to this module: :func:`parse_script` hands out plain ``str`` words and the sources per word
+    (:attr:`Command.unknown`), so nothing downstream (a recipe, OmegaConf) ever sees this class."""
+
+    sources: tuple[str, ...] = ()
+
+
+def _unknown(text: str, sources: tuple[str, ...]) -> str:
+    kept = tuple(dict.fromkeys(s for s in sources if s in text))
+    if not kept:
+        return str(text)
+    u = _Unknown(text)
+    u.sources = kept
+    return u
+
+
+def _sources(*texts: str) -> tuple[str, ...]:
+    return tuple(s for t in texts if isinstance(t, _Unknown) for s in t.sources)
+
+
+def _join(texts: list[str], sep: str = "") -> str:
+    return _unknown(sep.join(texts), _sources(*texts))
+
+
+def _split_outside(text: str) -> list[str]:
+    """Whitespace word splitting that never cuts inside an unknown piece (``$(date +%Y)`` stays one)."""
+    protected = [False] * len(text)
+    for s in _sources(text):
+        start = text.find(s)
+        while start >= 0:
+            for k in range(start, start + len(s)):
+                protected[k] = True
+            start = text.find(s, start + len(s))
+    pieces, cur = [], []
+    for k, ch in enumerate(text):
+        if ch.isspace() and not protected[k]:
+            if cur:
+                pieces.append("".join(cur))
+                cur = []
+        else:
+            cur.append(ch)
+    if cur:
+        pieces.append("".join(cur))
+    return [_unknown(p, _sources(text)) for p in pieces]
 
 
 def _literal(word: _Word) -> str | None:
@@ -323,10 +379,15 @@ def _literal(word: _Word) -> str | None:
     return None
 
 
+# What these expand to in the place the recipe runs, rather than where the script ran: paths under the home folder
+# stay under the user's home (~ is expanded by rlhf), and the working directory is the one rlhf-run starts in.
+_PORTABLE = {"HOME": "~", "PWD": "."}
+_PWD_SUBSTITUTIONS = ("$(pwd)", "`pwd`")
+
+
 class _Expander:
     def __init__(self, env: dict[str, str | list[str]]) -> None:
         self.vars: dict[str, str | list[str]] = dict(env)
-        self.unexpanded: list[str] = []
         self.unset: list[str] = []
 
     def value(self, part: _Part) -> str | list[str]:
@@ -334,9 +395,16 @@ class _Expander:
         if v is None or v == "" or v == []:
             if part.default is not None:
                 return self.string(part.default)
-            if v is None and part.text not in self.unset and not part.text.isdigit():
+            if v is not None:
+                return ""  # set to the empty string in the script: bash's empty expansion
+            if part.text in _PORTABLE and part.index is None:
+                return _PORTABLE[part.text]
+            if _NAME.fullmatch(part.text) and part.text not in self.unset:
                 self.unset.append(part.text)
-            return ""
+            written = (
+                f"${part.text}" if part.text in "@*" else f"${{{part.text}{f'[{part.index}]' if part.index else ''}}}"
+            )
+            return _unknown(written, (written,))
         if isinstance(v, list):
             if part.index in ("@", "*"):
                 return list(v)
@@ -349,24 +417,23 @@ class _Expander:
     def string(self, text: str) -> str:
         """Expand $NAME / ${...} inside a heredoc body or a ${VAR:-default}: one string, no word splitting."""
         lexer = _Lexer(text.replace("\\\n", ""))
-        out = []
+        out: list[str] = []
         while lexer.i < len(lexer.s):
             if lexer.peek() == "$" and lexer.peek(1) not in ("", " ", "\n", "'"):
-                part = lexer._dollar(quoted=True)
-                text = self._as_text(part)
-                # Unknown here (a command substitution): keep the reference, one word, reported when used.
-                out.append(f"${{{part.text}}}" if isinstance(text, _Opaque) and part.kind == "var" else text)
+                out.append(self._as_text(lexer._dollar(quoted=True)))
             else:
                 out.append(lexer.take())
-        return "".join(out)
+        return _join(out)
 
     def _as_text(self, part: _Part) -> str:
         if part.kind == "sub":
-            return _Opaque(part.text)
+            if part.text in _PWD_SUBSTITUTIONS:
+                return "."
+            return _unknown(part.text, (part.text,))
         if part.kind == "lit":
             return part.text
         v = self.value(part)
-        return " ".join(v) if isinstance(v, list) else v
+        return _join(v, " ") if isinstance(v, list) else v
 
     def fields(self, word: _Word) -> list[str]:
         out: list[str] = []
@@ -374,8 +441,7 @@ class _Expander:
 
         def cat(text: str) -> None:
             nonlocal cur
-            joined = (cur or "") + text
-            cur = _Opaque(joined) if isinstance(cur, _Opaque) or isinstance(text, _Opaque) else joined
+            cur = text if cur is None else _join([cur, text])
 
         def flush() -> None:
             nonlocal cur
@@ -384,10 +450,10 @@ class _Expander:
             cur = None
 
         def add_split(text: str) -> None:
-            if isinstance(text, _Opaque):  # what a command substitution would print: one word, unknown here
-                cat(text)
+            if isinstance(text, _Unknown) and text in text.sources:
+                cat(text)  # what a substitution would print, or a variable set elsewhere: one word, unknown here
                 return
-            pieces = text.split()
+            pieces = _split_outside(text)
             if not pieces:
                 if text:  # only blanks: a field boundary
                     flush()
@@ -405,7 +471,7 @@ class _Expander:
             if part.kind == "lit":
                 cat(part.text)
             elif part.kind == "sub":
-                cat(_Opaque(part.text))
+                cat(self._as_text(part))
             else:
                 v = self.value(part)
                 if isinstance(v, list):
@@ -421,8 +487,6 @@ class _Expander:
                 else:
                     add_split(v)
         flush()
-        unknown = [f for f in out if isinstance(f, _Opaque) or "$(" in f or "${" in f or "`" in f]
-        self.unexpanded.extend(f for f in unknown if f not in self.unexpanded)
         return out
 
 
@@ -431,7 +495,7 @@ def parse_script(text: str, env: dict[str, str] | None = None) -> list[Command]:
     ex = _Expander(env or {})
     commands: list[Command] = []
     for raw in _Lexer(text).commands():
-        ex.unexpanded, ex.unset = [], []
+        ex.unset = []
         items = list(raw.items)
         words: list[str] = []
         assigning = True
@@ -446,12 +510,11 @@ def parse_script(text: str, env: dict[str, str] | None = None) -> list[Command]:
             m = _ASSIGN.match(lit_head) if assigning and not item.parts[0].quoted else None
             if m:
                 rest = _Word([_Part("lit", lit_head[m.end() :])] + item.parts[1:], item.line)
-                texts = [ex._as_text(p) for p in rest.parts]
-                value = "".join(texts)
+                value = _join([ex._as_text(p) for p in rest.parts])
                 if m.group(2):
-                    value = str(ex.vars.get(m.group(1), "")) + value
-                opaque = any(isinstance(t, _Opaque) for t in texts)
-                ex.vars[m.group(1)] = _Opaque(value) if opaque else value
+                    old = ex.vars.get(m.group(1), "")
+                    value = _join([_join(old, " ") if isinstance(old, list) else old, value])
+                ex.vars[m.group(1)] = value
                 continue
             assigning = False
             words.extend(ex.fields(item))
@@ -461,7 +524,7 @@ def parse_script(text: str, env: dict[str, str] | None = None) -> list[Command]:
             for w in words[1:]:
                 m = _ASSIGN.match(w)
                 if m:
-                    ex.vars[m.group(1)] = w[m.end() :]
+                    ex.vars[m.group(1)] = _unknown(w[m.end() :], _sources(w))
             continue
         if words and words[0] == "read" and raw.heredocs:
             name = next((w for w in reversed(words[1:]) if _NAME.fullmatch(w)), None)
@@ -470,5 +533,6 @@ def parse_script(text: str, env: dict[str, str] | None = None) -> list[Command]:
                 ex.vars[name] = ex.string(body) if expand else body
             continue
         if words:
-            commands.append(Command(words, raw.line, list(ex.unexpanded), list(ex.unset)))
+            unknown = {i: w.sources for i, w in enumerate(words) if isinstance(w, _Unknown)}
+            commands.append(Command([str(w) for w in words], raw.line, unknown, list(ex.unset)))
     return commands

@@ -13,7 +13,7 @@ from openrlhf_commands import DOTTED, FLAT, REINFORCE_PP_BASELINE
 from rlhf.cli.importers.openrlhf.args import ImportProblem, find_entry
 from rlhf.cli.importers.openrlhf.mapping import openrlhf_grad_accum, openrlhf_steps_per_rollout
 from rlhf.cli.importers.openrlhf.report import NONE, UNRECOGNISED, lines
-from rlhf.cli.importers.openrlhf.verb import convert, words_from_script
+from rlhf.cli.importers.openrlhf.verb import convert_words, words_from_script
 from rlhf.cli.recipes import main as recipes_main
 from rlhf.launch.plan import plan
 from rlhf.spec import build, derive, validate
@@ -47,8 +47,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def _convert_script(text: str, **kw):
-    words, notes = words_from_script(text, "test.sh")
-    return convert(words, notes=notes, **kw)
+    return convert_words(words_from_script(text, "test.sh"), **kw)
 
 
 def _written(conv, folder: Path, name: str) -> Path:
@@ -62,7 +61,7 @@ def _problems(path: Path, *overrides: str) -> list:
 
 
 def _flag_words(text: str) -> list[str]:
-    words, _ = words_from_script(text, "test.sh")
+    words = words_from_script(text, "test.sh").words
     return words[find_entry(words)[0] + 1 :]
 
 

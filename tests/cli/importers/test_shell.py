@@ -33,10 +33,12 @@ run "${ARGS[@]}" ${MORE[@]}
     assert words(text) == [["run", "--pretrain", "org/model", "--save_path", "/tmp/out/final", "--x", "1", "--y", "2"]]
 
 
-def test_unquoted_expansion_is_word_split_and_unset_variables_are_reported():
-    cmds = parse_script('FLAGS="--a 1 --b"\nrun $FLAGS "$FLAGS" $NOPE\n')
-    assert cmds[0].words == ["run", "--a", "1", "--b", "--a 1 --b"]
+def test_unquoted_expansion_is_word_split_and_unset_variables_stay_as_written():
+    cmds = parse_script('FLAGS="--a 1 --b"\nrun $FLAGS "$FLAGS" $NOPE ${EMPTY:-} "$@"\n')
+    assert cmds[0].words == ["run", "--a", "1", "--b", "--a 1 --b", "${NOPE}", "$@"]
+    assert cmds[0].unknown == {5: ("${NOPE}",), 6: ("$@",)}  # set outside the script: unknown here, never dropped
     assert cmds[0].unset == ["NOPE"]
+    assert all(type(w) is str for w in cmds[0].words)
 
 
 def test_heredoc_read_into_a_variable_then_expanded():
@@ -48,8 +50,28 @@ def test_heredoc_read_into_a_variable_then_expanded():
 def test_command_substitutions_stay_as_text_and_are_reported():
     cmds = parse_script('DIR=$(cd "$(dirname "$0")" && pwd)\nrun --save_path ${DIR}/x 2>&1 | tee log\n')
     assert cmds[0].words == ["run", "--save_path", '$(cd "$(dirname "$0")" && pwd)/x']
-    assert cmds[0].unexpanded == ['$(cd "$(dirname "$0")" && pwd)/x']
+    assert cmds[0].unknown == {2: ('$(cd "$(dirname "$0")" && pwd)',)}
     assert cmds[1].words == ["tee", "log"]
+
+
+def test_a_substitution_with_blanks_stays_one_word_after_word_splitting():
+    cmds = parse_script('TAG="run-$(date +%m-%d %H)"\nSTAMP=`date +%s`\nrun --name $TAG --n $STAMP\n')
+    assert cmds[0].words == ["run", "--name", "run-$(date +%m-%d %H)", "--n", "`date +%s`"]
+    assert cmds[0].unknown == {2: ("$(date +%m-%d %H)",), 4: ("`date +%s`",)}
+
+
+def test_home_and_the_working_directory_mean_the_same_where_the_recipe_runs():
+    cmds = parse_script('OUT=$(pwd)/ckpt\nrun --data $HOME/d.parquet --out ${OUT} --w "$PWD/x"\n')
+    assert cmds[0].words == ["run", "--data", "~/d.parquet", "--out", "./ckpt", "--w", "./x"]
+    assert cmds[0].unknown == {}
+
+
+def test_unknown_text_in_a_heredoc_command_survives_word_splitting():
+    text = "read -r -d '' cmd <<EOF\nopenrlhf.cli.train_sft --save_path ${SAVE}/sft --bf16\nEOF\n"
+    text += "deepspeed --module $cmd\n"
+    cmds = parse_script(text)
+    assert cmds[0].words == ["deepspeed", "--module", "openrlhf.cli.train_sft", "--save_path", "${SAVE}/sft", "--bf16"]
+    assert cmds[0].unknown == {4: ("${SAVE}",)}
 
 
 def test_control_flow_keywords_and_separators():

@@ -57,7 +57,10 @@ class Mapping:
     groups: list[tuple[list[str], int]]  # device groups of the roles that run, with their device counts
     nodes: int
     devices_per_node: int
-    device_groups_keys: list[str] = field(default_factory=list)  # keys naming placement/hardware (for outcomes)
+    # Our keys whose value came from a flag the script could not resolve (${SAVE_PATH} set outside it, $(...)):
+    # key -> indices of those flags. The value in ``values`` is then a stand-in (OpenRLHF's default, or the text as
+    # written for a path), which the recipe writes as a placeholder (rlhf.cli.importers.placeholders).
+    unknown: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 # OpenRLHF flag -> our key, where the value carries over as it is. carry: OpenRLHF's default is what the run
@@ -225,6 +228,9 @@ class _Mapper:
                     self.outcomes[self.by[c]].overridden_by = f.text
                 self.setting[c] = v
                 self.by[c] = i
+        # canonical -> the flag index, where the flag setting it last has values this reading cannot know
+        self.unknown_c = {c: i for c, i in self.by.items() if cmd.flags[i].unknown}
+        self.unknown: dict[str, tuple[int, ...]] = {}
         self.values: dict[str, Any] = {}
         self.carried: dict[str, str] = {}
         self.notes: list[str] = []
@@ -250,6 +256,9 @@ class _Mapper:
         if not given and not carry:
             return
         self.values[key] = value
+        unknown = tuple(self.unknown_c[c] for c in given if c in self.unknown_c)
+        if unknown:
+            self.unknown[key] = tuple(dict.fromkeys(self.unknown.get(key, ()) + unknown))
         for c in given:
             o = self._outcome(c)
             if key not in o.keys:
@@ -289,6 +298,8 @@ class _Mapper:
             groups, nodes, per_node = self._supervised_devices()
         model = "actor.model_name_or_path" if self.rl else "model.model_name_or_path"
         self.explain(model, "model: the closest conf/model option (rlhf.cli.importers.openrlhf.recipe.choose_model)")
+        if model in self.unknown_c:
+            self.unknown["model.path"] = (self.unknown_c[model],)
         for c in self.setting:
             if c not in self.handled:  # a flag of the vocabulary nobody maps: say so rather than drop it
                 self.none(c, UNSUPPORTED, "not carried over by this importer")
@@ -302,6 +313,7 @@ class _Mapper:
             groups,
             nodes,
             per_node,
+            self.unknown,
         )
 
     def _none_flags(self) -> None:

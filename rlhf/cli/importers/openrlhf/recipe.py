@@ -18,10 +18,12 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlhf.cli.importers.openrlhf.args import ImportProblem
+from rlhf.cli.importers.openrlhf.args import Command, ImportProblem
 from rlhf.cli.importers.openrlhf.mapping import Mapping
+from rlhf.cli.importers.placeholders import UNKNOWN, Placeholder, describe
 from rlhf.spec import schema
 from rlhf.spec.paths import conf_dir
+from rlhf.spec.required import escaped
 
 GROUPS = ("algorithm", "model", "placement", "rollout", "hardware", "trainer")
 _SECTIONS = {
@@ -43,7 +45,8 @@ class Recipe:
     values: dict[str, Any]  # what the recipe writes: key -> value
     equal: dict[str, Any]  # mapped values the options already have (not written)
     notes: list[str] = field(default_factory=list)
-    spec: Any = None  # the ExperimentSpec the recipe composes to
+    spec: Any = None  # the ExperimentSpec the recipe composes to (placeholders: with their stand-ins)
+    placeholders: dict[str, Placeholder] = field(default_factory=dict)  # keys the script did not say
 
 
 def options(group: str) -> dict[str, dict[str, Any]]:
@@ -250,7 +253,7 @@ def _plain(v: Any) -> Any:
     return OmegaConf.to_container(v) if isinstance(v, (DictConfig, ListConfig)) else v
 
 
-def build_recipe(m: Mapping, hardware: str | None) -> Recipe:
+def build_recipe(m: Mapping, hardware: str | None, cmd: Command | None = None) -> Recipe:
     """Choose the options, drop what they already have, and check the devices the plan derives."""
     from rlhf.spec.build import build, compose
     from rlhf.spec.derive import derive
@@ -259,6 +262,12 @@ def build_recipe(m: Mapping, hardware: str | None) -> Recipe:
     notes: list[str] = []
     model, model_values, note = choose_model(m.model_path)
     values.update(model_values)
+    if "model.path" in m.unknown:
+        values.setdefault("model.path", m.model_path)
+        note = (
+            f"model: the path is {describe(_sources(cmd, m.unknown['model.path']))}; option {model}'s dimensions "
+            "are assumed for the plan (choose another model option, or add one, for an exact plan)"
+        )
     notes += [note] if note else []
     placement, placement_values = choose_placement(m)
     values.update(placement_values)
@@ -277,10 +286,16 @@ def build_recipe(m: Mapping, hardware: str | None) -> Recipe:
     if m.entry != "train_ppo_ray":
         choices.pop("rollout")
     base = compose([f"{g}={o}" for g, o in choices.items()])
-    written = {k: v for k, v in values.items() if not _same(v, _plain(OmegaConf.select(base, k)))}
+    here = {k: _plain(OmegaConf.select(base, k)) for k in values}
+    written = {k: v for k, v in values.items() if k in m.unknown or not _same(v, here[k])}
+    placeholders = {
+        k: Placeholder(k, _written(cmd, idx), _sources(cmd, idx), values[k], here[k])
+        for k, idx in m.unknown.items()
+        if k in values
+    }
     # Devices per role as OpenRLHF places them: explicit where the plan would derive other counts.
     for _ in range(3):
-        spec = build(OmegaConf.merge(base, _nest(written)))
+        spec = build(OmegaConf.merge(base, _nest(escaped(written))))
         derived = derive(spec)
         missing = [(g, n) for g, n in m.groups if any(derived.devices.get(r) != n for r in g)]
         if not missing:
@@ -288,7 +303,17 @@ def build_recipe(m: Mapping, hardware: str | None) -> Recipe:
         for g, n in missing:
             written[f"placement.devices.{g[0]}"] = n
     equal = {k: v for k, v in values.items() if k not in written}
-    return Recipe(choices, written, equal, notes, spec)
+    return Recipe(choices, written, equal, notes, spec, placeholders)
+
+
+def _sources(cmd: Command | None, flags: tuple[int, ...]) -> tuple[str, ...]:
+    if cmd is None:
+        return ()
+    return tuple(dict.fromkeys(s for i in flags for s in cmd.flags[i].unknown))
+
+
+def _written(cmd: Command | None, flags: tuple[int, ...]) -> str:
+    return " ".join(cmd.flags[i].text for i in flags) if cmd is not None else ""
 
 
 def _scalar(v: Any) -> str:
@@ -313,7 +338,10 @@ def _scalar(v: Any) -> str:
 
 
 def render_yaml(recipe: Recipe, purpose: str, header: list[str], sources: dict[str, str]) -> str:
-    """The recipe file: package header, purpose, defaults list, then the values section by section."""
+    """The recipe file: package header, purpose, defaults list, then the values section by section. A required
+    placeholder is written as ``???`` where its value would be; an optional one is left out of the sections (the
+    default here stands) and shown, commented, at the end."""
+    holders = recipe.placeholders
     lines = ["# @package _global_", f"# {purpose}", *[f"# {h}" for h in header], "", "defaults:"]
     lines += [f"  - override /{g}: {o}" for g, o in recipe.choices.items()]
     order = [f.name for f in schema.ExperimentSpec.__dataclass_fields__.values()]
@@ -324,17 +352,30 @@ def render_yaml(recipe: Recipe, purpose: str, header: list[str], sources: dict[s
             if isinstance(value, dict):
                 lines.append(f"{'  ' * indent}{key}:")
                 emit(value, indent + 1, dotted + ".")
+            elif dotted in holders:
+                lines.append(f"{'  ' * indent}{key}: ???  # {holders[dotted].comment()}")
             else:
                 comment = f"  # {sources[dotted]}" if dotted in sources else ""
                 lines.append(f"{'  ' * indent}{key}: {_scalar(value)}{comment}")
 
-    nested = _nest(recipe.values)
+    kept = {k: v for k, v in recipe.values.items() if not (k in holders and not holders[k].required)}
+    nested = _nest(kept)
     for section in sorted(nested, key=lambda s: order.index(s) if s in order else len(order)):
         lines.append("")
         if isinstance(nested[section], dict):
             lines.append(f"{section}:")
             emit(nested[section], 1, section + ".")
         else:
-            comment = f"  # {sources[section]}" if section in sources else ""
-            lines.append(f"{section}: {_scalar(nested[section])}{comment}")
+            if section in holders:
+                lines.append(f"{section}: ???  # {holders[section].comment()}")
+            else:
+                comment = f"  # {sources[section]}" if section in sources else ""
+                lines.append(f"{section}: {_scalar(nested[section])}{comment}")
+    optional = [h for h in holders.values() if not h.required]
+    if optional:
+        lines += [
+            "",
+            f"# {UNKNOWN} set outside the script, unknown here; the defaults here stand unless you give these:",
+        ]
+        lines += [f"#   {h.key}=...  # {h.comment()} (here: {_scalar(h.default_here)})" for h in optional]
     return "\n".join(lines) + "\n"

@@ -2,7 +2,8 @@
 
 Markers: ``->`` written to the recipe; ``==`` carried over but equal to the chosen options (nothing to write);
 ``--`` no equivalent (unsupported, GPU-only, superseded, not needed, removed from OpenRLHF); ``~~`` set again by a
-later flag; ``!!`` unrecognised (not a flag of the entry point, or a malformed value).
+later flag; ``??`` its value is unknown here (set outside the script: a placeholder in the recipe); ``!!``
+unrecognised (not a flag of the entry point, or a malformed value).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from rlhf.cli.importers.openrlhf.args import Command, Flag
 from rlhf.cli.importers.openrlhf.mapping import Mapping, Outcome
 from rlhf.cli.importers.openrlhf.recipe import Recipe, _scalar
+from rlhf.cli.importers.placeholders import UNKNOWN, describe
 
 WRITTEN, EQUAL, NONE, OVERRIDDEN, UNRECOGNISED = "->", "==", "--", "~~", "!!"
 
@@ -23,7 +25,30 @@ class Line:
     detail: str
 
 
+def _unknown_line(flag: Flag, outcome: Outcome, recipe: Recipe) -> Line:
+    parts = [describe(flag.unknown)]
+    if not flag.name or flag.problem:
+        parts.append("any flags it holds are not in the recipe: give them after -- to convert them as well")
+    elif outcome.overridden_by:
+        parts.append(f"set again by the later {outcome.overridden_by}")
+    elif outcome.none:
+        parts.append(f"no equivalent anyway ({outcome.none})")
+    else:
+        for k in outcome.keys:
+            h = recipe.placeholders.get(k)
+            if h is not None and h.required:
+                parts.append(f"{k}=??? in the recipe: give {k}=VALUE")
+            elif h is not None:
+                parts.append(f"{k}: the default here ({_scalar(h.default_here)}) stands; commented in the recipe")
+        if not any(k in recipe.placeholders for k in outcome.keys):
+            assumed = ", ".join(f"{c}={_scalar(v)}" for c, v in flag.sets.items())
+            parts.append(f"OpenRLHF's default assumed ({assumed})" + (f"; {outcome.note}" if outcome.note else ""))
+    return Line(flag.text, UNKNOWN, "; ".join(parts))
+
+
 def flag_line(flag: Flag, outcome: Outcome, recipe: Recipe) -> Line:
+    if flag.unknown:
+        return _unknown_line(flag, outcome, recipe)
     if flag.dropped_upstream:
         return Line(flag.text, NONE, "no equivalent (removed from OpenRLHF itself before 2026-04)")
     if flag.problem:
@@ -58,7 +83,7 @@ def render(
     extra_notes: list[str],
 ) -> str:
     rows = lines(cmd, mapping, recipe)
-    counts = {m: sum(r.marker == m for r in rows) for m in (WRITTEN, EQUAL, NONE, OVERRIDDEN, UNRECOGNISED)}
+    counts = {m: sum(r.marker == m for r in rows) for m, _ in _LABELS}
     vocabulary = {"flat": "flat flags (before 2026-04)", "dotted": "dotted flags", "mixed": "flat and dotted flags"}
     out = [
         f"OpenRLHF {cmd.entry}, {vocabulary[cmd.vocabulary()]}: {len(rows)} flag(s) -> {recipe_path}",
@@ -91,5 +116,6 @@ _LABELS = (
     (EQUAL, "as here already"),
     (NONE, "without equivalent"),
     (OVERRIDDEN, "set twice"),
+    (UNKNOWN, "unknown here"),
     (UNRECOGNISED, "unrecognised"),
 )
