@@ -144,7 +144,7 @@ def check_recipe(path: Path, holders: dict[str, Placeholder]) -> bool:
     needs = [holders[k].need() if k in holders else f"{k} (???): give {k}=VALUE" for k in checked.needs]
     optional = [h.need() for h in holders.values() if not h.required]
     if needs:
-        print(f"fill in before running ({len(needs)}; the plan above used stand-ins for them):")
+        print(f"fill in before running ({len(needs)}; checked with stand-ins in their place):")
         print("\n".join(f"  - {n}" for n in needs))
     if optional:
         print(f"set outside the script, defaults here used ({len(optional)}):")

@@ -31,7 +31,7 @@ class ShellSyntaxError(UserError):
 
 @dataclass
 class _Part:
-    kind: str  # lit | var | sub
+    kind: str  # lit | var | sub | arith
     text: str = ""  # lit: the text; var: the name; sub: the command text
     quoted: bool = False
     index: str | None = None  # var: "@", "*", or an element number
@@ -248,6 +248,25 @@ class _Lexer:
         self.i = j + 1
         return text
 
+    def _braced(self) -> str:
+        """The body of ``${...}`` up to its own closing brace: ``${A:-"${HOME}/x"}`` nests braces and quotes."""
+        start, depth, quote = self.i, 0, ""
+        while self.i < len(self.s):
+            c = self.take()
+            if c == "\\" and quote != "'" and self.i < len(self.s):
+                self.take()
+            elif quote:
+                quote = "" if c == quote else quote
+            elif c in "'\"":
+                quote = c
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                if depth == 0:
+                    return self.s[start : self.i - 1]
+                depth -= 1
+        raise self.error("unterminated }")
+
     def _ansi_c(self) -> str:
         out = []
         while True:
@@ -304,11 +323,14 @@ class _Lexer:
                 depth += ch == "("
                 depth -= ch == ")"
                 if depth == 0:
-                    return _Part("sub", "$" + self.s[start : self.i], quoted=quoted)
+                    text = "$" + self.s[start : self.i]
+                    if text.startswith("$((") and text.endswith("))"):
+                        return _Part("arith", text, quoted=quoted)  # $(( ... )): arithmetic, evaluated if it can be
+                    return _Part("sub", text, quoted=quoted)
             raise self.error("unterminated $(")
         if c == "{":
             self.take()
-            body = self._until("}")
+            body = self._braced()
             m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])(?:\[([^\]]*)\])?(?::?[-=](.*))?", body, re.S)
             if m is None:
                 return _Part("sub", "${" + body + "}", quoted=quoted)
@@ -372,6 +394,35 @@ def _split_outside(text: str) -> list[str]:
     return [_unknown(p, _sources(text)) for p in pieces]
 
 
+def _integer_arithmetic(expr: str) -> int | None:
+    """An integer expression of + - * / % and parentheses (bash's division truncates toward zero); None when it is
+    anything else (a name left unset, a comparison, a shift)."""
+    import ast
+    import operator
+
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.BinOp):
+            a, b = ev(node.left), ev(node.right)
+            if type(node.op) in ops:
+                return ops[type(node.op)](a, b)
+            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and b != 0:
+                q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
+                return q if not isinstance(node.op, ast.Mod) else a - q * b
+        raise ValueError(expr)
+
+    try:
+        return ev(ast.parse(expr.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
 def _literal(word: _Word) -> str | None:
     """The word's text when it is plain literal text (no expansion), else None."""
     if all(p.kind == "lit" for p in word.parts):
@@ -394,7 +445,7 @@ class _Expander:
         v = self.vars.get(part.text)
         if v is None or v == "" or v == []:
             if part.default is not None:
-                return self.string(part.default)
+                return self.default_word(part.default)
             if v is not None:
                 return ""  # set to the empty string in the script: bash's empty expansion
             if part.text in _PORTABLE and part.index is None:
@@ -425,7 +476,33 @@ class _Expander:
                 out.append(lexer.take())
         return _join(out)
 
+    def default_word(self, text: str) -> str:
+        """The ``word`` of ``${VAR:-word}``: quotes removed and expansions made, as bash does; no word splitting."""
+        lexer = _Lexer(text)
+        out: list[str] = []
+        while lexer.i < len(lexer.s):
+            word = lexer._word()
+            if word is None:
+                out.append(lexer.take())  # a blank or an operator character: kept as it is
+                continue
+            out.extend(self._as_text(p) if p.kind != "lit" else p.text for p in word.parts)
+        return _join(out)
+
+    def arithmetic(self, text: str) -> str:
+        """``$(( expr ))`` as bash computes it (integers), with variables set in the script; else unknown."""
+        expr = text[3:-2]
+
+        def name(m: re.Match[str]) -> str:
+            v = self.vars.get(m.group(1) or m.group(2))
+            return str(v) if isinstance(v, str) and not isinstance(v, _Unknown) and v.strip() else m.group(0)
+
+        expr = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?|\b([A-Za-z_][A-Za-z0-9_]*)\b", name, expr)
+        value = _integer_arithmetic(expr)
+        return str(value) if value is not None else _unknown(text, (text,))
+
     def _as_text(self, part: _Part) -> str:
+        if part.kind == "arith":
+            return self.arithmetic(part.text)
         if part.kind == "sub":
             if part.text in _PWD_SUBSTITUTIONS:
                 return "."
@@ -470,7 +547,7 @@ class _Expander:
         for part in word.parts:
             if part.kind == "lit":
                 cat(part.text)
-            elif part.kind == "sub":
+            elif part.kind in ("sub", "arith"):
                 cat(self._as_text(part))
             else:
                 v = self.value(part)

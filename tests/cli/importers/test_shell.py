@@ -84,3 +84,10 @@ def test_control_flow_keywords_and_separators():
 def test_unterminated_constructs_are_errors_with_the_line(text):
     with pytest.raises(ShellSyntaxError, match="line"):
         parse_script(text)
+
+
+def test_arithmetic_expansion_is_computed_from_variables_set_earlier():
+    text = "n=4\nlen=$((1024 * 2))\nrun a=$(( (len + 512) / n )) b=$((7 / -2)) c=$((7 % 3)) d=$((x + 1)) e=$((2**3))\n"
+    cmds = parse_script(text)
+    assert cmds[0].words == ["run", "a=640", "b=-3", "c=1", "d=$((x + 1))", "e=$((2**3))"]
+    assert cmds[0].unknown == {4: ("$((x + 1))",), 5: ("$((2**3))",)}  # an unset name, an operator not read here

@@ -3,7 +3,7 @@
 The semantics are carried over, not just the names: where the command leaves a flag out, OpenRLHF's default for it
 is what the run would use, so that default is carried (``rollout.batch_size`` 1024, ``data.apply_chat_template``
 off, ``algo.kl.init_coef`` 0.01 in the reward with k1, ``lambd`` 1, ...); the recipe then keeps only the values
-that differ from the options it picks (rlhf.cli.importers.openrlhf.recipe).
+that differ from the options it picks (rlhf.cli.importers.recipe).
 
 Batch vocabulary (OpenRLHF -> ours; derived values are equal, tests/cli/importers pins them):
     rollout.batch_size (prompts per step)        -> rollout.prompts_per_step
@@ -58,9 +58,16 @@ class Mapping:
     nodes: int
     devices_per_node: int
     # Our keys whose value came from a flag the script could not resolve (${SAVE_PATH} set outside it, $(...)):
-    # key -> indices of those flags. The value in ``values`` is then a stand-in (OpenRLHF's default, or the text as
-    # written for a path), which the recipe writes as a placeholder (rlhf.cli.importers.placeholders).
-    unknown: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # key -> (the flags as written, their unknown pieces). The value in ``values`` is then a stand-in (OpenRLHF's
+    # default, or the text as written for a path); the recipe writes a placeholder (rlhf.cli.importers.placeholders).
+    unknown: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+
+    @property
+    def family(self) -> str:
+        return FAMILY[self.entry]
+
+
+FAMILY = {"train_ppo_ray": "rl", "train_sft": "sft", "train_rm": "rm", "train_dpo": "dpo"}
 
 
 # OpenRLHF flag -> our key, where the value carries over as it is. carry: OpenRLHF's default is what the run
@@ -297,9 +304,12 @@ class _Mapper:
             self._supervised_algorithm()
             groups, nodes, per_node = self._supervised_devices()
         model = "actor.model_name_or_path" if self.rl else "model.model_name_or_path"
-        self.explain(model, "model: the closest conf/model option (rlhf.cli.importers.openrlhf.recipe.choose_model)")
+        self.explain(model, "model: the closest conf/model option (rlhf.cli.importers.recipe.choose_model)")
         if model in self.unknown_c:
             self.unknown["model.path"] = (self.unknown_c[model],)
+        unknown = {k: self._as_written(idx) for k, idx in self.unknown.items()}
+        if not self.given(model):  # OpenRLHF requires one; here the recipe must not run on an option's default
+            unknown["model.path"] = (f"no model flag (--pretrain / --{model})", ())
         for c in self.setting:
             if c not in self.handled:  # a flag of the vocabulary nobody maps: say so rather than drop it
                 self.none(c, UNSUPPORTED, "not carried over by this importer")
@@ -313,8 +323,12 @@ class _Mapper:
             groups,
             nodes,
             per_node,
-            self.unknown,
+            unknown,
         )
+
+    def _as_written(self, flags: tuple[int, ...]) -> tuple[str, tuple[str, ...]]:
+        text = " ".join(self.cmd.flags[i].text for i in flags)
+        return text, tuple(dict.fromkeys(s for i in flags for s in self.cmd.flags[i].unknown))
 
     def _none_flags(self) -> None:
         for c, (category, reason, quiet) in _NONE.items():

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from rlhf.cli.importers.openrlhf.args import Command, Flag
 from rlhf.cli.importers.openrlhf.mapping import Mapping, Outcome
-from rlhf.cli.importers.openrlhf.recipe import Recipe, _scalar
 from rlhf.cli.importers.placeholders import UNKNOWN, describe
+from rlhf.cli.importers.recipe import Recipe, _scalar
 
 WRITTEN, EQUAL, NONE, OVERRIDDEN, UNRECOGNISED = "->", "==", "--", "~~", "!!"
 

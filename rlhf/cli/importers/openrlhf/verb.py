@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from rlhf.cli.importers import common
 from rlhf.cli.importers.openrlhf.args import Command, find_entry, split_command
 from rlhf.cli.importers.openrlhf.mapping import Mapping, map_command
-from rlhf.cli.importers.openrlhf.recipe import Recipe, build_recipe, options, render_yaml
 from rlhf.cli.importers.openrlhf.report import render
 from rlhf.cli.importers.placeholders import Placeholder
+from rlhf.cli.importers.recipe import Recipe, build_recipe, options, render_yaml
 
 WHAT = "OpenRLHF"
 HINT = "openrlhf.cli.train_ppo_ray, train_sft, train_rm, train_dpo"
@@ -87,7 +87,7 @@ def convert(
     if hardware in opts:
         hw_type = opts[hardware]["device_type"]
     mapping = map_command(cmd, hw_type or "h100")
-    recipe = build_recipe(mapping, hardware, cmd)
+    recipe = build_recipe(mapping, hardware, mapping.family)
     notes = list(notes or [])
     model_flag = "actor.model_name_or_path" if cmd.entry == "train_ppo_ray" else "model.model_name_or_path"
     for flag, outcome in zip(cmd.flags, mapping.outcomes, strict=True):

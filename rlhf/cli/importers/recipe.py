@@ -1,5 +1,5 @@
-"""From mapped values to a recipe: the closest options of conf/ (algorithm, model, placement, rollout, hardware,
-trainer), only the values that differ from them, and the YAML text.
+"""From mapped values to a recipe, for every importer: the closest options of conf/ (algorithm, model, placement,
+rollout, hardware, trainer), only the values that differ from them, and the YAML text.
 
 Choices: the algorithm preset with the same advantage estimator (or preference loss) and the fewest differing
 values; the model option whose path is the command's, else one of the same family and size, else the nearest
@@ -9,17 +9,17 @@ device groups are OpenRLHF's; the hardware option with the GPU type asked for an
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlhf.cli.importers.openrlhf.args import Command, ImportProblem
-from rlhf.cli.importers.openrlhf.mapping import Mapping
+from rlhf.cli.importers.common import ImportProblem
 from rlhf.cli.importers.placeholders import UNKNOWN, Placeholder, describe
 from rlhf.spec import schema
 from rlhf.spec.paths import conf_dir
@@ -39,6 +39,17 @@ _ALGORITHM_ORDER = ("ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rlo
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)b(?![a-z])")
 
 
+class Mapped(Protocol):
+    """What an importer's mapping hands to :func:`build_recipe`."""
+
+    values: dict[str, Any]  # our dotted key -> value
+    unknown: dict[str, tuple[str, tuple[str, ...]]]  # key -> (what was written, its unknown pieces)
+    model_path: str
+    groups: list[tuple[list[str], int]]  # device groups of the roles that run, with their device counts
+    nodes: int
+    devices_per_node: int
+
+
 @dataclass
 class Recipe:
     choices: dict[str, str]  # group -> option, in GROUPS order
@@ -50,12 +61,18 @@ class Recipe:
 
 
 def options(group: str) -> dict[str, dict[str, Any]]:
-    """Each option of a conf/ group as a full section (schema defaults under the option's values)."""
+    """Each option of a conf/ group as a full section (schema defaults under the option's values). Read once per
+    process (the shipped conf/ does not change while a command runs); callers must not modify what they get."""
+    return _options(group, str(conf_dir()))
+
+
+@functools.cache
+def _options(group: str, folder: str) -> dict[str, dict[str, Any]]:
     out = {}
-    for path in sorted((conf_dir() / group).glob("*.yaml")):
-        # As plain data: the frozen dataclasses would give read-only nodes.
-        defaults = OmegaConf.create(OmegaConf.to_container(OmegaConf.structured(_SECTIONS[group])))
-        merged = OmegaConf.merge(defaults, OmegaConf.load(path))
+    # As plain data: the frozen dataclasses would give read-only nodes.
+    defaults = OmegaConf.to_container(OmegaConf.structured(_SECTIONS[group]))
+    for path in sorted((Path(folder) / group).glob("*.yaml")):
+        merged = OmegaConf.merge(OmegaConf.create(defaults), OmegaConf.load(path))
         out[path.stem] = OmegaConf.to_container(merged)
     return out
 
@@ -87,19 +104,20 @@ def _differences(values: dict[str, Any], group: str, section: dict[str, Any]) ->
 # -- the choices -------------------------------------------------------------------------------------------------
 
 
-def choose_algorithm(values: dict[str, Any], entry: str) -> str:
+def choose_algorithm(values: dict[str, Any], family: str) -> str:
+    """The preset of ``family`` (rl, sft, rm, dpo) with the same estimator or loss and the fewest other changes."""
     opts = options("algorithm")
-    if entry == "train_ppo_ray":
+    if family == "rl":
         est = values["algorithm.advantage.estimator"]
         rl = [n for n, o in opts.items() if o["family"] == "rl"]
         # An estimator no preset has is a mistake validation names; any RL preset carries it there.
         pool = [n for n in rl if opts[n]["advantage"]["estimator"] == est] or rl
-    elif entry == "train_dpo":
+    elif family == "dpo":
         loss = values.get("algorithm.preference.loss", "dpo")
         dpo = [n for n, o in opts.items() if o["family"] == "dpo"]
         pool = [n for n in dpo if opts[n]["preference"]["loss"] == loss] or dpo
     else:
-        pool = [entry.removeprefix("train_")]
+        pool = [family]
     order = {n: i for i, n in enumerate(_ALGORITHM_ORDER)}
     return min(pool, key=lambda n: (_differences(values, "algorithm", opts[n]), order.get(n, 99), n))
 
@@ -194,7 +212,7 @@ def _partition(groups: list[list[str]], present: set[str]) -> set[frozenset[str]
     return out | {frozenset([r]) for r in present - seen}
 
 
-def choose_placement(m: Mapping) -> tuple[str, dict[str, Any]]:
+def choose_placement(m: Mapped) -> tuple[str, dict[str, Any]]:
     present = {r for g, _ in m.groups for r in g}
     wanted = {frozenset(g) for g, _ in m.groups}
     opts = options("placement")
@@ -253,9 +271,9 @@ def _plain(v: Any) -> Any:
     return OmegaConf.to_container(v) if isinstance(v, (DictConfig, ListConfig)) else v
 
 
-def build_recipe(m: Mapping, hardware: str | None, cmd: Command | None = None) -> Recipe:
+def build_recipe(m: Mapped, hardware: str | None, family: str) -> Recipe:
     """Choose the options, drop what they already have, and check the devices the plan derives."""
-    from rlhf.spec.build import build, compose
+    from rlhf.spec.build import build
     from rlhf.spec.derive import derive
 
     values = dict(m.values)
@@ -265,7 +283,7 @@ def build_recipe(m: Mapping, hardware: str | None, cmd: Command | None = None) -
     if "model.path" in m.unknown:
         values.setdefault("model.path", m.model_path)
         note = (
-            f"model: the path is {describe(_sources(cmd, m.unknown['model.path']))}; option {model}'s dimensions "
+            f"model: the path is {describe(m.unknown['model.path'][1])}; option {model}'s dimensions "
             "are assumed for the plan (choose another model option, or add one, for an exact plan)"
         )
     notes += [note] if note else []
@@ -276,21 +294,21 @@ def build_recipe(m: Mapping, hardware: str | None, cmd: Command | None = None) -
     notes += [note] if note else []
     cpu = options("hardware")[hw]["accelerator"] == "cpu"
     choices = {
-        "algorithm": choose_algorithm(values, m.entry),
+        "algorithm": choose_algorithm(values, family),
         "model": model,
         "placement": placement,
         "rollout": "vllm",
         "hardware": hw,
         "trainer": "cpu" if cpu else "default",
     }
-    if m.entry != "train_ppo_ray":
+    if family != "rl":
         choices.pop("rollout")
-    base = compose([f"{g}={o}" for g, o in choices.items()])
+    base = composed(tuple(f"{g}={o}" for g, o in choices.items()))
     here = {k: _plain(OmegaConf.select(base, k)) for k in values}
     written = {k: v for k, v in values.items() if k in m.unknown or not _same(v, here[k])}
     placeholders = {
-        k: Placeholder(k, _written(cmd, idx), _sources(cmd, idx), values[k], here[k])
-        for k, idx in m.unknown.items()
+        k: Placeholder(k, written, sources, values[k], here[k])
+        for k, (written, sources) in m.unknown.items()
         if k in values
     }
     # Devices per role as OpenRLHF places them: explicit where the plan would derive other counts.
@@ -306,14 +324,16 @@ def build_recipe(m: Mapping, hardware: str | None, cmd: Command | None = None) -
     return Recipe(choices, written, equal, notes, spec, placeholders)
 
 
-def _sources(cmd: Command | None, flags: tuple[int, ...]) -> tuple[str, ...]:
-    if cmd is None:
-        return ()
-    return tuple(dict.fromkeys(s for i in flags for s in cmd.flags[i].unknown))
+def composed(overrides: tuple[str, ...]) -> DictConfig:
+    """The shipped config with these group options (a copy: Hydra's composition is the slow part of an import)."""
+    return _composed(overrides, str(conf_dir())).copy()
 
 
-def _written(cmd: Command | None, flags: tuple[int, ...]) -> str:
-    return " ".join(cmd.flags[i].text for i in flags) if cmd is not None else ""
+@functools.cache
+def _composed(overrides: tuple[str, ...], folder: str) -> DictConfig:
+    from rlhf.spec.build import compose
+
+    return compose(list(overrides))
 
 
 def _scalar(v: Any) -> str:
