@@ -1,5 +1,6 @@
 """rlhf-recipes [-cd DIR] [-cn NAME] ls | show NAME | cp NAME FILE | validate NAME|all [overrides] | explain KEY |
-import-openrlhf — one small class per verb. -cd adds your config folder (its recipe/ subfolder holds your recipes)."""
+import-openrlhf | import-verl — one small class per verb. -cd adds your config folder (its recipe/ subfolder holds
+your recipes)."""
 
 from __future__ import annotations
 
@@ -201,6 +202,20 @@ class ImportOpenRLHF:
         return run(args)
 
 
+class ImportVerl:
+    help = "convert a veRL command line or script (main_ppo, fsdp_sft_trainer) into a recipe, reporting every override"
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        from rlhf.cli.importers.verl.verb import add_arguments
+
+        add_arguments(p)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rlhf.cli.importers.verl.verb import run
+
+        return run(args)
+
+
 VERBS = {
     "ls": Ls(),
     "show": Show(),
@@ -208,6 +223,7 @@ VERBS = {
     "validate": Validate(),
     "explain": Explain(),
     "import-openrlhf": ImportOpenRLHF(),
+    "import-verl": ImportVerl(),
 }
 
 

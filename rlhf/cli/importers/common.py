@@ -32,7 +32,7 @@ class Words:
 
 def one_command(text: str, origin: str, is_entry: Callable[[list[str]], Any], what: str, hint: str = "") -> Words:
     """The one command of ``text`` that ``is_entry`` recognises (e.g. runs openrlhf.cli.train_ppo_ray)."""
-    commands = [c for c in shell.parse_script(text) if is_entry(c.words)]
+    commands = _commands(text, is_entry)
     if not commands:
         raise ImportProblem(f"{origin}: runs no {what} command{f' ({hint})' if hint else ''}")
     if len(commands) > 1:
@@ -47,6 +47,30 @@ def one_command(text: str, origin: str, is_entry: Callable[[list[str]], Any], wh
             "outside it): what depends on them is a placeholder in the recipe (?? lines)"
         )
     return Words(c.words, dict(c.unknown), notes, origin)
+
+
+_SHELLS = ("bash", "sh", "/bin/bash", "/bin/sh", "/usr/bin/env bash")
+
+
+def _commands(text: str, is_entry: Callable[[list[str]], Any], depth: int = 0) -> list[shell.Command]:
+    """The commands of ``text`` that ``is_entry`` recognises, looking inside ``bash -c "..."`` too (SLURM scripts
+    run the training command that way through srun)."""
+    found = []
+    for c in shell.parse_script(text):
+        if is_entry(c.words):
+            found.append(c)
+            continue
+        for i, w in enumerate(c.words[:-1]):
+            if w in _SHELLS and c.words[i + 1] == "-c" and i + 2 < len(c.words) and depth < 3:
+                try:
+                    inner = _commands(c.words[i + 2], is_entry, depth + 1)
+                except shell.ShellSyntaxError:
+                    inner = []
+                for cmd in inner:
+                    cmd.line = c.line  # where the outer command starts: the inner text has its own numbering
+                found.extend(inner)
+                break
+    return found
 
 
 def read_input(
@@ -150,3 +174,27 @@ def check_recipe(path: Path, holders: dict[str, Placeholder]) -> bool:
         print(f"set outside the script, defaults here used ({len(optional)}):")
         print("\n".join(f"  - {n}" for n in optional))
     return not checked.errors
+
+
+def launcher_devices(launcher: list[str]) -> tuple[int | None, int | None]:
+    """(nodes, GPUs per node) a deepspeed/torchrun launcher names, None where it does not say."""
+    nodes = per_node = None
+    keys = {
+        "--num_gpus": "g",
+        "--num-gpus": "g",
+        "--nproc_per_node": "g",
+        "--nproc-per-node": "g",
+        "--num_nodes": "n",
+        "--num-nodes": "n",
+        "--nnodes": "n",
+    }
+    for i, w in enumerate(launcher):
+        name, eq, inline = w.partition("=")
+        if name in keys:
+            value = inline if eq else (launcher[i + 1] if i + 1 < len(launcher) else "")
+            if value.isdigit():
+                if keys[name] == "g":
+                    per_node = int(value)
+                else:
+                    nodes = int(value)
+    return nodes, per_node

@@ -15,8 +15,9 @@ from typing import Any
 
 UNKNOWN = "??"
 # Where to write, how to log and evaluate: the defaults here serve, so a value the script took from elsewhere is
-# left as a comment. Every other key changes the run itself and is required (???).
-_OPTIONAL = ("checkpoint.", "logging.", "eval.", "data.eval_", "ray.", "seed")
+# left as a comment. Every other key (eval datasets too: an evaluating run needs them) changes the run itself and
+# is required (???).
+_OPTIONAL = ("checkpoint.", "logging.", "eval.", "ray.", "seed")
 
 
 def required(key: str) -> bool:
@@ -44,13 +45,14 @@ class Placeholder:
     sources: tuple[str, ...]  # the unknown pieces: ("${SAVE_PATH}",)
     stand_in: Any  # what validation and the plan use in its place (the other framework's default, or the text)
     default_here: Any = None  # optional keys: the value the recipe keeps
+    why: str = ""  # instead of "set from ...": why the value cannot be carried over (a nested column, another API)
 
     @property
     def required(self) -> bool:
         return required(self.key)
 
     def comment(self) -> str:
-        return f"{self.written}: {describe(self.sources)}"
+        return f"{self.written}: {self.why or describe(self.sources)}"
 
     def need(self) -> str:
         """One line for --check: what to give and where it came from."""

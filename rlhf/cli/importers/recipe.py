@@ -43,7 +43,8 @@ class Mapped(Protocol):
     """What an importer's mapping hands to :func:`build_recipe`."""
 
     values: dict[str, Any]  # our dotted key -> value
-    unknown: dict[str, tuple[str, tuple[str, ...]]]  # key -> (what was written, its unknown pieces)
+    # key -> (what was written, its unknown pieces[, why it cannot be carried over when no piece is unknown])
+    unknown: dict[str, tuple]
     model_path: str
     groups: list[tuple[list[str], int]]  # device groups of the roles that run, with their device counts
     nodes: int
@@ -271,7 +272,7 @@ def _plain(v: Any) -> Any:
     return OmegaConf.to_container(v) if isinstance(v, (DictConfig, ListConfig)) else v
 
 
-def build_recipe(m: Mapped, hardware: str | None, family: str) -> Recipe:
+def build_recipe(m: Mapped, hardware: str | None, family: str, rollout: str = "vllm") -> Recipe:
     """Choose the options, drop what they already have, and check the devices the plan derives."""
     from rlhf.spec.build import build
     from rlhf.spec.derive import derive
@@ -297,7 +298,7 @@ def build_recipe(m: Mapped, hardware: str | None, family: str) -> Recipe:
         "algorithm": choose_algorithm(values, family),
         "model": model,
         "placement": placement,
-        "rollout": "vllm",
+        "rollout": rollout,
         "hardware": hw,
         "trainer": "cpu" if cpu else "default",
     }
@@ -307,8 +308,8 @@ def build_recipe(m: Mapped, hardware: str | None, family: str) -> Recipe:
     here = {k: _plain(OmegaConf.select(base, k)) for k in values}
     written = {k: v for k, v in values.items() if k in m.unknown or not _same(v, here[k])}
     placeholders = {
-        k: Placeholder(k, written, sources, values[k], here[k])
-        for k, (written, sources) in m.unknown.items()
+        k: Placeholder(k, entry[0], entry[1], values[k], here[k], entry[2] if len(entry) > 2 else "")
+        for k, entry in m.unknown.items()
         if k in values
     }
     # Devices per role as OpenRLHF places them: explicit where the plan would derive other counts.
@@ -399,3 +400,19 @@ def render_yaml(recipe: Recipe, purpose: str, header: list[str], sources: dict[s
         ]
         lines += [f"#   {h.key}=...  # {h.comment()} (here: {_scalar(h.default_here)})" for h in optional]
     return "\n".join(lines) + "\n"
+
+
+def schema_has(key: str) -> bool:
+    """Whether this version's schema has ``key``: an importer writes a key only where it exists, and otherwise
+    reports it as coming (another change may be adding it while this one lands)."""
+    from rlhf.spec.keys import find_key
+
+    return find_key(schema.ExperimentSpec, key) is not None
+
+
+def schema_allows(key: str, value: Any) -> bool:
+    """Whether ``key`` exists and its declared choices (if any) include ``value``."""
+    from rlhf.spec.keys import find_key
+
+    info = find_key(schema.ExperimentSpec, key)
+    return info is not None and (info.domain.choices is None or value in info.domain.choices)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlhf.cli.importers.common import launcher_devices
 from rlhf.cli.importers.openrlhf import flags as vocab
 from rlhf.cli.importers.openrlhf.args import Command
 from rlhf.spec import names
@@ -690,30 +691,6 @@ def _agent_executor(path: str) -> str:
         return "multi_turn"
     has_class = "class AgentExecutor" in text or "class AgentInstance" in text
     return "openai" if not has_class and "def run_agent" in text else "multi_turn"
-
-
-def launcher_devices(launcher: list[str]) -> tuple[int | None, int | None]:
-    """(nodes, GPUs per node) a deepspeed/torchrun launcher names, None where it does not say."""
-    nodes = per_node = None
-    keys = {
-        "--num_gpus": "g",
-        "--num-gpus": "g",
-        "--nproc_per_node": "g",
-        "--nproc-per-node": "g",
-        "--num_nodes": "n",
-        "--num-nodes": "n",
-        "--nnodes": "n",
-    }
-    for i, w in enumerate(launcher):
-        name, eq, inline = w.partition("=")
-        if name in keys:
-            value = inline if eq else (launcher[i + 1] if i + 1 < len(launcher) else "")
-            if value.isdigit():
-                if keys[name] == "g":
-                    per_node = int(value)
-                else:
-                    nodes = int(value)
-    return nodes, per_node
 
 
 def map_command(cmd: Command, hardware_type: str = "h100") -> Mapping:
