@@ -269,7 +269,9 @@ class _Mapper:
             self.notes.append(f"model: the command does not set {model_key}; veRL's default {model_path} is carried")
         for i, o in enumerate(self.cmd.overrides):
             out = self.outcomes[i]
-            if not o.key or o.problem or o.prefix == "~" or o.key in self.handled or out.overridden_by:
+            if o.key in self.handled and not (out.keys or out.none or out.note or out.problem or o.problem):
+                out.note = "read by veRL only with settings this command does not use; no effect here either"
+            if not o.key or o.problem or out.problem or o.prefix == "~" or o.key in self.handled or out.overridden_by:
                 continue
             why = vocab.no_equivalent(o.key)
             if why is not None:
@@ -686,6 +688,9 @@ class _Mapper:
             self.put("data.multiturn", True, key if engine else "data.multiturn.enable")
             self.put("data.input_key", self.eff(key, str), key)
             self.handled.update(("data.multiturn.enable", key))
+            for k in ("data.prompt_key", "data.response_key", "data.prompt_dict_keys", "data.response_dict_keys"):
+                if self.given(k):
+                    self.explain(k, "multi-turn rows: the conversation column (data.input_key) holds every turn")
         else:
             self.put("data.input_key", self.eff("data.prompt_key", str), "data.prompt_key")
             self.put("data.output_key", self.eff("data.response_key", str), "data.response_key")

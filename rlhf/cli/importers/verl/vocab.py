@@ -198,7 +198,11 @@ SFT_DEFAULTS: dict[str, Any] = {
     "trainer.device": "cuda",
 }
 SFT_ENGINE_DEFAULTS: dict[str, Any] = {
-    **{k: v for k, v in SFT_DEFAULTS.items() if not k.startswith(("model.", "data.prompt", "data.response"))},
+    **{
+        k: v
+        for k, v in SFT_DEFAULTS.items()
+        if not k.startswith(("model.", "data.prompt", "data.response", "data.multiturn."))
+    },
     "data.val_files": None,
     "data.messages_key": "messages",
     "data.use_dynamic_bsz": True,
