@@ -24,6 +24,7 @@ from typing import Any
 from rlhf.cli.importers.common import launcher_devices
 from rlhf.cli.importers.openrlhf import flags as vocab
 from rlhf.cli.importers.openrlhf.args import Command
+from rlhf.cli.importers.recipe import schema_has
 from rlhf.spec import names
 
 
@@ -72,7 +73,8 @@ FAMILY = {"train_ppo_ray": "rl", "train_sft": "sft", "train_rm": "rm", "train_dp
 
 
 # OpenRLHF flag -> our key, where the value carries over as it is. carry: OpenRLHF's default is what the run
-# uses when the flag is absent, so it is carried too (False: a path or a logging detail, ours stands).
+# uses when the flag is absent, so it is carried too (False: a path or a logging detail, ours stands). A row whose
+# key this version's schema lacks yet is reported as coming (one line here is all a new flag needs).
 _DIRECT_RL = {
     "vllm.enable_prefix_caching": ("rollout.enable_prefix_caching", True),
     "vllm.enforce_eager": ("rollout.enforce_eager", True),
@@ -290,8 +292,14 @@ class _Mapper:
 
     def run(self) -> Mapping:
         for c, (key, carry) in {**_DIRECT_COMMON, **(_DIRECT_RL if self.rl else _DIRECT_SUPERVISED)}.items():
-            if c in self.defs:
+            if c not in self.defs:
+                continue
+            if schema_has(key):
                 self.put(key, self.eff(c), c, carry=carry)
+            elif self.given(c):  # a row may land before its key (another change adds it): said, never dropped
+                self.none(c, "coming", f"{key}={self.eff(c)} once that key exists here")
+            else:
+                self.handled.add(c)
         self._none_flags()
         self._trainer()
         self._checkpoint_and_eval()

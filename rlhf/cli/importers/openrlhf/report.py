@@ -38,6 +38,8 @@ def flag_line(flag: Flag, outcome: Outcome, recipe: Recipe) -> Line:
         return Line(flag.text, UNRECOGNISED, f"unrecognised: {flag.problem}")
     if outcome.overridden_by:
         return Line(flag.text, OVERRIDDEN, f"set again by the later {outcome.overridden_by}")
+    if outcome.none.startswith("coming"):
+        return Line(flag.text, NONE, outcome.none)
     if outcome.none:
         return Line(flag.text, NONE, f"no equivalent ({outcome.none})")
     marker, detail = common.written_detail(

@@ -568,8 +568,15 @@ class _Mapper:
         vtemp = 0.0 if vgreedy else self.eff(f"{_ROLLOUT}.val_kwargs.temperature", float)
         self.put("eval.temperature", vtemp, f"{_ROLLOUT}.val_kwargs.temperature", f"{_ROLLOUT}.val_kwargs.do_sample")
         self.put("eval.samples_per_prompt", self.eff(f"{_ROLLOUT}.val_kwargs.n", int), f"{_ROLLOUT}.val_kwargs.n")
-        if self.eff(f"{_ROLLOUT}.multi_turn.enable", bool):
-            self.none(f"{_ROLLOUT}.multi_turn.enable", *vocab.no_equivalent(f"{_ROLLOUT}.multi_turn.enable"))
+        tools = [f"{_ROLLOUT}.multi_turn.{k}" for k in ("tool_config_path", "interaction_config_path")]
+        config = next((str(o.value) for o in self.cmd.overrides if o.flag in ("--config-name", "-cn")), "")
+        if (
+            self.eff(f"{_ROLLOUT}.multi_turn.enable", bool)
+            or any(self.given(k) for k in tools)
+            or "multiturn" in config
+        ):
+            if self.given(f"{_ROLLOUT}.multi_turn.enable"):
+                self.none(f"{_ROLLOUT}.multi_turn.enable", *vocab.no_equivalent(f"{_ROLLOUT}.multi_turn.enable"))
             self.notes.append(
                 "multi-turn: veRL's tool-calling rollouts have no equivalent here; the recipe trains single-turn "
                 "(an agent file of OpenRLHF's protocol would be agent.path=FILE)"
@@ -826,6 +833,16 @@ class _Mapper:
                         "parameters, gradients and optimizer states alike; trainer.backend=fsdp2 is coming (import "
                         "again once this version has it)"
                     )
+            lora = bool(self.eff(f"{_MODEL}.lora_rank" if self.rl else "model.lora_rank", int))
+            if param_off and lora:
+                # DeepSpeed here cannot offload ZeRO-3 parameters under LoRA (validation refuses it).
+                self.none(
+                    param_k,
+                    UNSUPPORTED,
+                    "parameter offload with LoRA under DeepSpeed ZeRO-3; off (FSDP2's "
+                    "CPU offload carries it once trainer.backend=fsdp2 exists)",
+                )
+                param_off = False
             self.put("trainer.offload_params", param_off, param_k)
             self.put("trainer.offload_optimizer", optim_off, optim_k)
             if optim_off:
@@ -976,13 +993,27 @@ class _Mapper:
                 if self.given(k):
                     self.explain(k, "the launcher's --nnodes / --nproc_per_node decide the devices")
         nodes = nodes if isinstance(nodes, int) and nodes >= 1 else 1
-        per_node = per_node if isinstance(per_node, int) and per_node >= 1 else 8
+        unknown = (
+            not self.rl and any("$" in w for w in self.cmd.launcher)
+        ) or "trainer.n_gpus_per_node" in self.unknown_k
+        if unknown or not (isinstance(per_node, int) and per_node >= 1):
+            per_node = self._devices_the_batch_allows(nodes)
+            self.notes.append(
+                f"devices: the command's device count is unknown here; {nodes} node(s) x {per_node} assumed (the most, "
+                "up to 8, that the batch splits over evenly); pass --hardware to choose"
+            )
         for k in ("trainer.nnodes", "trainer.n_gpus_per_node"):
             if self.given(k) and not self._outcome(k).note:
                 self.explain(k, f"hardware: {nodes} node(s) x {per_node} devices")
-        if not self.rl and any("$" in w for w in self.cmd.launcher):
-            self.notes.append(f"devices: the launcher's counts are unknown here; {nodes} node(s) x {per_node} assumed")
         return nodes, per_node
+
+    def _devices_the_batch_allows(self, nodes: int) -> int:
+        """Devices per node when the command does not say: the most (up to 8) over which the global batch splits into
+        whole micro-batches on every data-parallel rank."""
+        batch, micro = self.values.get("trainer.global_batch"), self.values.get("trainer.micro_batch_per_device")
+        if not (isinstance(batch, int) and isinstance(micro, int) and batch > 0 and micro > 0):
+            return 8
+        return next((n for n in range(8, 0, -1) if batch % (micro * n * nodes) == 0), 1)
 
     def _placement(self, total: int) -> list[tuple[list[str], int]]:
         """veRL's hybrid engine: every role in one resource pool, the engines on all of it (TP devices each)."""
