@@ -106,6 +106,41 @@ class Conversion(Protocol):
     def placeholders(self) -> dict[str, Placeholder]: ...
 
 
+def hardware_type(hardware: str | None) -> tuple[str | None, str]:
+    """(``--hardware`` lower-cased, the device type it names): an option's device type, or the type itself (h100
+    when not given)."""
+    from rlhf.cli.importers.recipe import options
+
+    hardware = hardware.lower() if hardware else None
+    opts = options("hardware")
+    return hardware, (opts[hardware]["device_type"] if hardware in opts else hardware) or "h100"
+
+
+def model_and_launcher(outcome: Any, recipe: Any, launcher: list[str], notes: list[str]) -> None:
+    """What the report says of the model flag (the option chosen) and of the launcher (not part of the recipe)."""
+    if outcome is not None:
+        outcome.keys += [k for k in ("model.path",) if k in recipe.values]
+        outcome.note = f"model: option {recipe.choices['model']}"
+    if launcher:
+        notes.append(
+            f"launcher `{' '.join(launcher)}` is not part of the recipe: run `rlhf-run +recipe=FILE` (on a Ray "
+            "cluster, inside `ray job submit -- ` with ray.address=auto)"
+        )
+
+
+def value_sources(named: list[tuple[str, Any]], carried: dict[str, str]) -> dict[str, str]:
+    """Our key -> the comment naming where its value came from: the inputs (name, outcome) that set it, else the
+    other framework's default it carries."""
+    out: dict[str, list[str]] = {}
+    for name, outcome in named:
+        for k in outcome.keys:
+            out.setdefault(k, []).append(name)
+    text = {k: " ".join(v) for k, v in out.items()}
+    for k, src in carried.items():
+        text.setdefault(k, f"default of {src}")
+    return text
+
+
 def add_arguments(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("input", nargs="*", help=f"a shell script running {what} (or -), or the command after --")
     p.add_argument(

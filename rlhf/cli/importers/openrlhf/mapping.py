@@ -24,6 +24,7 @@ from typing import Any
 from rlhf.cli.importers.common import launcher_devices
 from rlhf.cli.importers.openrlhf import flags as vocab
 from rlhf.cli.importers.openrlhf.args import Command
+from rlhf.cli.importers.outcomes import Outcome, OutcomeBook
 from rlhf.cli.importers.recipe import schema_has
 from rlhf.spec import names
 
@@ -36,16 +37,6 @@ def openrlhf_grad_accum(train_batch: int, micro_batch: int, world: int, ring: in
 def openrlhf_steps_per_rollout(rollout_batch: int, n_samples: int, train_batch: int, max_epochs: int) -> int:
     """Optimizer steps per RL step in OpenRLHF: rollout.batch_size x n / train.batch_size x max_epochs."""
     return rollout_batch * n_samples // train_batch * max_epochs
-
-
-@dataclass
-class Outcome:
-    """What became of one flag as written."""
-
-    keys: list[str] = field(default_factory=list)  # our keys it set (before dropping those equal to the preset)
-    none: str = ""  # no equivalent: "category: reason"
-    note: str = ""  # how it was carried over, when not obvious
-    overridden_by: str = ""  # a later flag set the same thing
 
 
 @dataclass
@@ -222,7 +213,7 @@ _NONE = {
 _MUON = (UNSUPPORTED, "the Muon optimiser (Adam only here)")
 
 
-class _Mapper:
+class _Mapper(OutcomeBook):
     def __init__(self, cmd: Command, hardware_type: str) -> None:
         self.cmd = cmd
         self.entry = cmd.entry
@@ -256,9 +247,6 @@ class _Mapper:
             return self.setting[c]
         return vocab.definition(self.entry, c).default
 
-    def _outcome(self, c: str) -> Outcome | None:
-        return self.outcomes[self.by[c]] if c in self.by else None
-
     def put(self, key: str, value: Any, *cs: str, carry: bool = True) -> None:
         """Our ``key`` = ``value``, from OpenRLHF's flags ``cs`` (given, or when ``carry`` their defaults)."""
         self.handled.update(cs)
@@ -275,18 +263,6 @@ class _Mapper:
                 o.keys.append(key)
         if not given and cs:
             self.carried[key] = ", ".join(f"--{c}" for c in cs)
-
-    def none(self, c: str, category: str, reason: str) -> None:
-        self.handled.add(c)
-        o = self._outcome(c)
-        if o is not None:
-            o.none = f"{category}: {reason}"
-
-    def explain(self, c: str, text: str) -> None:
-        self.handled.add(c)
-        o = self._outcome(c)
-        if o is not None:
-            o.note = f"{o.note}; {text}" if o.note else text
 
     # -- the whole mapping ------------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from rlhf.cli.importers.openrlhf.args import Command, find_entry, split_command
 from rlhf.cli.importers.openrlhf.mapping import Mapping, map_command
 from rlhf.cli.importers.openrlhf.report import render
 from rlhf.cli.importers.placeholders import Placeholder
-from rlhf.cli.importers.recipe import Recipe, build_recipe, options, render_yaml
+from rlhf.cli.importers.recipe import Recipe, build_recipe, render_yaml
 
 WHAT = "OpenRLHF"
 HINT = "openrlhf.cli.train_ppo_ray, train_sft, train_rm, train_dpo"
@@ -48,14 +48,8 @@ class Conversion:
         return render_yaml(self.recipe, purpose, header, self.sources())
 
     def sources(self) -> dict[str, str]:
-        out: dict[str, list[str]] = {}
-        for flag, outcome in zip(self.cmd.flags, self.mapping.outcomes, strict=True):
-            for k in outcome.keys:
-                out.setdefault(k, []).append(f"--{flag.name}")
-        text = {k: " ".join(v) for k, v in out.items()}
-        for k, src in self.mapping.carried.items():
-            text.setdefault(k, f"default of {src}")
-        return text
+        named = [(f"--{f.name}", o) for f, o in zip(self.cmd.flags, self.mapping.outcomes, strict=True)]
+        return common.value_sources(named, self.mapping.carried)
 
     def report(self, recipe_path: str) -> str:
         return render(self.cmd, self.mapping, self.recipe, recipe_path=recipe_path, extra_notes=self.notes)
@@ -81,24 +75,15 @@ def convert(
 ) -> Conversion:
     """Words of an OpenRLHF command (launcher included) -> the mapping, the recipe and what to say about them."""
     cmd = split_command(words, unknown)
-    hardware = hardware.lower() if hardware else None
-    hw_type = hardware
-    opts = options("hardware")
-    if hardware in opts:
-        hw_type = opts[hardware]["device_type"]
-    mapping = map_command(cmd, hw_type or "h100")
+    hardware, hw_type = common.hardware_type(hardware)
+    mapping = map_command(cmd, hw_type)
     recipe = build_recipe(mapping, hardware, mapping.family)
     notes = list(notes or [])
     model_flag = "actor.model_name_or_path" if cmd.entry == "train_ppo_ray" else "model.model_name_or_path"
-    for flag, outcome in zip(cmd.flags, mapping.outcomes, strict=True):
-        if model_flag in flag.sets and not outcome.overridden_by:
-            outcome.keys += [k for k in ("model.path",) if k in recipe.values]
-            outcome.note = f"model: option {recipe.choices['model']}"
-    if cmd.launcher:
-        notes.append(
-            f"launcher `{' '.join(cmd.launcher)}` is not part of the recipe: run `rlhf-run +recipe=FILE` (on a Ray "
-            "cluster, inside `ray job submit -- ` with ray.address=auto)"
-        )
+    model = [
+        o for f, o in zip(cmd.flags, mapping.outcomes, strict=True) if model_flag in f.sets and not o.overridden_by
+    ]
+    common.model_and_launcher(model[0] if model else None, recipe, cmd.launcher, notes)
     return Conversion(cmd, mapping, recipe, notes)
 
 

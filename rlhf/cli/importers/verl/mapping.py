@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlhf.cli.importers.common import launcher_devices
+from rlhf.cli.importers.outcomes import Outcome, OutcomeBook
 from rlhf.cli.importers.recipe import schema_allows, schema_has
 from rlhf.cli.importers.verl import vocab
 from rlhf.cli.importers.verl.overrides import Command
@@ -102,17 +103,6 @@ _TEXT_KEYS = {
 
 
 @dataclass
-class Outcome:
-    """What became of one override as written."""
-
-    keys: list[str] = field(default_factory=list)
-    none: str = ""  # no equivalent: "category: reason" (COMING: a key this schema does not have yet)
-    note: str = ""
-    overridden_by: str = ""
-    problem: str = ""  # a value of the wrong type for its key
-
-
-@dataclass
 class Mapping:
     entry: str
     values: dict[str, Any]
@@ -132,7 +122,7 @@ class Mapping:
         return vocab.FAMILY[self.entry]
 
 
-class _Mapper:
+class _Mapper(OutcomeBook):
     def __init__(self, cmd: Command, hardware_type: str) -> None:
         self.cmd = cmd
         self.entry = cmd.entry
@@ -188,9 +178,6 @@ class _Mapper:
             return default
         return v
 
-    def _outcome(self, k: str) -> Outcome | None:
-        return self.outcomes[self.by[k]] if k in self.by else None
-
     def put(self, key: str, value: Any, *ks: str, carry: bool = True) -> None:
         """Our ``key`` = ``value``, from veRL's keys ``ks`` (given, or when ``carry`` their defaults)."""
         self.handled.update(ks)
@@ -218,18 +205,6 @@ class _Mapper:
         if o is not None and key not in o.keys:
             o.keys.append(key)
         self.handled.add(by)
-
-    def none(self, k: str, category: str, reason: str) -> None:
-        self.handled.add(k)
-        o = self._outcome(k)
-        if o is not None:
-            o.none = f"{category}: {reason}"
-
-    def explain(self, k: str, text: str) -> None:
-        self.handled.add(k)
-        o = self._outcome(k)
-        if o is not None:
-            o.note = f"{o.note}; {text}" if o.note else text
 
     def coming(self, k: str, key: str, value: Any, meanwhile: str) -> None:
         """``key`` is not in this version's schema yet (another change adds it): say what it will be."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from rlhf.cli.importers import common
 from rlhf.cli.importers import report as rep
 from rlhf.cli.importers.placeholders import Placeholder, describe
-from rlhf.cli.importers.recipe import Recipe, build_recipe, options, render_yaml
+from rlhf.cli.importers.recipe import Recipe, build_recipe, render_yaml
 from rlhf.cli.importers.verl.mapping import COMING, Mapping, Outcome, map_command
 from rlhf.cli.importers.verl.overrides import Command, Override, find_entry, split_command
 
@@ -79,14 +79,10 @@ class Conversion:
         return render_yaml(self.recipe, purpose, header, self.sources())
 
     def sources(self) -> dict[str, str]:
-        out: dict[str, list[str]] = {}
-        for o, outcome in zip(self.cmd.overrides, self.mapping.outcomes, strict=True):
-            for k in outcome.keys:
-                out.setdefault(k, []).append(o.written_key or o.key)
-        text = {k: " ".join(v) for k, v in out.items()}
-        for k, src in self.mapping.carried.items():
-            text.setdefault(k, f"default of {src}")
-        return text
+        named = [
+            (o.written_key or o.key, out) for o, out in zip(self.cmd.overrides, self.mapping.outcomes, strict=True)
+        ]
+        return common.value_sources(named, self.mapping.carried)
 
     def report(self, recipe_path: str) -> str:
         rows = self.rows()
@@ -117,21 +113,16 @@ def convert(
     unknown: dict[int, tuple[str, ...]] | None = None,
 ) -> Conversion:
     cmd = split_command(words, unknown)
-    hardware = hardware.lower() if hardware else None
-    opts = options("hardware")
-    hw_type = opts[hardware]["device_type"] if hardware in opts else hardware
-    mapping = map_command(cmd, hw_type or "h100")
+    hardware, hw_type = common.hardware_type(hardware)
+    mapping = map_command(cmd, hw_type)
     recipe = build_recipe(mapping, hardware, mapping.family, mapping.rollout_backend)
     notes = list(notes or [])
-    for o, outcome in zip(cmd.overrides, mapping.outcomes, strict=True):
-        if o.key == mapping.model_key and not outcome.overridden_by and not o.unknown:
-            outcome.keys += [k for k in ("model.path",) if k in recipe.values]
-            outcome.note = f"model: option {recipe.choices['model']}"
-    if cmd.launcher:
-        notes.append(
-            f"launcher `{' '.join(cmd.launcher)}` is not part of the recipe: run `rlhf-run +recipe=FILE` (on a Ray "
-            "cluster, inside `ray job submit -- ` with ray.address=auto)"
-        )
+    model = [
+        out
+        for o, out in zip(cmd.overrides, mapping.outcomes, strict=True)
+        if o.key == mapping.model_key and not out.overridden_by and not o.unknown
+    ]
+    common.model_and_launcher(model[0] if model else None, recipe, cmd.launcher, notes)
     return Conversion(cmd, mapping, recipe, notes)
 
 
