@@ -34,7 +34,8 @@ OUT_OF_REACH = [
     (r"-- no equivalent \(unsupported: multi-token prediction", "multi-token prediction"),
     (r"-- no equivalent \(unsupported: PF-PPO", "PF-PPO reweighting"),
 ]
-_MISSING = ("no such file", "no such model folder", "not a file here", "not a folder here")
+# What this machine lacks rather than what the recipe gets wrong: files, model folders, a tracker's package.
+_MISSING = ("no such file", "no such model folder", "not a file here", "not a folder here", "tracker needs the")
 
 
 def classify(text: str, wrote: bool, code: object) -> tuple[str, str]:
@@ -55,7 +56,7 @@ def classify(text: str, wrote: bool, code: object) -> tuple[str, str]:
     bad = sorted({k.split("[")[0] for k, fix in problems if not any(m in fix for m in _MISSING)})
     if bad:
         return "failed", "invalid: " + ", ".join(bad)
-    missing = "names only files this machine lacks" if problems else "passes"
+    missing = "names only files (or packages) this machine lacks" if problems else "passes"
     return "converted", "; ".join(x for x in (missing, needs) if x)
 
 

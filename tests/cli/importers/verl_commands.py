@@ -29,7 +29,7 @@ python3 -m verl.trainer.main_ppo \
     actor_rollout_ref.rollout.tensor_model_parallel_size=2 \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \
     algorithm.use_kl_in_reward=False \
-    trainer.logger='["console","wandb"]' trainer.project_name=demo trainer.experiment_name=grpo \
+    trainer.logger='["console","mlflow"]' trainer.project_name=demo trainer.experiment_name=grpo \
     trainer.n_gpus_per_node=8 trainer.nnodes=1 trainer.save_freq=20 trainer.test_freq=5 trainer.total_epochs=3 $@
 """
 )

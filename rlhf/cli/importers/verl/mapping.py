@@ -122,6 +122,15 @@ class Mapping:
         return vocab.FAMILY[self.entry]
 
 
+def _optional(key: str) -> bool:
+    """Whether our ``key`` takes null (``int | None``): a null for any other would not compose."""
+    from rlhf.spec.keys import find_key
+    from rlhf.spec.schema import ExperimentSpec
+
+    info = find_key(ExperimentSpec, key)
+    return info is None or "None" in info.type
+
+
 class _Mapper(OutcomeBook):
     def __init__(self, cmd: Command, hardware_type: str) -> None:
         self.cmd = cmd
@@ -183,6 +192,8 @@ class _Mapper(OutcomeBook):
         self.handled.update(ks)
         given = [k for k in ks if self.given(k)]
         if not given and not carry:
+            return
+        if value is None and not _optional(key):  # a malformed value fell back to a null default: ours stands
             return
         self.values[key] = value
         unknown = [k for k in given if k in self.unknown_k]
