@@ -71,11 +71,13 @@ def task(cfg) -> float | None:
     from hydra.types import RunMode
 
     from rlhf.spec.build import with_recipe_name
+    from rlhf.spec.required import markers_to_missing
     from rlhf.spec.store import register
 
     register()  # resolvers and recipes, in a launcher's fresh process too
     hc = HydraConfig.get()
     with_recipe_name(cfg, hc.runtime.choices)
+    markers_to_missing(cfg)  # a recipe's ??? not given on the command line: build() names it
     run_dir = Path(hc.runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if hc.mode != RunMode.MULTIRUN:

@@ -11,6 +11,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlhf.spec.reasoning_gym_source import quote_sources
+from rlhf.spec.required import MissingValues, markers_to_missing, missing_keys
 from rlhf.spec.schema import ExperimentSpec
 
 PRIMARY_CONFIG = "config"
@@ -61,12 +62,15 @@ def absolute_paths(spec: ExperimentSpec) -> ExperimentSpec:
 
 def build(cfg: DictConfig) -> ExperimentSpec:
     """Convert a composed config (already type-checked by the schema) into frozen dataclasses, local paths made
-    absolute."""
+    absolute. A ``???`` value still there raises :class:`rlhf.spec.required.MissingValues` (a SpecInvalid)."""
     cfg = cfg.copy()
     with_struct = OmegaConf.is_struct(cfg)
     OmegaConf.set_struct(cfg, False)
     cfg.pop("hydra", None)
     OmegaConf.set_struct(cfg, with_struct)
+    missing = missing_keys(cfg)
+    if missing:  # Hydra's ??? left unfilled: one message naming each key, not OmegaConf's traceback
+        raise MissingValues(missing)
     spec = OmegaConf.to_object(cfg)
     if not isinstance(spec, ExperimentSpec):
         raise TypeError(f"composed config is a {type(spec).__name__}, expected ExperimentSpec")
@@ -135,6 +139,7 @@ def compose(
             config_name=config_name or PRIMARY_CONFIG, overrides=list(overrides), return_hydra_config=True
         )
     with_recipe_name(cfg, cfg.hydra.runtime.choices)
+    markers_to_missing(cfg)
     if not return_hydra_config:
         with_struct = OmegaConf.is_struct(cfg)
         OmegaConf.set_struct(cfg, False)

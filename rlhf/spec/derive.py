@@ -126,7 +126,8 @@ def derive(spec: ExperimentSpec) -> Derived:
     grad_accum = {}
     for r in ("policy", "critic"):
         if r in present:
-            per_step = t.micro_batch_per_device * max(devices.get(r, 1), 1)
+            # max(.., 1): a 0 here is outside its key's domain (validation names it); derive still returns numbers
+            per_step = max(t.micro_batch_per_device, 1) * max(devices.get(r, 1), 1)
             grad_accum[r] = max(t.global_batch // per_step, 1)
     rl = spec.algorithm.family == "rl"
     samples = ro.prompts_per_step * ro.samples_per_prompt if rl else 0

@@ -352,9 +352,10 @@ class HardwareSpec:
     device_type: str = key("cpu", "h100 | h200 | a100_80g | cpu (informational)", nonempty=True)
     nodes: int = key(1, "nodes of the cluster", ge=1)
     devices_per_node: int = key(1, "devices (GPUs, or CPU worker slots) per node", ge=1)
-    device_memory_gb: float = key(16.0, "memory per device (GPU memory, or the RAM share of a CPU slot)", gt=0)
+    # Upper bounds far above any machine: a value past them is a typo, and it would overflow the plan's arithmetic.
+    device_memory_gb: float = key(16.0, "memory per device (GPU memory, or the RAM share of a CPU slot)", gt=0, le=1e6)
     cpus_per_node: int = key(2, "CPU cores per node", ge=1)
-    host_memory_gb: float = key(24.0, "host memory per node", gt=0)
+    host_memory_gb: float = key(24.0, "host memory per node", gt=0, le=1e6)
     bf16: bool = key(False, "native bf16 (on CPU bf16 works but is slower than fp32)")
     device_tflops: float = key(0.1, "dense bf16 TFLOP/s per device, for rough time estimates", gt=0)
 
@@ -539,7 +540,10 @@ class TeacherSpec:
     model_path: str = key("", "teacher model: local HF folder or hub name org/name; algorithm=opd needs it")
     offload: bool = key(False, "teacher weights in host memory")
     params_b: float | None = key(
-        None, "teacher size in billions of parameters, for the plan's memory estimate (null: the student's)", gt=0
+        None,
+        "teacher size in billions of parameters, for the plan's memory estimate (null: the student's)",
+        gt=0,
+        le=1e5,  # 100T parameters: past it a typo, and the plan's arithmetic would overflow
     )
 
 
