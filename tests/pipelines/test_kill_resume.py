@@ -32,7 +32,7 @@ OVERRIDES = [
 
 def _cli(run_dir: Path) -> list[str]:
     import ray
-    from conftest import TWO_RANKS  # tests/pipelines/conftest.py
+    from tiny_shapes import TWO_RANKS
 
     address = ray.get_runtime_context().gcs_address
     return [
