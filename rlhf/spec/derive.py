@@ -23,7 +23,7 @@ class Derived:
     samples_per_step: int = 0  # RL: prompts_per_step * samples_per_prompt
     optimizer_steps_per_rollout: int = 0  # RL: samples_per_step / global_batch * epochs_per_rollout
     grad_accum: dict[str, int] = field(default_factory=dict)  # per trained role
-    gamma: float = 1.0  # effective discount (1 for group estimators)
+    gamma: float = 1.0  # effective discount (1 for the estimators with a baseline: group or batch)
     max_prompt_len: int = 0
 
     def group_of(self, role: str) -> tuple[str, ...]:
@@ -131,7 +131,7 @@ def derive(spec: ExperimentSpec) -> Derived:
     rl = spec.algorithm.family == "rl"
     samples = ro.prompts_per_step * ro.samples_per_prompt if rl else 0
     steps_per_rollout = (samples // t.global_batch) * t.epochs_per_rollout if rl and t.global_batch > 0 else 0
-    group_est = spec.algorithm.advantage.estimator in names.GROUP_ESTIMATORS
+    gamma_one = spec.algorithm.advantage.estimator in names.GAMMA_ONE_ESTIMATORS
     sources = reward_source(spec)
     max_prompt = spec.data.max_prompt_len or max(spec.data.max_len - (ro.max_new_tokens if rl else 0), 1)
     return Derived(
@@ -143,6 +143,6 @@ def derive(spec: ExperimentSpec) -> Derived:
         samples_per_step=samples,
         optimizer_steps_per_rollout=steps_per_rollout,
         grad_accum=grad_accum,
-        gamma=1.0 if group_est else spec.algorithm.advantage.gamma,
+        gamma=1.0 if gamma_one else spec.algorithm.advantage.gamma,
         max_prompt_len=max_prompt,
     )
