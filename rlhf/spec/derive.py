@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from rlhf.spec import names
-from rlhf.spec.schema import ROLES, ExperimentSpec
+from rlhf.spec.schema import ROLES, ExperimentSpec, RewardSpec
 
 
 @dataclass(frozen=True)
@@ -33,18 +33,23 @@ class Derived:
         return (role,)
 
 
+#: The reward.* keys that name a reward source, each with the source's name (Derived.reward_source), in the order
+#: messages list them. The one-source rule is declared here: validation checks it before anything starts and
+#: rlhf.rewards.source.make_reward_source refuses a spec built without validation by the same rule.
+REWARD_SOURCE_KEYS = {"model_path": "model", "function": "function", "urls": "remote", "verifier": "verifier"}
+_KEYS = [f"reward.{k}" for k in REWARD_SOURCE_KEYS]
+#: The sources as the messages name them: "reward.model_path, reward.function, reward.urls or reward.verifier".
+REWARD_SOURCE_KEYS_TEXT = ", ".join(_KEYS[:-1]) + " or " + _KEYS[-1]
+
+
+def reward_keys_set(reward: RewardSpec) -> list[str]:
+    """The reward.* source keys that are set (an RL run without an agent needs exactly one)."""
+    return [k for k in REWARD_SOURCE_KEYS if getattr(reward, k)]
+
+
 def reward_source(spec: ExperimentSpec) -> list[str]:
     """Every reward source the spec names (validation wants exactly one for RL)."""
-    r = spec.reward
-    found = []
-    if r.model_path:
-        found.append("model")
-    if r.function:
-        found.append("function")
-    if r.urls:
-        found.append("remote")
-    if r.verifier:
-        found.append("verifier")
+    found = [REWARD_SOURCE_KEYS[k] for k in reward_keys_set(spec.reward)]
     if spec.agent.executor != "single_turn" and spec.agent.path and not found:
         found.append("agent")  # an agent may also leave scoring to one of the sources above (reward None)
     return found

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.spec import backends, names, reasoning_gym_source, recording
-from rlhf.spec.derive import Derived, derive, reward_source
+from rlhf.spec.derive import REWARD_SOURCE_KEYS_TEXT, Derived, derive, reward_source
 from rlhf.spec.keys import domain_violations
 from rlhf.spec.schema import ROLES, ExperimentSpec, ISCorrectionSpec
 from rlhf.spec.tokenizer_files import tokenizer_difference
@@ -217,8 +217,8 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             len(sources) == 1,
             "reward",
             sources or None,
-            "RL needs exactly one reward source: reward.model_path, reward.function, reward.urls, reward.verifier "
-            "or an agent (agent.path with agent.executor multi_turn|openai)",
+            f"RL needs exactly one reward source: {REWARD_SOURCE_KEYS_TEXT}, or an agent (agent.path with "
+            "agent.executor multi_turn|openai)",
         )
     if spec.agent.executor != "single_turn":
         c.require(bool(spec.agent.path), "agent.path", spec.agent.path, f"{spec.agent.executor} needs an agent file")
@@ -527,8 +527,7 @@ def _check_recording(spec: ExperimentSpec, c: _Collector) -> None:
             len(reward_source(spec)) == 1,
             "reward",
             reward_source(spec) or None,
-            "rollout-only scores what it generates: give exactly one of reward.model_path, reward.function, "
-            "reward.urls, reward.verifier",
+            f"rollout-only scores what it generates: give exactly one of {REWARD_SOURCE_KEYS_TEXT}",
         )
     if ro.record and (Path(ro.record).expanduser() / recording.MANIFEST).exists():
         # Continuing a recording (a resumed run): it must come from this run's settings.
