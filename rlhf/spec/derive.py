@@ -61,8 +61,7 @@ def roles(spec: ExperimentSpec) -> tuple[str, ...]:
     if family in ("sft", "rm"):
         return ("policy",)
     if family == "dpo":
-        # SimPO and ORPO are reference-free.
-        ref = spec.algorithm.preference.loss not in ("simpo", "orpo")
+        ref = spec.algorithm.preference.loss not in names.REFERENCE_FREE_PREFERENCE_LOSSES
         return ("policy", "reference") if ref else ("policy",)
     present = {"policy", "rollout"}
     if spec.algorithm.kl.coef > 0:

@@ -125,11 +125,19 @@ def threshold_bounds(threshold: object) -> tuple[float, float]:
 
 
 PREFERENCE_LOSSES = ("dpo", "cdpo", "ipo", "kto", "simpo", "orpo")
+# Preference losses without a reference model (SimPO, ORPO): no reference role, no reference log-probs.
+REFERENCE_FREE_PREFERENCE_LOSSES = ("simpo", "orpo")
 RM_LOSSES = ("sigmoid", "logexp")
 ROLLOUT_BACKENDS = ("vllm", "hf")
+# rollout.weight_sync: auto picks shared_memory beside the policy's rank 0 and broadcast elsewhere.
+WEIGHT_SYNC_ROUTES = ("auto", "broadcast", "shared_memory", "object_store")
 # trainer.backend: the registry lines of rlhf.spec.backends
 TRAIN_BACKENDS = tuple(backends.TRAIN_BACKENDS)
 PRECISIONS = ("bf16", "fp32", "fp16")
+# model.architecture: what the tiny-model factory makes and the plan counts.
+MODEL_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+# checkpoint.resume's words; any other value is a checkpoint path.
+RESUME_MODES = ("auto", "never")
 OPTIMIZERS = ("adamw", "fused_adam", "cpu_adam")
 LR_SCHEDULERS = ("cosine_with_min_lr", "constant_with_warmup", "constant")
 ACCELERATORS = ("cpu", "gpu")

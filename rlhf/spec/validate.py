@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlhf.spec import backends, names, reasoning_gym_source, recording
+from rlhf.spec import backends, names, paths, reasoning_gym_source, recording
 from rlhf.spec.derive import REWARD_SOURCE_KEYS_TEXT, Derived, derive, reward_source
 from rlhf.spec.keys import domain_violations
 from rlhf.spec.schema import ROLES, ExperimentSpec, ISCorrectionSpec
@@ -44,7 +44,7 @@ _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def _looks_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~")) or os.path.exists(os.path.expanduser(path))
+    return path.startswith(paths.LOCAL_PATH_PREFIXES) or os.path.exists(os.path.expanduser(path))
 
 
 def model_folder_problem(path: str) -> str | None:
@@ -450,7 +450,7 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
             "evaluation needs data.eval_files or data.eval_fraction > 0",
         )
     res = spec.checkpoint.resume
-    if res not in ("auto", "never"):
+    if res not in names.RESUME_MODES:
         c.require(Path(res).expanduser().exists(), "checkpoint.resume", res, "auto, never, or an existing checkpoint")
 
 
