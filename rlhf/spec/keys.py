@@ -205,6 +205,13 @@ def domain_violations(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any, st
             yield path, value, bad
 
 
+def find_key(cls: type, path: str) -> KeyInfo | None:
+    for info in walk(cls):
+        if info.path == path:
+            return info
+    return None
+
+
 def keys_under(cls: type, prefix: str) -> list[KeyInfo]:
     """The leaf keys whose path starts with ``prefix.`` (a section), or equals it."""
     return [k for k in walk(cls) if k.path == prefix or k.path.startswith(prefix + ".")]
