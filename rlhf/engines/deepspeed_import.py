@@ -30,5 +30,10 @@ def import_deepspeed() -> ModuleType:
     finally:
         if hide and sys.modules.get("mlflow", 0) is None:
             del sys.modules["mlflow"]  # anything later may import the real one
+    # A private table, written on purpose: DeepSpeed (0.19.8) has no public switch for this op. TorchBackend's
+    # __init__ calls deepspeed.comm.torch.build_shm_op(), which JIT-builds the op whenever this table (probed once
+    # per process and cached in the module, so the edit holds) says it is compatible; no config key or environment
+    # variable reaches it (DS_BUILD_SHM_COMM only selects ops to pre-build at pip install time). False here is what
+    # the probe says on platforms without it, so the backend takes its process-group path.
     deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False
     return deepspeed

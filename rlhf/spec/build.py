@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlhf.spec import names
 from rlhf.spec.reasoning_gym_source import quote_sources
 from rlhf.spec.required import MissingValues, markers_to_missing, missing_keys
 from rlhf.spec.schema import ExperimentSpec
@@ -55,7 +56,7 @@ def absolute_paths(spec: ExperimentSpec) -> ExperimentSpec:
     warmup = replace(spec.sft_warmup, train_files=[_absolute(f) for f in spec.sft_warmup.train_files])
     spec = replace(spec, sft_warmup=warmup)
     resume = spec.checkpoint.resume
-    if resume not in ("auto", "never"):
+    if resume not in names.RESUME_MODES:
         spec = replace(spec, checkpoint=replace(spec.checkpoint, resume=_absolute(resume)))
     return replace(spec, data=data)
 

@@ -210,7 +210,7 @@ class ModelSpec:
         False, "with model.path empty: random init from these dimensions + a byte-level tokenizer, cached (no download)"
     )
     tokenizer_path: str = key("", "tokenizer folder or hub name; empty: same as path")
-    architecture: str = key("llama", "for the tiny factory and the plan", choices=("llama", "qwen2", "qwen3"))
+    architecture: str = key("llama", "for the tiny factory and the plan", choices=names.MODEL_ARCHITECTURES)
     hidden_size: int = key(128, "hidden size", ge=1)
     num_layers: int = key(2, "transformer layers", ge=1)
     num_heads: int = key(2, "attention heads", ge=1)
@@ -299,7 +299,7 @@ class RolloutSpec:
         "trainer -> engines: auto (shared_memory beside the policy's rank 0, broadcast elsewhere) | broadcast (a "
         "process group: nccl on GPUs, gloo on CPU) | shared_memory (CPU: /dev/shm, GPU: CUDA IPC) | object_store "
         "(through Ray's object store and the driver: the reference route)",
-        choices=("auto", "broadcast", "shared_memory", "object_store"),
+        choices=names.WEIGHT_SYNC_ROUTES,
     )
     weight_sync_backend: str = key(
         "",

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlhf.spec import backends, names, reasoning_gym_source, recording
-from rlhf.spec.derive import Derived, derive, reward_source
+from rlhf.spec import backends, names, paths, reasoning_gym_source, recording
+from rlhf.spec.derive import REWARD_SOURCE_KEYS_TEXT, Derived, derive, reward_source
 from rlhf.spec.hub_source import FORM as HUB_FORM
 from rlhf.spec.hub_source import parse_hub_source
 from rlhf.spec.keys import domain_violations
@@ -46,7 +46,7 @@ _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def _looks_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~")) or os.path.exists(os.path.expanduser(path))
+    return path.startswith(paths.LOCAL_PATH_PREFIXES) or os.path.exists(os.path.expanduser(path))
 
 
 def model_folder_problem(path: str) -> str | None:
@@ -219,8 +219,8 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             len(sources) == 1,
             "reward",
             sources or None,
-            "RL needs exactly one reward source: reward.model_path, reward.function, reward.urls, reward.verifier "
-            "or an agent (agent.path with agent.executor multi_turn|openai)",
+            f"RL needs exactly one reward source: {REWARD_SOURCE_KEYS_TEXT}, or an agent (agent.path with "
+            "agent.executor multi_turn|openai)",
         )
     if spec.agent.executor != "single_turn":
         c.require(bool(spec.agent.path), "agent.path", spec.agent.path, f"{spec.agent.executor} needs an agent file")
@@ -501,7 +501,7 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
             "evaluation needs data.eval_files or data.eval_fraction > 0",
         )
     res = spec.checkpoint.resume
-    if res not in ("auto", "never"):
+    if res not in names.RESUME_MODES:
         c.require(Path(res).expanduser().exists(), "checkpoint.resume", res, "auto, never, or an existing checkpoint")
     _check_init_from(spec, c)
 
@@ -521,7 +521,7 @@ def _check_init_from(spec: ExperimentSpec, c: _Collector) -> None:
         "Face model folder",
     )
     c.require(
-        res in ("auto", "never"),
+        res in names.RESUME_MODES,
         "checkpoint.resume",
         res,
         "checkpoint.resume=PATH continues that run (its optimizer, step and data position) while checkpoint.init_from "
@@ -602,8 +602,7 @@ def _check_recording(spec: ExperimentSpec, c: _Collector) -> None:
             len(reward_source(spec)) == 1,
             "reward",
             reward_source(spec) or None,
-            "rollout-only scores what it generates: give exactly one of reward.model_path, reward.function, "
-            "reward.urls, reward.verifier",
+            f"rollout-only scores what it generates: give exactly one of {REWARD_SOURCE_KEYS_TEXT}",
         )
     if ro.record and (Path(ro.record).expanduser() / recording.MANIFEST).exists():
         # Continuing a recording (a resumed run): it must come from this run's settings.
