@@ -21,6 +21,7 @@ from rlhf.pipelines.rl_generation import Generator, PromptStream, Scored, Scorer
 from rlhf.pipelines.rl_losses import reward_model_fn
 from rlhf.pipelines.rl_metrics import group_reward_std, rollout_metrics
 from rlhf.pipelines.rl_roles import _threads, forward_in_ranks
+from rlhf.pipelines.step_count import StepCount
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -86,16 +87,17 @@ class RolloutOnlyRecipe:
         self.current: tuple[int, list[dict[str, Any]]] | None = None  # the step under way and its prompts
         self.last_eval: dict[str, float] = {}
 
-    def prepare(self) -> int:
+    def prepare(self) -> StepCount:
         from rlhf.pipelines.rollout_record import Recorder
 
         spec = self.spec
         self.model_path, self.tokenizer, self.splits = prompt_data(spec)
-        self.total = _total_steps(spec, len(self.splits.train))
+        count = _total_steps(spec, len(self.splits.train))
+        self.total = count.steps
         if spec.rollout.record:
             self.recorder = Recorder(spec, self.tokenizer, self.model_path, "rollout_only")
         self.reset()
-        return self.total
+        return count
 
     def reset(self) -> None:
         self.stream = PromptStream(self.splits.train, self.spec.seed)
