@@ -91,6 +91,7 @@ def _nothing_to_resume(run_dir: Path) -> None:
     last = attempt.read(run_dir)
     if last is None or last.status != attempt.FINISHED:
         return
+    run_dir = run_dir.resolve()
     model = run_dir / "model"
     where = f"; its model is in {model}" if model.is_dir() else ""
     print(

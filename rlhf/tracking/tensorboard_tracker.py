@@ -51,6 +51,19 @@ def scalar_events(folder: Path) -> Iterator[tuple[str, int, float]]:
             continue
 
 
+def _first_wall_time(path: Path) -> float:
+    """When the file was begun (its first event, the version record every writer starts with): file names order
+    by the second and then by pid, which says nothing about two files begun within one second."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    try:
+        for event in EventFileLoader(str(path)).Load():
+            return float(event.wall_time)
+    except Exception:  # unreadable: by its name's second
+        pass
+    return float(path.name.split(".")[3]) if path.name.count(".") >= 3 else 0.0
+
+
 def _tags(path: Path) -> set[str]:
     """The tags (text and scalar) one event file holds; what a killed process cut short yields what it holds."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
@@ -119,7 +132,8 @@ class TensorBoardTracker:
         """Each attempt writes its own event file and ends it with the ``status`` text: a newest file without one was
         left by a process that died. The status goes into one more file of the same folder."""
         folder = Path(str(record.get("dir") or ""))
-        files = sorted(folder.glob(EVENTS_GLOB)) if record.get("dir") and folder.is_dir() else []
+        found = folder.glob(EVENTS_GLOB) if record.get("dir") and folder.is_dir() else []
+        files = sorted(found, key=_first_wall_time)
         if not files or "status" in _tags(files[-1]):
             return False
         from torch.utils.tensorboard import SummaryWriter
