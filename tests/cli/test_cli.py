@@ -41,12 +41,22 @@ def test_run_rejects_bad_override_with_one_message_and_no_traceback(tmp_path, ov
     assert needle in r.stderr
     assert "Traceback" not in r.stderr + r.stdout
     assert not (tmp_path / "mlflow.db").exists()  # nothing started
+    assert not (tmp_path / "outputs").exists()  # and no run folder for a run that never started
 
 
 def test_run_reports_every_problem_of_a_bad_config(tmp_path):
     r = run("rlhf-run", "+recipe=grpo_llama3_8b", "trainer.zero_stage=7", "trainer.global_batch=1000", cwd=tmp_path)
     assert r.returncode == 2
     assert "3 problem(s)" in r.stderr and "trainer.global_batch=1000" in r.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_run_refused_by_the_preflight_leaves_no_run_folder(tmp_path):
+    dead = "reward.urls=['http://127.0.0.1:9/get_reward']"  # the discard port: nothing listens there
+    r = run("rlhf-run", "+recipe=grpo_tiny_cpu", "reward.verifier=", dead, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "reward.urls[0]" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "mlflow.db").exists()
 
 
 def test_multirun_validates_every_job_before_any_starts(tmp_path):
