@@ -215,13 +215,19 @@ def nonfinite(metrics: dict[str, float]) -> list[tuple[str, float]]:
     return out
 
 
-def _headline_evals(metrics: dict[str, float]) -> dict[str, float]:
-    """The eval metrics worth a console line (pass@k, loss, accuracy), without the lengths and counts."""
+def _headline_evals(metrics: dict[str, float]) -> dict[str, str]:
+    """The eval metrics worth a console line (pass@k, loss, accuracy), without the lengths and counts, formatted;
+    one with its standard error logged beside it (NAME_se) reads value±se, e.g. eval_add_pass1=0.758±0.022."""
     noise = ("response_length", "truncated", "num_samples", "samples")
-    return {
+    evals = {
         k.removeprefix("eval/"): v
         for k, v in metrics.items()
         if k.startswith("eval/") and not any(n in k for n in noise)
+    }
+    return {
+        k: f"{v:.3f}±{evals[k + '_se']:.3f}" if k + "_se" in evals else f"{v:.3g}"
+        for k, v in evals.items()
+        if not (k.endswith("_se") and k.removesuffix("_se") in evals)
     }
 
 
@@ -353,10 +359,8 @@ class Runner:
                     clock.mark("first eval")
                     if first:  # the start-up phases ride along with the step-0 eval (no row of their own)
                         self.tracker.log({**first, **clock.metrics()}, 0)
-                        print(
-                            "step 0: " + ", ".join(f"{k.removeprefix('eval/')}={v:.3g}" for k, v in first.items()),
-                            file=sys.stderr,
-                        )
+                        evals = _headline_evals(first)
+                        print("step 0: " + ", ".join(f"{k}={v}" for k, v in evals.items()), file=sys.stderr)
                 print(clock.line(), file=sys.stderr, flush=True)
                 progress = Progress(
                     total, start, self.recipe.label, self.recipe.progress_keys, self.spec.logging.progress
@@ -384,7 +388,7 @@ class Runner:
                     progress.update(metrics)
                     evals = _headline_evals(metrics)
                     if evals:
-                        progress.write(f"step {step}: " + ", ".join(f"{k}={v:.3g}" for k, v in evals.items()))
+                        progress.write(f"step {step}: " + ", ".join(f"{k}={v}" for k, v in evals.items()))
                     if self._due(step, total) or interrupts.requested:
                         self._save(step)
                     step += 1
