@@ -13,7 +13,9 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-STOP_AT_ONCE_S = 3.0  # after a second signal: the orderly teardown's share of the 5 s a user waits at most (exit and a loaded machine take the rest)
+# After a second signal: the orderly teardown's share of the 5 s a user waits at most (exit and a loaded machine
+# take the rest).
+STOP_AT_ONCE_S = 3.0
 
 
 class Interrupts:
