@@ -264,10 +264,12 @@ def test_a_sigkilled_driver_leaves_no_ray_process_behind_and_its_run_failed(tmp_
     assert any("raylet" in " ".join(p.cmdline()) for p in tree if p.is_running())
     os.kill(proc.pid, signal.SIGKILL)  # the driver only: nothing of it gets to clean up
     proc.wait()
+    # the reaper ends the cluster first, then the run in the trackers (importing MLflow), then itself
+    reaper = [p for p in tree if "rlhf.launch.reaper" in " ".join(p.cmdline())]
     deadline = time.time() + 10
-    alive = tree
+    alive = [p for p in tree if p not in reaper]
     while time.time() < deadline and alive:
-        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in alive if _alive(p)]
         time.sleep(0.5)
     assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
     # The reaper also ended the run the driver left RUNNING (MLflow's status, and the attempt's)
@@ -277,6 +279,10 @@ def test_a_sigkilled_driver_leaves_no_ray_process_behind_and_its_run_failed(tmp_
     run = _mlflow_runs(tmp_path)[0]
     assert run.info.status == "FAILED" and "found by the reaper" in run.data.tags["rlhf.end_reason"]
     assert read(run_dir).status == "FAILED"
+    deadline = time.time() + 60
+    while time.time() < deadline and any(_alive(p) for p in reaper):
+        time.sleep(0.5)
+    assert not [p.pid for p in reaper if _alive(p)], "the reaper outlived its work"
 
 
 @pytest.mark.parametrize("rollout", ["hf", "vllm"])
