@@ -262,10 +262,11 @@ def test_a_sigkilled_driver_leaves_no_ray_process_behind_and_its_run_failed(tmp_
     _wait_for(lambda: _steps_logged(run_dir) >= 1, proc, "a step")
     tree = psutil.Process(proc.pid).children(recursive=True)
     assert any("raylet" in " ".join(p.cmdline()) for p in tree if p.is_running())
-    os.kill(proc.pid, signal.SIGKILL)  # the driver only: nothing of it gets to clean up
-    proc.wait()
     # the reaper ends the cluster first, then the run in the trackers (importing MLflow), then itself
     reaper = [p for p in tree if "rlhf.launch.reaper" in " ".join(p.cmdline())]
+    assert reaper, "no reaper under the driver"
+    os.kill(proc.pid, signal.SIGKILL)  # the driver only: nothing of it gets to clean up
+    proc.wait()
     deadline = time.time() + 10
     alive = [p for p in tree if p not in reaper]
     while time.time() < deadline and alive:
