@@ -1,5 +1,6 @@
 """rlhf-plan [--json] [--check] [-cd DIR] [-cn NAME] [+recipe=NAME] [key=value ...]: where every role runs and
-whether it fits in memory.
+whether it fits in memory. ``--auto [--top N] [-o FILE]``: the layouts that fit, ranked by estimated step time, the
+best written as a recipe.
 
 Pure and fast (no Ray, torch or DeepSpeed): composes, validates and plans, then prints a table. ``--check`` also
 runs the preflight that ``rlhf-run`` runs before starting anything (reward and agent files parsed, reward URLs
@@ -115,6 +116,15 @@ def main(argv: list[str] | None = None) -> None:
         "process and device on a violation)",
     )
     ap.add_argument("--timeout", type=float, default=300.0, help="--rehearse: seconds any placement may take")
+    ap.add_argument(
+        "--auto",
+        action="store_true",
+        help="search the layouts the platform supports for this recipe on its hardware (placement, engines and TP, "
+        "training engine, offload, micro-batches), keep those that fit, rank them by estimated step time and print "
+        "the best with their memory and time per phase (rlhf/launch/auto.py, rlhf/launch/cost.py)",
+    )
+    ap.add_argument("--top", type=int, default=5, help="--auto: how many layouts to show")
+    ap.add_argument("-o", "--output", help="--auto: write the best layout as a recipe to this file")
     add_source_arguments(ap)
     ap.add_argument(
         "overrides",
@@ -124,6 +134,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_with_overrides(ap, sys.argv[1:] if argv is None else argv)
     source = source_of(args)
     spec = spec_or_fail(with_default_recipe(args.overrides, source), source)
+    if args.auto:
+        from rlhf.cli import auto
+
+        overrides = with_default_recipe(args.overrides, source)
+        auto.run(spec, overrides, top=args.top, out=args.output, config_dir=source.config_dir,
+                 config_name=source.config_name)
+        return
     p = plan(spec)
     if args.rehearse:
         _rehearse(spec, p, args.timeout)
