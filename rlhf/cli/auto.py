@@ -4,10 +4,10 @@ given beside them, and the best written as a recipe (``-o FILE``)."""
 from __future__ import annotations
 
 import shlex
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlhf.cli.common import fail
 from rlhf.launch.auto import Candidate, SearchResult, search
 from rlhf.launch.cost import PHASES
 from rlhf.launch.memory import sleeps
@@ -75,7 +75,6 @@ def render(result: SearchResult, spec: ExperimentSpec) -> str:
         f"in {r.seconds:.1f} s; {r.fitting} fitting point(s) kept, {len(r.invalid)} refused by validation",
     ]
     if not r.ranked:
-        lines.append(f"nothing fits: the closest layout {r.why_none}")
         return "\n".join(lines)
     lines += [
         "",
@@ -113,6 +112,46 @@ def render(result: SearchResult, spec: ExperimentSpec) -> str:
     return "\n".join(lines)
 
 
+def larger_hardware(spec: ExperimentSpec) -> list[tuple[str, float]]:
+    """(name, total device memory in GB) of the shipped conf/hardware options with more device memory in all than
+    the spec's hardware, smallest first."""
+    from omegaconf import OmegaConf
+
+    from rlhf.spec.paths import conf_dir
+
+    hw = spec.hardware
+    have = hw.nodes * hw.devices_per_node * hw.device_memory_gb
+    out = []
+    for path in sorted((conf_dir() / "hardware").glob("*.yaml")):
+        node = OmegaConf.load(path)
+        total = node.get("nodes", 1) * node.get("devices_per_node", 1) * node.get("device_memory_gb", 16.0)
+        if total > have:
+            out.append((path.stem, float(total)))
+    return sorted(out, key=lambda x: x[1])
+
+
+def nothing_fits(result: SearchResult, spec: ExperimentSpec) -> str:
+    """The error when no layout fits: why the closest one does not, and what to change."""
+    hw = spec.hardware
+    lines = [f"no layout of {spec.recipe or 'this config'} fits hardware={hw.name} ({hw.nodes} x {hw.devices_per_node} "
+             f"{hw.device_type}, {hw.device_memory_gb:.0f} GB each)"]
+    if result.invalid:
+        values, errors = result.invalid[0]
+        lines.append(f"  the layouts that fit memory are refused by validation, e.g.: {errors[0]}")
+    else:
+        lines.append(f"  the closest layout: {result.why_none}")
+    if result.base_errors:
+        lines.append("  the recipe as given: " + "; ".join(result.base_errors[:3]))
+    bigger = ", ".join(f"hardware={n} ({gb:.0f} GB)" for n, gb in larger_hardware(spec)[:3])
+    lines.append(
+        "  change: hardware with more device memory"
+        + (f" ({bigger})" if bigger else " (more nodes: hardware.nodes=N)")
+        + ", a smaller model (model=...), LoRA (model.lora.rank=16), or a smaller batch or lengths "
+        "(rollout.prompts_per_step, rollout.max_new_tokens, data.max_len)"
+    )
+    return "\n".join(lines)
+
+
 def _value(v: object) -> str:
     return "null" if v is None else str(v).replace("'", "").replace(" ", "")
 
@@ -125,7 +164,7 @@ def run(spec: ExperimentSpec, overrides: Sequence[str], *, top: int, out: str | 
     result = search(spec, top)
     print(render(result, spec))
     if not result.ranked:
-        sys.exit(1)
+        fail(nothing_fits(result, spec))
     if out:
         command = "rlhf-plan --auto " + " ".join(shlex.quote(o) for o in overrides) + f" -o {shlex.quote(out)}"
         given = result.base.seconds if result.base is not None and result.base.plan.fits else None

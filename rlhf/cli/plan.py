@@ -12,9 +12,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rlhf.cli.common import add_source_arguments, parse_with_overrides, source_of, spec_or_fail, with_default_recipe
+from rlhf.cli.common import (
+    add_source_arguments,
+    compose_or_fail,
+    parse_with_overrides,
+    source_of,
+    spec_or_fail,
+    with_default_recipe,
+)
 from rlhf.launch.memory import GB
 from rlhf.launch.plan import Plan, plan
+from rlhf.spec import build
 
 
 def _gb(x: float) -> str:
@@ -133,14 +141,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parse_with_overrides(ap, sys.argv[1:] if argv is None else argv)
     source = source_of(args)
-    spec = spec_or_fail(with_default_recipe(args.overrides, source), source)
+    overrides = with_default_recipe(args.overrides, source)
     if args.auto:
         from rlhf.cli import auto
 
-        overrides = with_default_recipe(args.overrides, source)
-        auto.run(spec, overrides, top=args.top, out=args.output, config_dir=source.config_dir,
-                 config_name=source.config_name)
+        # not validated here: the search replaces the layout, so a recipe laid out for other hardware (more devices
+        # than this one has, an engine wider than its nodes) is still a starting point; every candidate is
+        # validated, and where none is found the recipe's own problems are reported (rlhf.cli.auto.run)
+        auto.run(build(compose_or_fail(overrides, source)), overrides, top=args.top, out=args.output,
+                 config_dir=source.config_dir, config_name=source.config_name)
         return
+    spec = spec_or_fail(overrides, source)
     p = plan(spec)
     if args.rehearse:
         _rehearse(spec, p, args.timeout)

@@ -9,8 +9,9 @@ one more entry):
     layout (every combination is a layout)
       placement        which roles share devices: every shipped conf/placement option and the recipe's own groups,
                        with the devices of each group (sizes 1, 2, 4 ... up to a node, then whole nodes, using every
-                       device) and the engines' tensor parallelism (a divisor of the rollout group within a node that
-                       divides the attention heads, as vLLM requires); rollout.num_engines follows
+                       device, or as many as trainer.global_batch splits over where it splits over none that use
+                       every device) and the engines' tensor parallelism (a divisor of the rollout group within a
+                       node that divides the attention heads, as vLLM requires); rollout.num_engines follows
       training engine  deepspeed ZeRO 0-3, optimizer offload (ZeRO 1-3), parameter offload (ZeRO-3); fsdp2 with or
                        without reshard_after_forward, with cpu_offload (GPUs only: on CPU the host is the device)
       recompute        trainer.gradient_checkpointing
@@ -160,11 +161,16 @@ def _placements(spec: ExperimentSpec) -> list[Overrides]:
     for name, colocate in options:
         probe = with_values(spec, {"placement.colocate": [list(g) for g in colocate]})
         groups = device_groups(probe, present)
-        for split in itertools.product(sizes, repeat=len(groups)):
-            if sum(split) != total:
-                continue
-            if any(batch % n for g, n in zip(groups, split, strict=True) if "policy" in g or "critic" in g):
-                continue  # trainer.global_batch must split evenly over the trained roles' ranks
+        splits = [
+            split for split in itertools.product(sizes, repeat=len(groups))
+            if sum(split) <= total
+            # trainer.global_batch must split evenly over the trained roles' ranks
+            and not any(batch % n for g, n in zip(groups, split, strict=True) if "policy" in g or "critic" in g)
+        ]
+        used = max((sum(split) for split in splits), default=0)
+        for split in splits:
+            if sum(split) != used:
+                continue  # every device where the batch allows; fewer only where it splits over none that use all
             ro = next((i for i, g in enumerate(groups) if "rollout" in g), None)
             for tp in _tp_options(spec, split[ro]) if ro is not None else [spec.rollout.tensor_parallel_size]:
                 key = (groups, split, tp)
@@ -174,7 +180,7 @@ def _placements(spec: ExperimentSpec) -> list[Overrides]:
                 values: Overrides = {"placement.name": name, "placement.colocate": [list(g) for g in colocate]}
                 values.update({f"placement.devices.{r}": None for r in ("policy", "reference", "teacher", "critic",
                                                                         "reward", "rollout")})
-                if len(groups) > 1:
+                if len(groups) > 1 or used < total:
                     values.update({f"placement.devices.{g[0]}": n for g, n in zip(groups, split, strict=True)})
                 if ro is not None:
                     values["rollout.tensor_parallel_size"] = tp
@@ -326,6 +332,7 @@ class SearchResult:
     invalid: list[tuple[Overrides, list[str]]] = field(default_factory=list)  # fitting but refused by validation
     seconds: float = 0.0
     why_none: str = ""  # when nothing fits: the closest candidate's verdict
+    base_errors: list[str] = field(default_factory=list)  # the recipe as given: its validation errors (then no base)
 
 
 def _expand(spec: ExperimentSpec, values: Overrides, dims: Sequence[Dimension]) -> Iterator[Overrides]:
@@ -449,6 +456,8 @@ class _Searcher:
         self.found = _distinct(sorted(self.found, key=_rank_key))
 
     def run(self) -> SearchResult:
+        from rlhf.spec.validate import validate
+
         t0 = time.perf_counter()
         first, rest = LAYOUT_DIMENSIONS[0], LAYOUT_DIMENSIONS[1:]
         placements = []
@@ -475,8 +484,10 @@ class _Searcher:
         self.result.ranked = self.found[: self.top]
         if not self.found:
             self.result.why_none = self.closest[1] if self.closest else "no layout of this hardware holds the roles"
-        base_plan = plan(self.spec)
-        self.result.base = Candidate({}, self.spec, base_plan, estimate(self.spec, base_plan))
+        self.result.base_errors = [str(e) for e in validate(self.spec)]
+        if not self.result.base_errors:  # a recipe laid out for other hardware is not planned as given
+            base_plan = plan(self.spec)
+            self.result.base = Candidate({}, self.spec, base_plan, estimate(self.spec, base_plan))
         self.result.seconds = time.perf_counter() - t0
         return self.result
 
