@@ -219,7 +219,9 @@ def spearman(xs: list[float], ys: list[float]) -> float:
 def report(model: str, out: Path) -> list[str]:
     points = [(n, v) for n, v in json.loads((out / model / "points.json").read_text())]
     meas = measured(model, out)
-    pick = json.loads((out / model / "auto.json").read_text())["name"]
+    pick_then = json.loads((out / model / "auto.json").read_text())["name"]
+    now = auto_pick(model)  # the model as it is now (--report on an older run): its pick, if it was measured
+    pick = next((n for n, v in points if _same(v, now, model)), None)
     lines = [f"{model}: {len(points)} point(s); step seconds measured (mean of repeats, after step 1) vs estimated"]
     lines.append(f"  {'point':<34}{'measured':>9}{'repeats':>16}{'load':>6}{'estimate':>10}{'ratio':>7}")
     est, got, rows = [], [], []
@@ -244,6 +246,9 @@ def report(model: str, out: Path) -> list[str]:
         best = min(rows, key=lambda r: r[1])
         lines.append(f"  Spearman rank correlation {rho:.2f} over {len(rows)} points; measured/estimated ratio median "
                      f"{statistics.median(ratios):.2f} (range {min(ratios):.2f}-{max(ratios):.2f})")
+        if pick != pick_then:
+            lines.append(f"  (when the sweep ran, --auto picked {pick_then}; the model as it is now picks "
+                         f"{pick or 'a layout the sweep did not measure'})")
         chosen = next((r for r in rows if r[0] == pick), None)
         if chosen is not None:
             gap = chosen[1] / best[1] - 1

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlhf.cli.common import fail
-from rlhf.launch.auto import Candidate, SearchResult, search
+from rlhf.launch.auto import TIE_PER_CHANGE, Candidate, SearchResult, search
 from rlhf.launch.cost import PHASES
 from rlhf.launch.memory import sleeps
 from rlhf.spec.schema import ExperimentSpec
@@ -85,6 +85,8 @@ def render(result: SearchResult, spec: ExperimentSpec) -> str:
         lines.append(_row(str(i), c))
     if r.base is not None:
         lines.append(_row("given", r.base) + ("" if r.base.plan.fits else f"  ({r.base.plan.verdict()})"))
+    lines.append(f"  (ranked by estimated time, each key changed from the recipe counting {TIE_PER_CHANGE:.1%} "
+                 "against a layout: near-ties keep the recipe's choices)")
     lines += ["", "estimated seconds per phase"]
     lines.append("  " + f"{'#':>5} " + "".join(f"{p:>11}" for p in PHASES) + f"{'total':>9}")
     rows = [(str(i), c) for i, c in enumerate(r.ranked, 1)] + ([("given", r.base)] if r.base else [])
