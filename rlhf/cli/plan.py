@@ -15,6 +15,7 @@ import sys
 from rlhf.cli.common import (
     add_source_arguments,
     compose_or_fail,
+    fail,
     parse_with_overrides,
     source_of,
     spec_or_fail,
@@ -22,7 +23,7 @@ from rlhf.cli.common import (
 )
 from rlhf.launch.memory import GB
 from rlhf.launch.plan import Plan, plan
-from rlhf.spec import build
+from rlhf.spec import SpecInvalid, build
 
 
 def _gb(x: float) -> str:
@@ -97,7 +98,6 @@ def render(p: Plan) -> str:
 
 
 def _rehearse(spec, p: Plan, timeout_s: float) -> None:
-    from rlhf.cli.common import fail
     from rlhf.launch.rehearsal import RehearsalFailed, cluster_shape, rehearse, simulated_cluster
 
     nodes, gpus, cpus = cluster_shape(spec)
@@ -148,8 +148,12 @@ def main(argv: list[str] | None = None) -> None:
         # not validated here: the search replaces the layout, so a recipe laid out for other hardware (more devices
         # than this one has, an engine wider than its nodes) is still a starting point; every candidate is
         # validated, and where none is found the recipe's own problems are reported (rlhf.cli.auto.run)
-        auto.run(build(compose_or_fail(overrides, source)), overrides, top=args.top, out=args.output,
-                 config_dir=source.config_dir, config_name=source.config_name)
+        try:
+            spec = build(compose_or_fail(overrides, source))
+        except SpecInvalid as e:  # a ??? left unfilled
+            fail(str(e))
+        auto.run(spec, overrides, top=args.top, out=args.output, config_dir=source.config_dir,
+                 config_name=source.config_name)
         return
     spec = spec_or_fail(overrides, source)
     p = plan(spec)
@@ -158,7 +162,6 @@ def main(argv: list[str] | None = None) -> None:
         return
     print(p.to_json() if args.json else render(p))
     if args.check:
-        from rlhf.cli.common import fail
         from rlhf.launch.preflight import PreflightFailed, require_preflight
 
         try:

@@ -103,3 +103,9 @@ def test_bad_input_is_one_clear_error_listing_the_options(override, needle, opti
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.startswith("error:") and needle in r.stderr and option in r.stderr
     assert r.stdout == ""
+
+
+def test_a_required_value_left_unfilled_is_named_not_a_traceback(capsys):
+    code, out, err = _auto(capsys, "+recipe=opd_tiny_cpu")  # the teacher is ??? in the recipe
+    assert code == 2 and out == ""
+    assert "teacher.model_path" in err and "required" in err

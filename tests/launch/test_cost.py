@@ -88,7 +88,7 @@ def test_the_cost_model_reuses_log_probs_exactly_where_the_pipeline_does():
     from rlhf.pipelines.rl_roles import reuses_current_logprobs as pipeline_reuses  # imports torch: here only
 
     for recipe in ("grpo_tiny_cpu", "ppo_tiny_cpu", "reinforce_pp_tiny_cpu", "opd_tiny_cpu", "gspo_tiny_cpu"):
-        spec = load_spec([f"+recipe={recipe}"])
+        spec = load_spec([f"+recipe={recipe}", *(["teacher.model_path=teacher"] if recipe == "opd_tiny_cpu" else [])])
         assert reuses_current_logprobs(spec, plan(spec)) == pipeline_reuses(spec), recipe
 
 
