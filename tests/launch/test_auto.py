@@ -110,3 +110,18 @@ def test_the_staircase_walk_finds_the_maximal_fitting_points_and_plans_few():
     assert len(set(calls)) <= 4 + 4 + 1  # O(rows + columns), not the 16 points
     assert _maximal(lambda idx: idx if idx[0] >= 5 else None, [8]) == [(5,)]  # one dimension: a binary search
     assert _maximal(lambda idx: None, [4, 4]) == []
+
+
+GPU_RECIPES = ["grpo_llama3_8b", "ppo_llama3_8b", "ppo_llama3_70b", "grpo_qwen2_5_0_5b", "grpo_qwen2_5_0_5b_h200",
+               "rloo_llama3_8b", "reinforce_pp_baseline_llama3_8b", "sft_llama3_8b", "rm_llama3_8b", "dpo_llama3_8b"]
+
+
+@pytest.mark.parametrize("recipe", GPU_RECIPES)
+def test_every_shipped_gpu_recipe_gets_a_written_layout_on_its_own_hardware(recipe, tmp_path):
+    from rlhf.launch.auto_recipe import write_recipe
+
+    overrides = [f"+recipe={recipe}"]
+    r = search(load_spec(overrides), top=1)
+    assert r.ranked, r.why_none
+    # composes back to the chosen spec, validates and fits, or raises naming the keys that differ
+    write_recipe(tmp_path / f"{recipe}_auto.yaml", overrides, r.ranked[0])
