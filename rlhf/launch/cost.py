@@ -171,8 +171,8 @@ GPU = Constants(
 
 # Measured on the 2-core development machine (AMD EPYC with AVX-512, torch 2.13 CPU) by bench/cost_probe.py,
 # 2026-12-01 23:46 UTC, machine shared with other sessions (load average 17-24): the efficiencies are achieved rates
-# over the probe's own one-thread fp32 GEMM rate, the fixed costs the probe's best times (bench/README.md, "Cost
-# model calibration", has the probe's output).
+# over the probe's own one-thread fp32 GEMM rate, the fixed costs the probe's best times. That output was not kept;
+# bench/README.md ("The probe, run again") has a run of 2026-12-02 beside these values.
 CPU = Constants(
     train_eff=0.61,  # model=small forward + backward, micro-batch 16 x 64 tokens, one thread
     forward_eff=0.69,  # the same without gradients, log-softmax over the logits
