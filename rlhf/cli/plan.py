@@ -1,5 +1,6 @@
 """rlhf-plan [--json] [--check] [-cd DIR] [-cn NAME] [+recipe=NAME] [key=value ...]: where every role runs and
-whether it fits in memory.
+whether it fits in memory. ``--auto [--top N] [-o FILE]``: the layouts that fit, ranked by estimated step time, the
+best written as a recipe.
 
 Pure and fast (no Ray, torch or DeepSpeed): composes, validates and plans, then prints a table. ``--check`` also
 runs the preflight that ``rlhf-run`` runs before starting anything (reward and agent files parsed, reward URLs
@@ -11,9 +12,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rlhf.cli.common import add_source_arguments, parse_with_overrides, source_of, spec_or_fail, with_default_recipe
+from rlhf.cli.common import (
+    add_source_arguments,
+    compose_or_fail,
+    fail,
+    parse_with_overrides,
+    source_of,
+    spec_or_fail,
+    with_default_recipe,
+)
 from rlhf.launch.memory import GB
 from rlhf.launch.plan import Plan, plan
+from rlhf.spec import SpecInvalid, build
 
 
 def _gb(x: float) -> str:
@@ -88,7 +98,6 @@ def render(p: Plan) -> str:
 
 
 def _rehearse(spec, p: Plan, timeout_s: float) -> None:
-    from rlhf.cli.common import fail
     from rlhf.launch.rehearsal import RehearsalFailed, cluster_shape, rehearse, simulated_cluster
 
     nodes, gpus, cpus = cluster_shape(spec)
@@ -115,6 +124,15 @@ def main(argv: list[str] | None = None) -> None:
         "process and device on a violation)",
     )
     ap.add_argument("--timeout", type=float, default=300.0, help="--rehearse: seconds any placement may take")
+    ap.add_argument(
+        "--auto",
+        action="store_true",
+        help="search the layouts the platform supports for this recipe on its hardware (placement, engines and TP, "
+        "training engine, offload, micro-batches), keep those that fit, rank them by estimated step time and print "
+        "the best with their memory and time per phase (rlhf/launch/auto.py, rlhf/launch/cost.py)",
+    )
+    ap.add_argument("--top", type=int, default=5, help="--auto: how many layouts to show")
+    ap.add_argument("-o", "--output", help="--auto: write the best layout as a recipe to this file")
     add_source_arguments(ap)
     ap.add_argument(
         "overrides",
@@ -123,14 +141,27 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parse_with_overrides(ap, sys.argv[1:] if argv is None else argv)
     source = source_of(args)
-    spec = spec_or_fail(with_default_recipe(args.overrides, source), source)
+    overrides = with_default_recipe(args.overrides, source)
+    if args.auto:
+        from rlhf.cli import auto
+
+        # not validated here: the search replaces the layout, so a recipe laid out for other hardware (more devices
+        # than this one has, an engine wider than its nodes) is still a starting point; every candidate is
+        # validated, and where none is found the recipe's own problems are reported (rlhf.cli.auto.run)
+        try:
+            spec = build(compose_or_fail(overrides, source))
+        except SpecInvalid as e:  # a ??? left unfilled
+            fail(str(e))
+        auto.run(spec, overrides, top=args.top, out=args.output, config_dir=source.config_dir,
+                 config_name=source.config_name)
+        return
+    spec = spec_or_fail(overrides, source)
     p = plan(spec)
     if args.rehearse:
         _rehearse(spec, p, args.timeout)
         return
     print(p.to_json() if args.json else render(p))
     if args.check:
-        from rlhf.cli.common import fail
         from rlhf.launch.preflight import PreflightFailed, require_preflight
 
         try:

@@ -357,7 +357,39 @@ class HardwareSpec:
     cpus_per_node: int = key(2, "CPU cores per node", ge=1)
     host_memory_gb: float = key(24.0, "host memory per node", gt=0, le=1e6)
     bf16: bool = key(False, "native bf16 (on CPU bf16 works but is slower than fp32)")
-    device_tflops: float = key(0.1, "dense bf16 TFLOP/s per device, for rough time estimates", gt=0)
+    # Device facts for the cost model of ``rlhf-plan --auto`` (rlhf.launch.cost): peak rates from the vendor's
+    # datasheet on GPUs, measured on CPU (bench/cost_probe.py); the model's own efficiency constants turn them into
+    # achieved rates. On CPU hardware a "device" is a slot of the node's cores, and these are the whole node's
+    # figures: each of the devices_per_node slots gets its share. The defaults are conf/hardware/cpu.yaml's.
+    device_tflops: float = key(
+        0.46,
+        "dense 16-bit (bf16/fp16) TFLOP/s per device without sparsity (datasheet; CPU: measured bf16 matmul)",
+        gt=0,
+    )
+    device_tflops_fp32: float = key(
+        0.19,
+        "dense fp32 TFLOP/s per device, what fp32 training runs at (GPUs: the FP32 rate, since torch leaves TF32 "
+        "off for matmuls by default; CPU: measured fp32 matmul)",
+        gt=0,
+    )
+    memory_bandwidth_gbs: float = key(
+        13.0, "device memory bandwidth, GB/s (datasheet HBM figure; CPU: measured, bytes read plus written)", gt=0
+    )
+    link_bandwidth_gbs: float = key(
+        3.3,
+        "device-to-device bandwidth within a node, GB/s per device and direction (NVLink; CPU: a measured gloo "
+        "broadcast over loopback)",
+        gt=0,
+    )
+    network_bandwidth_gbs: float = key(
+        1.25, "bandwidth between nodes, GB/s per node and direction (the node's NICs together)", gt=0
+    )
+    host_link_gbs: float = key(
+        13.0,
+        "host-to-device bandwidth, GB/s per device and direction, what offloaded states cross (PCIe; CPU: the host "
+        "is the device, a measured memcpy)",
+        gt=0,
+    )
 
 
 @dataclass(frozen=True)
