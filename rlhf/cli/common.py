@@ -175,6 +175,10 @@ def explain_compose_error(e: BaseException) -> str:
     key = getattr(cause, "full_key", None)
     obj = getattr(cause, "object_type", None)
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and key:
+        from rlhf.spec.rollout_backends import MOVED_KEYS
+
+        if key in MOVED_KEYS:
+            return f"{key}: no such config key; it moved to {MOVED_KEYS[key]} (the vLLM backend's own keys)"
         valid = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
         section = key.rsplit(".", 1)[0] if "." in key else "the top level"
         hint = f"; valid keys of {section}: {', '.join(valid)}" if valid else ""

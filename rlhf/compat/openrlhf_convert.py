@@ -63,9 +63,9 @@ class Mapping:
 # OpenRLHF flag -> our key, where the value carries over as it is. carry: OpenRLHF's default is what the run
 # uses when the flag is absent, so it is carried too (False: a path or a logging detail, ours stands).
 _DIRECT_RL = {
-    "vllm.enable_prefix_caching": ("rollout.enable_prefix_caching", True),
-    "vllm.enforce_eager": ("rollout.enforce_eager", True),
-    "vllm.gpu_memory_utilization": ("rollout.gpu_memory_utilization", True),
+    "vllm.enable_prefix_caching": ("rollout.vllm.enable_prefix_caching", True),
+    "vllm.enforce_eager": ("rollout.vllm.enforce_eager", True),
+    "vllm.gpu_memory_utilization": ("rollout.vllm.gpu_memory_utilization", True),
     "rollout.batch_size": ("rollout.prompts_per_step", True),
     "rollout.micro_batch_size": ("rollout.micro_batch_per_device", True),
     "rollout.n_samples_per_prompt": ("rollout.samples_per_prompt", True),

@@ -99,7 +99,7 @@ def threshold_bounds(threshold: object) -> tuple[float, float]:
 
 PREFERENCE_LOSSES = ("dpo", "cdpo", "ipo", "kto", "simpo", "orpo")
 RM_LOSSES = ("sigmoid", "logexp")
-ROLLOUT_BACKENDS = ("vllm", "hf")
+ROLLOUT_BACKENDS = tuple(backends.ROLLOUT_BACKENDS)
 # trainer.backend: the registry lines of rlhf.spec.backends
 TRAIN_BACKENDS = tuple(backends.TRAIN_BACKENDS)
 PRECISIONS = ("bf16", "fp32", "fp16")
