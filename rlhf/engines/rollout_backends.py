@@ -6,19 +6,11 @@ validation and the preflight read this table.
 
 from __future__ import annotations
 
-import importlib
-
+from rlhf.engines.backends import load_backend
 from rlhf.engines.protocol import RolloutBackend
 from rlhf.spec.backends import ROLLOUT_BACKENDS
 
 
 def rollout_backend(name: str) -> RolloutBackend:
     """The backend registered as ``name``; a ValueError naming ``rollout.backend`` and the valid names otherwise."""
-    try:
-        target = ROLLOUT_BACKENDS[name]
-    except KeyError:
-        raise ValueError(
-            f"rollout.backend={name!r}: not a rollout backend; valid: {', '.join(sorted(ROLLOUT_BACKENDS))}"
-        ) from None
-    module, attr = target.target.split(":")
-    return getattr(importlib.import_module(module), attr)
+    return load_backend("rollout.backend", "a rollout backend", ROLLOUT_BACKENDS, name)

@@ -54,7 +54,7 @@ def missing_package(axis: str, table: dict[str, Backend], name: str) -> str | No
 def unused_sections(parent: str, holder: Any, sections: dict[str, type], selected: str) -> list[tuple[str, Any, str]]:
     """``(full key, value, fix)`` for every key of a backend sub-section (``<parent>.<name>.*`` of ``holder``)
     changed from its default while another backend is selected: a key that would be ignored is never silently
-    accepted."""
+    accepted (the training axis refuses it, the rollout axis warns: rlhf.spec.rollout_backends)."""
     out = []
     for name, cls in sections.items():
         if name == selected:

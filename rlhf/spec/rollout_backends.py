@@ -2,8 +2,11 @@
 
 A backend's code lives in rlhf/engines/ (rlhf.engines.rollout_backends; its contract rlhf.engines.protocol); these
 are its config facts, here because the spec layer imports nothing else. Each rule returns ``(full key, value given,
-fix)`` triples; rlhf.spec.validate reports them with every other problem. Besides its own rules, a backend's
-sub-section (``rollout.<name>``) must keep its defaults when another backend is selected.
+fix)`` triples; rlhf.spec.validate reports them with every other problem.
+
+A backend's sub-section (``rollout.<name>``) changed while another backend is selected is reported as a warning by
+the preflight (:func:`ignored_keys`), not refused: the GPU recipes set vLLM's memory fraction, and
+``rlhf-run +recipe=grpo_llama3_8b rollout=hf`` must still start (the key is ignored, and said so).
 """
 
 from __future__ import annotations
@@ -62,7 +65,12 @@ RULES: dict[str, Callable[[ExperimentSpec, Derived], list[Problem]]] = {"hf": _h
 
 
 def backend_problems(spec: ExperimentSpec, d: Derived) -> list[Problem]:
-    """The selected backend's rules (when the run has engines) and the keys of the others that were changed."""
+    """The selected backend's rules, when the run has engines (unknown backends are reported by the key's own
+    domain check)."""
     rules = RULES.get(spec.rollout.backend)
-    own = rules(spec, d) if rules and "rollout" in d.roles else []
-    return own + unused_sections("rollout", spec.rollout, SECTIONS, spec.rollout.backend)
+    return rules(spec, d) if rules and "rollout" in d.roles else []
+
+
+def ignored_keys(spec: ExperimentSpec) -> list[Problem]:
+    """The keys of other backends' sub-sections that were changed: this run ignores them."""
+    return unused_sections("rollout", spec.rollout, SECTIONS, spec.rollout.backend)

@@ -93,8 +93,15 @@ class RolloutActor:
             "cuda_visible_devices": visible,
             "env": {},
             "workers": [
-                {"rank": 0, "bundle": None, "node_id": ctx.get_node_id(), "gpu_ids": own, "local_rank": 0,
-                 "device": device, "gpus": None}
+                {
+                    "rank": 0,
+                    "bundle": None,
+                    "node_id": ctx.get_node_id(),
+                    "gpu_ids": own,
+                    "local_rank": 0,
+                    "device": device,
+                    "gpus": None,
+                }
             ],
         }
 

