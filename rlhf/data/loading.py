@@ -35,12 +35,11 @@ from rlhf.spec.reasoning_gym_source import PREFIX as REASONING_GYM_PREFIX
 
 BUILTIN_PREFIX = "builtin:"
 FILE_LOADERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow"}
-_BUILTIN_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
 def builtin_path(name: str) -> Path:
     """The file behind ``builtin:NAME``; a :class:`DataError` lists the available names when there is none."""
-    for suffix in _BUILTIN_SUFFIXES:
+    for suffix in paths.BUILTIN_SUFFIXES:
         p = paths.builtin_data_dir() / f"{name}{suffix}"
         if p.is_file():
             return p
@@ -50,7 +49,7 @@ def builtin_path(name: str) -> Path:
 
 def _looks_local(source: str) -> bool:
     # A typo in a local path must say "not found", not try the hub and fail with a network error.
-    return Path(source).suffix in FILE_LOADERS or source.startswith(("/", "./", "../", "~"))
+    return Path(source).suffix in FILE_LOADERS or source.startswith(paths.LOCAL_PATH_PREFIXES)
 
 
 def _load_file(path: Path, on_bad_row: str = "error") -> Dataset:

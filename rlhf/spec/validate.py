@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlhf.spec import backends, names, reasoning_gym_source, recording
-from rlhf.spec.derive import Derived, derive, reward_source
+from rlhf.spec import backends, names, paths, reasoning_gym_source, recording
+from rlhf.spec.derive import REWARD_SOURCE_KEYS_TEXT, Derived, derive, reward_source
 from rlhf.spec.hub_source import FORM as HUB_FORM
 from rlhf.spec.hub_source import parse_hub_source
 from rlhf.spec.keys import domain_violations
@@ -47,7 +47,7 @@ _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def _looks_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~")) or os.path.exists(os.path.expanduser(path))
+    return path.startswith(paths.LOCAL_PATH_PREFIXES) or os.path.exists(os.path.expanduser(path))
 
 
 def model_folder_problem(path: str) -> str | None:
@@ -211,8 +211,8 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             len(sources) == 1,
             "reward",
             sources or None,
-            "RL needs exactly one reward source: reward.model_path, reward.function, reward.urls, reward.verifier "
-            "or an agent (agent.path with agent.executor multi_turn|openai)",
+            f"RL needs exactly one reward source: {REWARD_SOURCE_KEYS_TEXT}, or an agent (agent.path with "
+            "agent.executor multi_turn|openai)",
         )
     if spec.agent.executor != "single_turn":
         c.require(bool(spec.agent.path), "agent.path", spec.agent.path, f"{spec.agent.executor} needs an agent file")
@@ -487,8 +487,32 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
             "evaluation needs data.eval_files or data.eval_fraction > 0",
         )
     res = spec.checkpoint.resume
-    if res not in ("auto", "never"):
+    if res not in names.RESUME_MODES:
         c.require(Path(res).expanduser().exists(), "checkpoint.resume", res, "auto, never, or an existing checkpoint")
+    _check_init_from(spec, c)
+
+
+def _check_init_from(spec: ExperimentSpec, c: _Collector) -> None:
+    """checkpoint.init_from: an existing folder, and not together with a resume path (one continues a run, the other
+    starts a new one). What the folder holds and whether it fits model.* is the preflight's
+    (rlhf.pipelines.init_source, which reads the checkpoint layout)."""
+    init, res = spec.checkpoint.init_from, spec.checkpoint.resume
+    if not init:
+        return
+    c.require(
+        Path(init).expanduser().is_dir(),
+        "checkpoint.init_from",
+        init,
+        "no such folder; give a run folder (outputs/...), a checkpoint folder (.../checkpoints/stepN) or a Hugging "
+        "Face model folder",
+    )
+    c.require(
+        res in names.RESUME_MODES,
+        "checkpoint.resume",
+        res,
+        "checkpoint.resume=PATH continues that run (its optimizer, step and data position) while checkpoint.init_from "
+        "starts a new run from weights: set checkpoint.resume=auto (or never), or drop checkpoint.init_from",
+    )
 
 
 def _check_reasoning_gym(source: str, key: str, c: _Collector) -> None:
@@ -564,8 +588,7 @@ def _check_recording(spec: ExperimentSpec, c: _Collector) -> None:
             len(reward_source(spec)) == 1,
             "reward",
             reward_source(spec) or None,
-            "rollout-only scores what it generates: give exactly one of reward.model_path, reward.function, "
-            "reward.urls, reward.verifier",
+            f"rollout-only scores what it generates: give exactly one of {REWARD_SOURCE_KEYS_TEXT}",
         )
     if ro.record and (Path(ro.record).expanduser() / recording.MANIFEST).exists():
         # Continuing a recording (a resumed run): it must come from this run's settings.

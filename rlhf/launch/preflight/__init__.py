@@ -16,6 +16,8 @@ imports neither Ray nor torch and runs none of the user's code. What it checks:
   one when vllm imports here, $RLHF_VLLM_PYTHON, or .venv-vllm -- and a vLLM in the supported range; see engine);
 * hub datasets named without the config they need (``openai/gsm8k`` instead of ``openai/gsm8k:main``; see
   hub_datasets: the only check that asks the network, a warning when it cannot).
+* ``checkpoint.init_from``: a folder holding a run, a checkpoint or a Hugging Face model that fits model.* and the
+  pipeline (rlhf.pipelines.init_source, which reads the checkpoint layout and config files only).
 """
 
 from __future__ import annotations
@@ -76,6 +78,11 @@ def preflight(spec: ExperimentSpec) -> PreflightReport:
     if spec.reward.model_path:
         report.findings += check_reward_model(spec)
         report.checked.append("reward.model_path")
+    if spec.checkpoint.init_from:
+        from rlhf.pipelines.init_source import check as check_init_from
+
+        report.findings += [Finding(p.key, p.value, p.problem, p.fix) for p in check_init_from(spec)]
+        report.checked.append("checkpoint.init_from")
     report.seconds = time.monotonic() - start
     return report
 
