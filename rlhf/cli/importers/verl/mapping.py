@@ -526,7 +526,7 @@ class _Mapper(OutcomeBook):
         for name, kind in keys.items():
             k = f"{_ROLLOUT}.{name}"
             if self.backend != "vllm":
-                self.explain(k, f"vLLM's own key; rollout={self.backend} has none")
+                self.none(k, NOT_NEEDED, f"vLLM's own key (rollout.vllm.{name}); rollout={self.backend} has none")
             elif name != "max_num_seqs" or self.given(k):  # max_num_seqs: ours sizes itself unless the command set it
                 self.put(f"rollout.vllm.{name}", self.eff(k, kind), k)
             self.handled.add(k)
