@@ -4,7 +4,8 @@
   subprocesses) on 127.0.0.1. Ray reads it once, at import, so this is the earliest safe place for the test session
   (rlhf-run sets it itself before it imports ray).
 - Helpers shared by test folders (tests/sockets_helper.py) importable from every test.
-- ``ray_cluster``: one private Ray cluster for the session, for every folder's tests that need one.
+- ``ray_cluster``: one private Ray cluster for the session (4 CPUs, 127.0.0.1), shared by every folder's tests
+  that need one (tests/launch/test_realize.py keeps its own, module-scoped, for its own teardown).
 """
 
 import os
