@@ -20,8 +20,9 @@ SECTIONS = {f.name for f in dataclasses.fields(ExperimentSpec)}
 # A dotted name whose last part is one of these is a file, not a key.
 FILE_SUFFIXES = {"json", "jsonl", "yaml", "yml", "py", "parquet", "csv", "txt", "md", "db", "log", "sh", "pt", "bin",
                  "safetensors", "sbatch", "toml", "cfg", "gz"}
-# Named on purpose: the README shows what a misspelt key gets.
-DELIBERATE = {"trainer.no_such_key"}
+# Named on purpose: the README shows what a misspelt key and a moved (old) vLLM key get, and the sub-section a
+# hypothetical new rollout backend would add ("Adding a backend").
+DELIBERATE = {"trainer.no_such_key", "rollout.gpu_memory_utilization", "rollout.sglang.*"}
 KEY = re.compile(r"(?<![\w./:-])[+~]?([a-z_][a-z0-9_]*(?:\.(?:[a-z_][a-z0-9_]*|\*))+)")
 COMMAND_LINE = re.compile(r"^\s{4,}(?:\$ )?(rlhf-\w+ .*)$")
 
