@@ -74,8 +74,10 @@ def start_vllm_rollout_actor(model_path: str, *, num_cpus: float = 2, **engine_k
     from rlhf.workers.vllm_rollout_worker import VLLMRolloutActor
 
     runtime_env = vllm_runtime_env(cpu_threads=max(1, int(num_cpus)))
-    return remote_class(VLLMRolloutActor).options(num_cpus=num_cpus, runtime_env=runtime_env).remote(
-        model_path, **engine_kwargs
+    return (
+        remote_class(VLLMRolloutActor)
+        .options(num_cpus=num_cpus, runtime_env=runtime_env)
+        .remote(model_path, **engine_kwargs)
     )
 
 
