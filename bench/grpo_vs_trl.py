@@ -228,7 +228,7 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     ]
     if cfg["rollout"] == "vllm":
         # KV cache for all of a step's samples, decoded in one wave (vLLM's CPU default is 256 sequences).
-        overrides += [f"rollout.cpu_kv_cache_gb={cfg['vllm_kv_gb']}", f"rollout.max_num_seqs={n}"]
+        overrides += [f"rollout.vllm.cpu_kv_cache_gb={cfg['vllm_kv_gb']}", f"rollout.vllm.max_num_seqs={n}"]
     overrides += cfg["extra_rlhf"]
     spec = load_spec(overrides)
     p = plan(spec)
@@ -669,7 +669,7 @@ def main() -> int:
         "with other busy processes on the cores, OpenMP's default spin-waiting makes 2-thread torch "
         "30-100x slower",
     )
-    ap.add_argument("--vllm-kv-gb", type=int, default=4, help="rlhf rollout.cpu_kv_cache_gb for --rollout vllm")
+    ap.add_argument("--vllm-kv-gb", type=int, default=4, help="rlhf rollout.vllm.cpu_kv_cache_gb for --rollout vllm")
     ap.add_argument(
         "--rlhf-override",
         action="append",

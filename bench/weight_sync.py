@@ -132,7 +132,7 @@ def _measure(size: str, backend: str, routes: list[str], repeats: int, threads: 
             "data.max_len=64",
             "rollout.max_new_tokens=8",
             f"rollout.weight_sync_bucket_mb={bucket_mb}",
-            "rollout.cpu_kv_cache_gb=1",
+            "rollout.vllm.cpu_kv_cache_gb=1",
             "logging.mlflow=false",
         ]
     )

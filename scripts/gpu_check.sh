@@ -81,7 +81,7 @@ out=$(mktemp -d)
 mem=$("$PY" -c "import torch; print(int(torch.cuda.get_device_properties(0).total_memory / 2**30))")
 step "two-step GRPO: hybrid engine, ZeRO-3, FusedAdam" 480 "$PY" -m rlhf.cli.run +recipe=grpo_tiny_cpu \
   hardware=1xh200 hardware.device_memory_gb="$mem" trainer=default trainer.zero_stage=3 trainer.optimizer=fused_adam \
-  rollout=vllm rollout.gpu_memory_utilization=0.3 model.architecture=qwen2 model.tie_word_embeddings=true \
+  rollout=vllm rollout.vllm.gpu_memory_utilization=0.3 model.architecture=qwen2 model.tie_word_embeddings=true \
   rollout.verify_sync_every=1 trainer.max_steps=2 eval.steps=0 logging.mlflow=false logging.progress=false \
   hydra.run.dir="$out"
 "$PY" - "$out/metrics.jsonl" <<'PYEOF'

@@ -81,6 +81,7 @@ def main() -> int:
 
     from rlhf.engines.protocol import SamplingSpec
     from rlhf.engines.vllm_engine import VLLMEngine
+    from rlhf.engines.weight_sync.wire import pack_weights
 
     tmp = Path(tempfile.mkdtemp(prefix="rlhf-gpu-check-"))
     path = tiny_tied_qwen2(tmp)
@@ -125,7 +126,7 @@ def main() -> int:
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=g, device="cuda", dtype=torch.float32).to(p.dtype) * 0.02)
     new = [(n, t.detach()) for n, t in model.state_dict().items()]
-    engine.load_weights(new)
+    engine.load_packed(pack_weights(new, version=1)[0])  # the object-store route's wire format
     new_engine = [x for s in engine.score(seqs) for x in s]
     new_hf = hf_logprobs(model, seqs)
     diff, moved = mean_abs(new_engine, new_hf), mean_abs(new_engine, old_engine)
@@ -134,7 +135,7 @@ def main() -> int:
     t0 = time.perf_counter()
     engine.sleep(2)
     engine.wake(["weights"])
-    engine.load_weights(new)  # level 2 dropped the weights: the sync overwrites every one of them
+    engine.load_packed(pack_weights(new, version=2)[0])  # level 2 dropped the weights: the sync overwrites them all
     engine.wake(["kv_cache"])
     after = [x for s in engine.score(seqs) for x in s]
     diff2 = mean_abs(after, new_hf)

@@ -165,16 +165,30 @@ def report_invalid_jobs(bad: list[tuple[list[str], str]], total: int) -> NoRetur
     fail("\n".join(lines))
 
 
+def _moved(key: str) -> str:
+    from rlhf.spec.rollout_backends import MOVED_KEYS
+
+    return f"{key}: no such config key; it moved to {MOVED_KEYS[key]} (the vLLM backend's own keys)"
+
+
 def explain_compose_error(e: BaseException) -> str:
     """One message for a composition error: the full key, what is wrong and the fix (valid keys or the type)."""
     import dataclasses
 
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
+    from rlhf.spec.rollout_backends import MOVED_KEYS
+
     cause = e.__cause__ if isinstance(e.__cause__, Exception) else e
     key = getattr(cause, "full_key", None)
     obj = getattr(cause, "object_type", None)
+    # a key set in a config file fails inside Hydra's composition, which keeps OmegaConf's error as the context only
+    context = e.__context__ if isinstance(e.__context__, (ConfigKeyError, ConfigAttributeError)) else None
+    if context is not None and getattr(context, "full_key", None) in MOVED_KEYS:
+        return f"{str(e).splitlines()[0]}\n" + _moved(context.full_key)
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and key:
+        if key in MOVED_KEYS:
+            return _moved(key)
         valid = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
         section = key.rsplit(".", 1)[0] if "." in key else "the top level"
         hint = f"; valid keys of {section}: {', '.join(valid)}" if valid else ""

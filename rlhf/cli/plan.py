@@ -35,6 +35,8 @@ def render(p: Plan) -> str:
     lines = [f"plan for {p.spec_name}: {p.params / 1e9:.3f}B parameters, {d.total_devices} device(s)"]
     if p.training_engine:
         lines.append(f"training engine: {p.training_engine}")
+    if p.rollout_engine:
+        lines.append(f"rollout engine: {p.rollout_engine}")
     lines.append("")
     lines.append("roles")
     lines.append(f"  {'role':<10} {'group':>5} {'ranks':>5} {'share':>6}  nodes of its bundles")

@@ -1,6 +1,8 @@
-"""The ``hf`` rollout engine: transformers ``generate`` with a KV cache, behind :class:`RolloutEngine`.
+"""The ``hf`` rollout engine: transformers ``generate`` with a KV cache, in the process of its actor
+(rlhf.workers.rollout_worker.HFRolloutWorker, which keeps rlhf.engines.protocol.RolloutEngine).
 
-No extra dependency and no separate process: the CPU default, and a fallback wherever vLLM is missing.
+No extra dependency and no separate process: the CPU default, and a fallback wherever vLLM is missing. It receives a
+weight sync itself (one worker: this process) on every route, in the one wire format of rlhf.engines.weight_sync.
 
 What it returns (one :class:`Rollout` per sample, the ``n`` samples of a prompt contiguous):
     output_ids      the sampled tokens, cut after the first eos / stop token (kept) or stop string (kept)
@@ -22,7 +24,7 @@ import torch
 from torch import Tensor, nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.engines.protocol import MEMORY_TAGS, Rollout, SamplingSpec
 
 _DTYPES = {
     "fp32": torch.float32,
@@ -94,7 +96,7 @@ def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.devic
 
 
 class HFEngine:
-    """A :class:`~rlhf.engines.protocol.RolloutEngine` over an already-loaded causal LM.
+    """Generation, scoring and weight loading over an already-loaded causal LM.
 
     Args:
         model: a transformers causal LM (``generate`` and ``state_dict`` are used); put in eval mode.
@@ -117,7 +119,10 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.device = next(model.parameters()).device
-        self._asleep = False
+        # What is in device memory: the weights, and (nominally: transformers allocates it per generate call) the KV
+        # cache; on the CPU nothing ever leaves.
+        self.awake: set[str] = set(MEMORY_TAGS)
+        self._receiver: Any = None
 
     @classmethod
     def from_path(
@@ -299,15 +304,66 @@ class HFEngine:
             out.append(lp.cpu().tolist())
         return out
 
-    def sleep(self) -> None:
-        """Move the model to host memory between rollouts (accelerators only; a no-op on CPU)."""
-        if self.device.type != "cpu" and not self._asleep:
-            self.model.to("cpu")
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            self._asleep = True
+    def load_packed(self, packed: Any) -> list[dict[str, Any]]:
+        """One packed sync (the object-store route, rlhf.engines.weight_sync.wire), each tensor checked before it is
+        copied in; returns this engine's receiver report."""
+        from rlhf.engines.weight_sync.wire import SyncReport, unpack_weights
 
-    def wake(self) -> None:
-        if self._asleep:
+        self.wake(["weights"])
+        report = SyncReport(version=-1, side="receiver", route="object_store")
+        self.load_weights(unpack_weights(packed, report))
+        return [report.to_dict()]
+
+    def load_from_path(self, path: str) -> None:
+        """Reload every weight from a Hugging Face folder (what a fresh engine started on ``path`` would hold)."""
+        from transformers import AutoModelForCausalLM
+
+        self.wake(["weights"])
+        fresh = AutoModelForCausalLM.from_pretrained(path, dtype=next(self.model.parameters()).dtype)
+        self.load_weights(list(fresh.state_dict().items()))
+
+    # -- weight sync: this engine is its own (one) worker ---------------------------------------------------------
+    def sync_locations(self) -> list[dict[str, Any]]:
+        from rlhf.engines.weight_sync import member_location
+
+        return [member_location()]
+
+    def sync_connect(self, cfg: dict[str, Any], routes: list[str]) -> list[dict[str, Any]]:
+        from rlhf.engines.weight_sync import GroupConfig, WeightReceiver
+
+        self.sync_close()
+        self._receiver = WeightReceiver(GroupConfig.from_dict(cfg), device=self.device, route=routes[0])
+        return [{"rank": cfg["rank"], "route": routes[0]}]
+
+    def sync_pull(self, version: int) -> list[dict[str, Any]]:
+        """Load the weights the sender streams: each tensor received straight into the model's parameter (or, where
+        dtype or layout differ, copied in as it arrives)."""
+        self.wake(["weights"])
+        targets = self.direct_targets()
+        self.load_weights(self._receiver.pull(version, into=lambda e: targets(e.name, e.dtype, e.shape)))
+        self.empty_cache()
+        return [self._receiver.report.to_dict()]
+
+    def sync_close(self) -> None:
+        if self._receiver is not None:
+            self._receiver.close()
+            self._receiver = None
+
+    def sleep(self, level: int = 1) -> None:
+        """Move the model to host memory between rollouts (accelerators only; a no-op on CPU). ``level`` has no
+        meaning here: the host copy is the model itself."""
+        if self.device.type != "cpu" and self.awake:
+            self.model.to("cpu")
+            self.empty_cache()
+            self.awake = set()
+
+    def wake(self, tags: list[str] | None = None) -> None:
+        """Bring back ``tags`` (None: both); the weights move back to the device with the first of them."""
+        wanted = set(tags or MEMORY_TAGS)
+        if wanted - self.awake and "weights" not in self.awake:
             self.model.to(self.device)
-            self._asleep = False
+        self.awake |= wanted | {"weights"}
+
+    def empty_cache(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()

@@ -1,15 +1,36 @@
-"""The contracts every engine keeps: what a rollout is and what a rollout engine can do (a training engine's:
-rlhf.engines.training).
+"""The rollout-engine contract: what a rollout is, and what a backend of ``rollout.backend`` (hf, vllm) provides.
 
 Token in, token out: a rollout engine receives prompt token ids and returns the generated token ids with the
-log-probs the engine itself assigned to them, so the trainer sees exactly the tokens that were sampled.
+log-probs the engine itself assigned to them (rlhf.engines.logprob_meaning), so the trainer sees exactly the tokens
+that were sampled.
+
+A backend is two halves, because they live in different processes (and, for vLLM, different interpreters):
+
+* :class:`RolloutBackend`, in the driver, before anything starts: how the plan counts its memory, what it checks
+  before the cluster starts, and how one engine is started in the plan's bundles (its actor class, interpreter and
+  runtime environment, what it asks Ray for). Registered under its config string in
+  ``rlhf.spec.backends.ROLLOUT_BACKENDS`` (read by rlhf.engines.rollout_backends); its module imports no torch.
+* :class:`RolloutEngine`, one engine's Ray actor, as the driver, the weight sync, the hybrid schedule, the
+  rehearsal and the heartbeat call it. Everything crossing it is plain data (lists, str, dicts, the dataclasses
+  below, the weight-sync wire format), never an HF or vLLM object: the two venvs carry different libraries.
+
+Config: ``rollout.backend`` picks it (``conf/rollout/<name>.yaml`` selects it as ``rollout=<name>``); keys every
+backend reads stay at ``rollout.*`` (sampling, batches, ``num_engines``, ``tensor_parallel_size``,
+``enable_sleep`` for the hybrid schedule, the weight sync); a backend's own keys live in its sub-section
+``rollout.<name>.*`` of :class:`rlhf.spec.schema.RolloutSpec`. The spec layer imports nothing, so a backend's rules
+for its own keys are declared there too: ``rlhf.spec.rollout_backends.RULES[name]``, run by ``rlhf.spec.validate``
+with every other check (one message, nothing started), and a sub-section of a backend not selected must keep its
+defaults. tests/engines/test_rollout_backends.py runs every registered backend through both Protocols.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from rlhf.engines.weight_sync.wire import PackedWeights
+    from rlhf.spec.schema import ExperimentSpec, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -50,23 +71,205 @@ class Rollout:
             )
 
 
+# What of an engine can be in device memory (vLLM sleep mode's two tags; the hf engine moves both at once).
+MEMORY_TAGS = ("kv_cache", "weights")
+
+
+@dataclass(frozen=True)
+class RolloutMemory:
+    """Bytes per device of one engine, as the plan counts them (rlhf.launch.memory)."""
+
+    weights: float  # its weights on each device (the model over tensor_parallel_size)
+    kv_cache: float  # its KV cache on each device
+    device: float  # everything it holds on a device when awake (>= weights + kv_cache: a reserved fraction)
+    # host copies of a packed sync the engine makes on the object_store route (vLLM with its workers in processes of
+    # their own: the payload as bytes for its RPC), beyond the object store's own copy
+    packed_copies: int = 0
+
+
+def kv_cache_bytes_per_token(model: ModelSpec, bytes_per_value: int) -> int:
+    """Bytes of KV cache one token takes: keys and values of every layer's KV heads."""
+    return 2 * model.num_layers * model.num_kv_heads * model.head_dim * bytes_per_value
+
+
+@dataclass(frozen=True)
+class EnginePlacement:
+    """Where one engine goes and what it asks Ray for (pure: from the plan and the placement group's order). With
+    tensor parallelism the engine's workers are Ray actors of their own, one per bundle (vLLM's Ray executor): the
+    engine actor then holds no GPU and each worker takes the rollout role's share of its bundle."""
+
+    engine: int
+    bundles: tuple[int, ...]  # placement-group bundle index of each TP worker, in rank order
+    actor_cpus: float
+    actor_gpus: float  # TP 1: the engine computes in its actor; TP > 1: 0 (its workers hold the GPUs)
+    worker_gpus: float | None  # TP > 1: each worker's GPU share; None for TP 1
+
+    @property
+    def actor_bundle(self) -> int:
+        return self.bundles[0]
+
+    def claims(self) -> list[tuple[str, int, dict[str, float]]]:
+        """(label, bundle, resources) of the engine actor and of every TP worker it will start."""
+        out = [(f"rollout engine {self.engine}", self.actor_bundle, {"CPU": self.actor_cpus, "GPU": self.actor_gpus})]
+        if self.worker_gpus is not None:
+            out += [
+                (f"rollout engine {self.engine} worker {k}", b, {"GPU": self.worker_gpus})
+                for k, b in enumerate(self.bundles)
+            ]
+        return out
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    """How to start one engine's actor (what :meth:`RolloutBackend.launch` returns; rlhf.launch.rollout adds the
+    placement group, the ledger claims and the bounded wait)."""
+
+    actor: str  # "module:Class" implementing RolloutEngine, importable by the interpreter of ``runtime_env``
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    runtime_env: dict[str, Any] = field(default_factory=dict)  # Ray's: env_vars, and py_executable for another venv
+    # the engine starts Ray actors of its own (vLLM's TP workers) that must land in its placement group
+    capture_child_tasks: bool = False
+
+
+@runtime_checkable
+class RolloutBackend(Protocol):
+    """A rollout backend: ``rollout.backend=<name>``. One module (or folder) under rlhf/engines/ defines it without
+    importing torch at module level (the plan and validation read it on a machine with only the package);
+    ``rlhf.spec.backends.ROLLOUT_BACKENDS`` names it; ``conf/rollout/<name>.yaml`` selects it."""
+
+    name: str
+
+    def describe(self, spec: ExperimentSpec) -> str:
+        """One line for the plan: the engines, how they are started and what of their own keys they use."""
+        ...
+
+    def memory(self, spec: ExperimentSpec, params: int) -> RolloutMemory:
+        """Per-device bytes of one engine of ``params`` parameters under ``spec`` (its precision on
+        ``spec.hardware``, ``rollout.tensor_parallel_size``, its own keys)."""
+        ...
+
+    def preflight(self, spec: ExperimentSpec) -> list[str]:
+        """What would stop its engines from starting, found before the cluster starts (a missing interpreter or
+        package, an unsupported version), each with the fix; [] when they can start. May run a subprocess; loads
+        no model."""
+        ...
+
+    def launch(
+        self,
+        spec: ExperimentSpec,
+        placement: EnginePlacement,
+        model_path: str,
+        *,
+        role_env: dict[str, str] | None,
+        base_env: dict[str, str],
+    ) -> EngineLaunch:
+        """How to start engine ``placement.engine`` (pure: nothing starts): its actor class and arguments (the
+        engine's seed is ``spec.seed + engine``), the interpreter and environment its process needs, for TP > 1
+        what its workers need to find their bundles. ``base_env``: what every process of the job gets (the
+        cluster's network settings, fault injection); ``role_env``: what the pipeline gives the rollout role
+        (its thread count)."""
+        ...
+
+
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """A generation backend (vllm, hf)."""
+    """One rollout engine's Ray actor (rlhf.workers.rollout_actor.RolloutActor implements the common part).
+
+    Constructing it touches no device and loads nothing, so every engine can be placed first and the rehearsal can
+    stop there; :meth:`ready` builds the engine. Calls come one at a time, except :meth:`ping`, which the actor
+    answers in a concurrency group of its own (``LIVENESS``) even while another call runs. Every method below
+    returns plain data."""
+
+    def ready(self) -> dict[str, Any]:
+        """Build the engine if it is not built yet (weights onto the device) and say so: at least ``pid`` and
+        ``backend``; the vLLM actor adds its interpreter, version and platform. Called once after start and after
+        every restart, under ``trainer.remote_timeout_s``."""
+        ...
+
+    def ping(self) -> dict[str, Any]:
+        """Cheap liveness: ``pid``, ``backend``, whether the engine is built and the call it is running (``busy``:
+        its name, or None). Never builds the engine, never touches the device, answers within milliseconds even
+        while generate or a sync runs (for a heartbeat)."""
+        ...
+
+    def rehearse(self, timeout_s: float) -> dict[str, Any]:
+        """What :meth:`ready` would do up to its first device access, without it (``rlhf-plan --rehearse``):
+        ``pid``, ``node_id``, Ray's ``gpu_ids``, ``cuda_visible_devices``, ``env`` (the variables it set for its
+        workers) and ``workers``: per TP worker its ``rank``, ``bundle``, ``node_id``, ``gpu_ids``, ``local_rank``,
+        ``device`` (the physical GPU) and ``gpus`` (its share). TP workers are placed as the engine would place
+        them (``timeout_s`` bounds that); one that cannot be placed raises, naming it."""
+        ...
+
+    def memory_state(self) -> list[str]:
+        """What of the engine is in device memory now (sorted :data:`MEMORY_TAGS`); before :meth:`ready` in a
+        rehearsal, what sleep and wake would have left there."""
+        ...
 
     def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
-        """Generate ``sampling.n`` samples per prompt; returns len(prompts) * n rollouts, prompt-major."""
+        """``len(prompts) * sampling.n`` rollouts, prompt-major (the n samples of a prompt contiguous). Log-probs
+        as rlhf.engines.logprob_meaning; seeded sampling reproducible. Needs both tags awake."""
         ...
 
-    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
-        """Replace the engine's weights with the trainer's (HF parameter names)."""
+    def score(self, sequences: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        """Teacher-forced log-probs at temperature 1 of each ``(prompt, output)``'s output tokens under the full
+        distribution: deterministic, so the weight-sync probe can tell new weights from stale ones."""
         ...
 
-    def sleep(self) -> None:
-        """Release memory between rollouts (no-op where the backend cannot)."""
+    def load_weights(self, packed: PackedWeights) -> list[dict[str, Any]]:
+        """The object-store route: replace the weights with one packed sync (rlhf.engines.weight_sync.wire,
+        HF names, full tensors), every tensor's checksum checked before the engine sees it; returns one receiver
+        report per worker (``digest`` equal to the sender's)."""
         ...
 
-    def wake(self) -> None: ...
+    def load_from_path(self, path: str) -> None:
+        """Reload every weight from a Hugging Face folder, through the engine's own loader (what a fresh engine
+        started on ``path`` would hold)."""
+        ...
 
+    def sync_location(self) -> list[dict[str, Any]]:
+        """Where each worker that receives weights runs, in TP rank order (rlhf.engines.weight_sync.member_location:
+        node, GPU UUID, pid): the sync's route is chosen per worker from its own device."""
+        ...
+
+    def sync_connect(self, cfg: dict[str, Any], routes: list[str]) -> list[dict[str, Any]]:
+        """Every worker joins the weight-sync group (``cfg``: rlhf.engines.weight_sync.GroupConfig as a dict, its
+        ``rank`` the engine's first worker's, worker k takes ``rank + k`` and route ``routes[k]``: broadcast or
+        shared_memory). Blocks until the group is formed; replaces an earlier connection."""
+        ...
+
+    def sync_pull(self, version: int, measure_memory: bool = False) -> list[dict[str, Any]]:
+        """Receive sync ``version`` in every worker, tensor by tensor as buckets arrive, each checked on the bytes
+        kept; wakes only the weights (the KV cache stays asleep) and hands the received buffers' memory back after.
+        Returns one report per worker (rlhf.engines.weight_sync.SyncReport as a dict; ``peak_rss_delta_mb`` when
+        ``measure_memory``)."""
+        ...
+
+    def sync_close(self) -> None:
+        """Leave the weight-sync group (idempotent)."""
+        ...
+
+    def sleep(self, level: int = 1) -> None:
+        """Release the engine's device memory between phases (the hybrid schedule): level 1 keeps a host copy of
+        the weights (it generates again without a sync), level 2 drops them (a sync overwrites every weight next).
+        A no-op where the platform has nothing to release (CPU)."""
+        ...
+
+    def wake(self, tags: list[str] | None = None) -> None:
+        """Bring back ``tags`` (of :data:`MEMORY_TAGS`; None: both)."""
+        ...
+
+    def empty_cache(self) -> None:
+        """Hand the allocator's cached, unused device memory back (between phases)."""
+        ...
+
+    def shutdown(self) -> None:
+        """Leave the weight-sync group and release what the engine holds; the actor is killed after."""
+        ...
+
+
+# The concurrency group :meth:`RolloutEngine.ping` runs in (Ray's concurrency groups), so liveness is answered
+# while the default group runs a long call.
+LIVENESS = "liveness"
 
 # The training engines' contract (TrainBackend, TrainEngine, FrozenEngine): rlhf.engines.training.

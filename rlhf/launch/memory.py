@@ -13,9 +13,11 @@ Activations (trained roles, per device, one micro-batch of T tokens = micro_batc
     no checkpointing: 34*T*h bytes per layer (Korthikanti et al. with flash/sdpa attention), x2 in fp32;
     checkpointing:    2*T*h per layer + one layer's 34*T*h; plus the fp32 logits T*V*4 (log-probs need them).
     trainer.activation_mb_per_token overrides this with a measured figure.
-Rollout (vLLM on GPU): rollout.gpu_memory_utilization x device memory, holding its weights (2P/TP) and the KV cache
-    (the rest; 2*layers*k*d*2 bytes per token). On CPU: weights + rollout.cpu_kv_cache_gb.
-    hf backend: weights + the KV cache of one batch of prompts_per_step*samples_per_prompt sequences of data.max_len.
+Rollout: the estimate of the rollout backend of rollout.backend (rlhf.engines.protocol.RolloutBackend.memory): vLLM
+    on GPUs rollout.vllm.gpu_memory_utilization x device memory, holding its weights (2P/TP) and the KV cache (the
+    rest; 2*layers*k*d*2 bytes per token), on CPU weights + rollout.vllm.cpu_kv_cache_gb (rlhf.engines.vllm_backend);
+    hf: weights + the KV cache of its share of prompts_per_step*samples_per_prompt sequences of data.max_len
+    (rlhf.engines.hf_backend).
 Colocated roles take turns when the rollout sleeps (rollout.enable_sleep): the device peak is the larger of the
 training phase (all DeepSpeed roles' states + activations) and the rollout phase (rollout memory + the resident
 16-bit weights of the DeepSpeed roles); without sleep the two add up.
@@ -25,7 +27,8 @@ Weight sync (rollout.weight_sync), per device, with B = max(weight_sync_bucket_m
     rollout  the received bucket (B; vLLM keeps a partly loaded layer's tensors, counted in the same B)
     host     CPU shared_memory: the /dev/shm segment (two chunks of max(256 MB, the largest weight), once per node);
              object_store (the reference route): every
-             policy rank's full host copy (P weights), the driver's packed copy and the object store's copy per node
+             policy rank's full host copy (P weights); rank 0's packed copy and the object store's, plus the copies
+             the engines make of it (vLLM with TP > 1: one), per node
 The sync phase holds the DeepSpeed roles' resident states (no activations), the sync buffers and, colocated, the
 engine's weights (its KV cache asleep): the device peak is the largest of the three phases.
 Phases (:func:`phases`, what is in device memory in each, for a group whose rollout takes turns with the policy):
@@ -46,6 +49,8 @@ from dataclasses import dataclass, field
 
 from rlhf.engines.backends import train_backend
 from rlhf.engines.deepspeed_backend import frozen_states, trained_states  # noqa: F401 - DeepSpeed's, as before
+from rlhf.engines.protocol import kv_cache_bytes_per_token
+from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.engines.training import ModelStates
 from rlhf.spec.derive import Derived
 from rlhf.spec.schema import ExperimentSpec, ModelSpec
@@ -119,24 +124,13 @@ def activation_bytes(spec: ExperimentSpec, micro_batch: int) -> float:
 
 
 def kv_bytes_per_token(m: ModelSpec, precision: str) -> int:
-    b = 2 if precision in ("bf16", "fp16") else 4
-    return 2 * m.num_layers * m.num_kv_heads * m.head_dim * b
+    return kv_cache_bytes_per_token(m, 2 if precision in ("bf16", "fp16") else 4)
 
 
 def rollout_bytes(spec: ExperimentSpec, params: int) -> tuple[float, float]:
-    """(device bytes the rollout engine holds per device, KV cache bytes within it)."""
-    ro, hw, m = spec.rollout, spec.hardware, spec.model
-    precision = "bf16" if hw.accelerator == "gpu" else "fp32"
-    weights = params * (2 if precision == "bf16" else 4) / ro.tensor_parallel_size
-    if ro.backend == "vllm" and hw.accelerator == "gpu":
-        total = ro.gpu_memory_utilization * hw.device_memory_gb * GB
-        return total, max(total - weights, 0.0)
-    if ro.backend == "vllm":
-        kv = ro.cpu_kv_cache_gb * GB
-        return weights + kv, kv
-    seqs = ro.prompts_per_step * ro.samples_per_prompt / max(ro.num_engines, 1)
-    kv = seqs * spec.data.max_len * kv_bytes_per_token(m, precision)
-    return weights + kv, kv
+    """(device bytes the rollout engine holds per device, KV cache bytes within it): the backend's estimate."""
+    mem = rollout_backend(spec.rollout.backend).memory(spec, params)
+    return mem.device, mem.kv_cache
 
 
 def largest_tensor(m: ModelSpec) -> int:
@@ -173,7 +167,8 @@ def sync_bytes(spec: ExperimentSpec, derived: Derived, params: int) -> SyncBytes
     if route == "object_store":
         device = {"policy": bucket if sharded else 0.0, "rollout": 0.0}
         host_rank["policy"] = full  # named_weights: every rank's host copy
-        host_node = full * (2 if ro.backend == "vllm" else 1)  # the object store's copy (+ the driver's packed one)
+        # rank 0's packed copy, the object store's, and what the engines copy of it
+        host_node = full * (2 + rollout_backend(ro.backend).memory(spec, params).packed_copies)
     elif route in ("shared_memory", "auto") and hw.accelerator == "cpu":
         # the /dev/shm segment beside the sender: two chunks (rlhf.engines.weight_sync.sender.SHARED_CHUNK)
         host_node = 2 * max(min(256 * 2**20, bucket), largest_tensor(spec.model) * wbytes)
@@ -271,9 +266,7 @@ def estimate(spec: ExperimentSpec, derived: Derived) -> list[GroupMemory]:
             states = sum(s.device - s.activations for r, s in per_role.items() if r != "rollout")
             engine = 0.0
             if ro is not None:
-                engine_weights = (
-                    params * (2 if spec.hardware.accelerator == "gpu" else 4) / spec.rollout.tensor_parallel_size
-                )
+                engine_weights = rollout_backend(spec.rollout.backend).memory(spec, params).weights
                 engine = engine_weights if sleeps(spec, group) else ro.rollout  # weights woken, KV cache not
             sync_phase = states + engine + sum(sync.device.get(r, 0.0) for r in group)
             peak = max(peak, sync_phase)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlhf.engines.backends import train_backend
+from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.launch.memory import GB, GroupMemory, SyncBytes, estimate, param_count, phases, sync_bytes
 from rlhf.spec.derive import Derived, derive
 from rlhf.spec.schema import ExperimentSpec
@@ -68,6 +69,7 @@ class Plan:
     sync: SyncBytes | None = None
     hosts: tuple[NodeHost, ...] = ()
     training_engine: str = ""  # the training backend's own description (rlhf.engines.training.TrainBackend.describe)
+    rollout_engine: str = ""  # the rollout backend's (rlhf.engines.protocol.RolloutBackend.describe); "": no engines
     # per device group: phase -> {"trained": parts, "rollout": parts} in device memory (rlhf.launch.memory.phases)
     phases: tuple[dict[str, dict[str, tuple[str, ...]]], ...] = ()
 
@@ -97,6 +99,7 @@ class Plan:
             "spec": self.spec_name,
             "params": self.params,
             "training_engine": self.training_engine,
+            "rollout_engine": self.rollout_engine,
             "derived": asdict(self.derived),
             "groups": [asdict(g) for g in self.groups],
             "roles": {k: asdict(v) for k, v in self.roles.items()},
@@ -239,5 +242,6 @@ def plan(spec: ExperimentSpec) -> Plan:
         sync=sync,
         hosts=_hosts(spec, groups, memory, sync),
         training_engine=train_backend(spec.trainer.backend).describe(spec),
+        rollout_engine=rollout_backend(spec.rollout.backend).describe(spec) if "rollout" in roles else "",
         phases=tuple(phases(spec, g.roles) for g in groups),
     )

@@ -12,6 +12,7 @@ import logging
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from rlhf import faults
@@ -68,11 +69,6 @@ def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-def _first_line(e: BaseException) -> str:
-    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
 
 
 def _node_ip_and_port() -> tuple[str, int]:
@@ -259,48 +255,22 @@ class RoleGroup:
     def get(self, refs: list[Any], what: str = "call") -> list[Any]:
         """Results in rank order. The first failure raises at once (naming role and rank), so a dead rank never
         leaves us waiting on the survivors stuck in a collective; a call taking longer than the group's timeout
-        (``trainer.remote_timeout_s``) is reported as hung."""
-        import time
+        (``trainer.remote_timeout_s``) is reported as hung, with what the rank needs and what its bundle has free
+        (rlhf.waits)."""
+        from rlhf.waits import Call, wait
 
-        import ray
+        calls = [Call(ref, self.role, rank, hint=partial(self._hint, rank)) for rank, ref in enumerate(refs)]
+        return wait(calls, what, self.timeout_s, error=WorkerError)
 
-        pending = {ref: r for r, ref in enumerate(refs)}
-        results: dict[int, Any] = {}
-        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
-        while pending:
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=left)
-            if not done:
-                ranks = sorted(pending.values())
-                raise WorkerError(
-                    f"role {self.role} rank {ranks[0]} did not finish {what} within {self.timeout_s:.0f} s "
-                    f"(trainer.remote_timeout_s){self.log_hint(ranks[0])}; it needs "
-                    f"{ {k: v for k, v in self.resources.items() if v} } in bundle {self.bundles[ranks[0]]} of "
-                    f"placement group {'+'.join(self.slots.group.roles)}, which has free "
-                    f"{bundle_free(self.slots.pg, self.bundles[ranks[0]])}",
-                    role=self.role,
-                    rank=ranks[0],
-                    kind="hung",
-                )
-            ref = done[0]
-            rank = pending.pop(ref)
-            try:
-                results[rank] = ray.get(ref)
-            except ray.exceptions.RayActorError as e:
-                raise WorkerError(
-                    f"role {self.role} rank {rank} died during {what}: {_first_line(e)}{self.log_hint(rank)}",
-                    role=self.role,
-                    rank=rank,
-                    kind="died",
-                ) from e
-            except ray.exceptions.RayTaskError as e:
-                cause = e.as_instanceof_cause() if hasattr(e, "as_instanceof_cause") else e
-                if isinstance(cause, UserError) or isinstance(getattr(e, "cause", None), UserError):
-                    raise e.cause from None
-                raise WorkerError(
-                    f"role {self.role} rank {rank} failed in {what}:\n{e}", role=self.role, rank=rank, kind="failed"
-                ) from e
-        return [results[r] for r in range(len(refs))]
+    def _hint(self, rank: int) -> str:
+        """Its log, and what it needs in which bundle against what that bundle has free (for a failure message)."""
+        needs = {k: v for k, v in self.resources.items() if v}
+        where = (
+            f"it needs {needs} in bundle {self.bundles[rank]} of placement group {'+'.join(self.slots.group.roles)}, "
+            f"which has free {bundle_free(self.slots.pg, self.bundles[rank])}"
+        )
+        log = self.log_hint(rank)
+        return f"{log.removeprefix('; ')}; {where}" if log else where
 
     def pid(self, rank: int) -> int | None:
         return self.pids.get(rank) if hasattr(self, "pids") else None
@@ -427,8 +397,7 @@ class Realized:
         """End every actor of the job (rollout engines and role groups), keeping the cluster and the placement
         groups, so the job's actors can be started again (a restart after a training rank died)."""
         for r in self.rollout_groups:
-            if r.role_group is None:
-                r.kill()
+            r.kill()
         self.rollout_groups.clear()
         for g in self.role_groups:
             g.kill()

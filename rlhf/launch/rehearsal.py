@@ -205,11 +205,6 @@ def rehearse(spec: ExperimentSpec, plan: Plan, *, timeout_s: float = 300.0) -> R
     from rlhf.pipelines.rl_roles import HybridSchedule, start_role_actors, takes_turns
 
     t0 = time.monotonic()
-    if "rollout" in plan.roles and spec.rollout.backend != "vllm":
-        raise RehearsalFailed(
-            f"rollout.backend={spec.rollout.backend}: the rehearsal covers the vllm engine (the hf engine loads its "
-            "model as its actor starts)"
-        )
     check_cluster_shape(spec)
     # every wait bounded by the rehearsal's own timeout, not the run's half-hour one
     spec = replace(spec, trainer=replace(spec.trainer, remote_timeout_s=timeout_s))
@@ -293,8 +288,8 @@ def _node_index() -> dict[str, int]:
 
 
 def _engine_reports(started: Any, timeout_s: float) -> list[dict[str, Any]]:
-    """Each engine's :meth:`VLLMRolloutActor.rehearse`, the wait bounded; a failure is reported, not raised, so
-    the device map shows every engine."""
+    """Each engine's :meth:`rlhf.engines.protocol.RolloutEngine.rehearse`, the wait bounded; a failure is reported,
+    not raised, so the device map shows every engine."""
     import ray
 
     refs = [a.rehearse.remote(timeout_s) for a in started.actors]

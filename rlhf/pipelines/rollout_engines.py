@@ -1,10 +1,9 @@
-"""The rollout engines of a run as one object on the driver: spread prompts over them, load new weights into all of
-them (the object-store reference route; the other routes are rlhf.pipelines.weight_sync), sleep and wake them.
+"""The rollout engines of a run as one object on the driver: spread prompts over them, sleep and wake them, restart
+one (the weight sync is rlhf.pipelines.weight_sync's).
 
 Starting them in the plan's bundles is the launch layer's job (``realized.start_rollout``, which returns a
-rlhf.launch.rollout.RolloutEngineGroup); this module only talks to the actors. vLLM actors run in the vllm venv,
-so everything crossing to them is plain data and object-store weights go as one packed byte buffer
-(rlhf.engines.vllm_worker.PackedWeights).
+rlhf.launch.rollout.RolloutEngineGroup); this module only talks to the actors, through the contract every backend
+keeps (rlhf.engines.protocol.RolloutEngine), so nothing here depends on the backend.
 """
 
 from __future__ import annotations
@@ -49,35 +48,11 @@ class RolloutEngines:
     def collect(self, refs: list[tuple[int, Any]]) -> list[Rollout]:
         """The rollouts in prompt order; an engine that dies, raises or takes longer than trainer.remote_timeout_s
         raises an EngineFailure naming it (the run lifecycle restarts it)."""
-        import time
+        from rlhf.waits import Call, wait
 
-        import ray
-
-        timeout = self.spec.trainer.remote_timeout_s
-        deadline = time.monotonic() + timeout
-        results: dict[int, list[Rollout]] = {}
-        pending = {ref: i for i, ref in refs}
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=max(deadline - time.monotonic(), 0.0))
-            if not done:
-                i = min(pending.values())
-                raise EngineFailure(
-                    f"{self.label(i)} did not finish generating within {timeout:.0f} s (trainer.remote_timeout_s)",
-                    role="rollout",
-                    rank=i,
-                    kind="hung",
-                )
-            i = pending.pop(done[0])
-            try:
-                results[i] = ray.get(done[0])
-            except ray.exceptions.RayActorError as e:
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise EngineFailure(
-                    f"{self.label(i)} died during generate: {first}", role="rollout", rank=i, kind="died"
-                ) from e
-            except ray.exceptions.RayTaskError as e:
-                raise EngineFailure(f"{self.label(i)} failed in generate:\n{e}", role="rollout", rank=i) from e
-        return [r for i, _ in refs for r in results[i]]
+        calls = [Call(ref, "rollout", i, self.label(i)) for i, ref in refs]
+        parts = wait(calls, "generate", self.spec.trainer.remote_timeout_s, error=EngineFailure)
+        return [r for part in parts for r in part]
 
     def label(self, i: int) -> str:
         info = self.info[i] if i < len(self.info) else {}
@@ -93,18 +68,6 @@ class RolloutEngines:
 
     def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
         return self.collect(self.generate_async(prompts, sampling))
-
-    def load_weights(self, named_ref: Any) -> None:
-        """``named_ref``: an object ref of [(name, tensor)] (the policy rank 0's gathered weights)."""
-        import ray
-
-        if self.backend == "hf":
-            ray.get([a.load_weights.remote(named_ref) for a in self.actors])  # resolved inside each actor
-            return
-        from rlhf.engines.vllm_worker import pack_named_tensors
-
-        packed = ray.put(pack_named_tensors(ray.get(named_ref)))
-        ray.get([a.load_weights.remote(packed) for a in self.actors])
 
     def sleep(self, level: int = 1) -> None:
         """Every engine releases its device memory (level 1: weights backed up to host; 2: dropped, for when a

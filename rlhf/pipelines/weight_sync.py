@@ -6,9 +6,12 @@ Routes (``rollout.weight_sync``):
     broadcast       a process group of the policy's rank 0 and every engine worker: nccl on GPUs, gloo on CPU
     shared_memory   engines beside the sender read its bucket buffer (CPU: a /dev/shm segment; GPU: CUDA IPC)
     auto            shared_memory for engines on the sender's node (CPU) or device (GPU), broadcast for the rest
-    object_store    the reference route: rank 0's gathered weights through Ray's object store
-After every sync each receiver has checked every tensor's checksum; every ``rollout.verify_sync_every`` syncs a
-log-prob probe compares each engine with the trainer on a fixed batch.
+    object_store    the reference route: rank 0 packs its gathered weights in the same wire format (one object:
+                    header and payload, rlhf.engines.weight_sync.wire.PackedWeights) into Ray's object store, and
+                    every engine reads it from there
+After every sync each receiver has checked every tensor's checksum and the driver compares every receiver's digest
+with the sender's; every ``rollout.verify_sync_every`` syncs a log-prob probe compares each engine with the trainer
+on a fixed batch. Every wait is bounded by ``rollout.weight_sync_timeout_s`` (rlhf.waits).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 from rlhf.engines.protocol import Rollout, SamplingSpec
 from rlhf.errors import WorkerFailure
 from rlhf.spec.schema import ExperimentSpec
+from rlhf.waits import Call, wait
 
 ROUTES = ("auto", "broadcast", "shared_memory", "object_store")
 _GRACE_S = 3.0  # after a first failure, how long the other members get to fail too (to name the real culprit)
@@ -28,13 +32,14 @@ _GRACE_S = 3.0  # after a first failure, how long the other members get to fail 
 
 class WeightSyncError(WorkerFailure):
     """A sync (or its set-up or probe) failed; ``engine`` is the rollout engine at fault when one is known, so the
-    run lifecycle can restart it. A checksum mismatch or a failed probe is not restartable: the run stops."""
+    run lifecycle can restart it (a policy rank at fault is named with its role: only every actor from the last
+    checkpoint helps then). A checksum mismatch or a failed probe is not restartable: the run stops."""
 
     restartable_kinds = ("died", "hung", "timeout", "failed")
 
-    def __init__(self, message: str, *, engine: int | None = None, kind: str = "failed") -> None:
-        super().__init__(message, role="rollout", rank=engine, kind=kind)
-        self.engine = engine  # died | timeout | checksum | probe | failed
+    def __init__(self, message: str, *, role: str = "rollout", rank: int | None = None, kind: str = "failed") -> None:
+        super().__init__(message, role=role, rank=rank, kind=kind)
+        self.engine = rank if role == "rollout" else None  # died | hung | checksum | probe | failed
 
 
 def _same_device(a: dict[str, Any], b: dict[str, Any], accelerator: str) -> bool:
@@ -129,56 +134,18 @@ class SyncResult:
     gathers: list[dict[str, Any]] = field(default_factory=list)  # the other policy ranks (ZeRO-3)
 
 
-def wait_named(named: Sequence[tuple[str, int | None, Any]], timeout_s: float, what: str) -> list[Any]:
-    """``ray.get`` of ``(label, engine, ref)`` triples with a deadline; the first failure (preferring a dead
-    engine over a member that failed because of it) raises WeightSyncError naming the member."""
-    import ray
-
-    pending = {ref: i for i, (_, _, ref) in enumerate(named)}
-    results: dict[int, Any] = {}
-    failures: list[tuple[int, BaseException]] = []
-    deadline = time.monotonic() + timeout_s
-    while pending:
-        left = deadline - time.monotonic()
-        if failures:
-            left = min(left, _GRACE_S)
-        if left <= 0:
-            break
-        done, _ = ray.wait(list(pending), num_returns=1, timeout=left)
-        if not done:
-            continue
-        i = pending.pop(done[0])
-        try:
-            results[i] = ray.get(done[0])
-        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
-            failures.append((i, e))
-    if failures:
-        dead = [f for f in failures if isinstance(f[1], ray.exceptions.RayActorError)]
-        engine_first = sorted(dead or failures, key=lambda f: named[f[0]][1] is None)
-        i, e = engine_first[0]
-        label, engine, _ = named[i]
-        kind = "died" if isinstance(e, ray.exceptions.RayActorError) else "failed"
-        cause = _cause(e)
-        if "ChecksumMismatch" in cause:
-            kind = "checksum"
-        raise WeightSyncError(
-            f"{label} {'died' if kind == 'died' else 'failed'} during {what}: {cause}", engine=engine, kind=kind
-        )
-    if pending:
-        late = [named[i] for i in sorted(pending.values())]
-        engine = next((e for _, e, _ in late if e is not None), None)
-        names = ", ".join(label for label, _, _ in late)
-        raise WeightSyncError(
-            f"{names} did not answer within {timeout_s:.0f} s during {what}", engine=engine, kind="timeout"
-        )
-    return [results[i] for i in range(len(named))]
-
-
-def _cause(e: BaseException) -> str:
-    text = str(e).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    # A Ray task error carries the remote traceback; its last line is the remote exception.
-    return lines[-1] if lines else type(e).__name__
+def wait_named(calls: Sequence[Call], timeout_s: float, what: str) -> list[Any]:
+    """The members' answers with a deadline; the first failure (a dead engine before a member that failed because of
+    it: the others get a grace period to fail too) raises WeightSyncError naming the member."""
+    return wait(
+        calls,
+        what,
+        timeout_s,
+        timeout_key="rollout.weight_sync_timeout_s",
+        error=WeightSyncError,
+        grace_s=_GRACE_S,
+        blame_first="rollout",
+    )
 
 
 class WeightSync:
@@ -204,10 +171,11 @@ class WeightSync:
             self.routes = [["object_store"]] * len(engines.actors)
 
     # -- set-up ---------------------------------------------------------------------------------------------------
-    def _labels(self) -> list[str]:
+    def _engine_calls(self, method: str, args: Callable[[int], tuple[Any, ...]] = lambda i: ()) -> list[Call]:
+        """``method(*args(i))`` on every engine i, as calls the waits name by engine."""
         return [
-            f"rollout engine {i} ({self.engines.backend}, pid {info.get('pid', '?')})"
-            for i, info in enumerate(self.engines.info)
+            Call(getattr(a, method).remote(*args(i)), "rollout", i, self.engines.label(i))
+            for i, a in enumerate(self.engines.actors)
         ]
 
     def connect(self) -> None:
@@ -218,10 +186,8 @@ class WeightSync:
 
         ro, hw = self.spec.rollout, self.spec.hardware
         sender = self.policy.actors[0]
-        labels = self._labels()
         locs = wait_named(
-            [("policy rank 0", None, sender.sync_location.remote())]
-            + [(labels[i], i, a.sync_location.remote()) for i, a in enumerate(self.engines.actors)],
+            [Call(sender.sync_location.remote(), "policy", 0)] + self._engine_calls("sync_location"),
             self.timeout_s,
             "weight-sync set-up",
         )
@@ -235,32 +201,20 @@ class WeightSync:
         shared = None
         if any("shared_memory" in r for r in self.routes):
             shared = "cuda" if hw.accelerator == "gpu" else "host"
-        refs = [
-            (
-                "policy rank 0",
-                None,
-                sender.sync_connect.remote(
-                    base_cfg.to_dict(),
-                    bucket_mb=ro.weight_sync_bucket_mb,
-                    checksums=ro.weight_sync_checksums,
-                    shared=shared,
-                ),
-            )
+        options = {"bucket_mb": ro.weight_sync_bucket_mb, "checksums": ro.weight_sync_checksums}
+        calls = [Call(sender.sync_connect.remote(base_cfg.to_dict(), **options, shared=shared), "policy", 0)]
+        calls += [
+            Call(actor.sync_connect.remote(None, **options, shared=None), "policy", r)
+            for r, actor in enumerate(self.policy.actors[1:], start=1)
         ]
-        for r, actor in enumerate(self.policy.actors[1:], start=1):
-            refs.append(
-                (
-                    f"policy rank {r}",
-                    None,
-                    actor.sync_connect.remote(
-                        None, bucket_mb=ro.weight_sync_bucket_mb, checksums=ro.weight_sync_checksums, shared=None
-                    ),
-                )
-            )
-        for i, actor in enumerate(self.engines.actors):
-            cfg = GroupConfig(host, port, world, ranks[i], backend, tuple(data_ranks), self.timeout_s)
-            refs.append((labels[i], i, actor.sync_connect.remote(cfg.to_dict(), self.routes[i])))
-        wait_named(refs, self.timeout_s, "weight-sync set-up")
+        calls += self._engine_calls(
+            "sync_connect",
+            lambda i: (
+                GroupConfig(host, port, world, ranks[i], backend, tuple(data_ranks), self.timeout_s).to_dict(),
+                self.routes[i],
+            ),
+        )
+        wait_named(calls, self.timeout_s, "weight-sync set-up")
 
     # -- one sync -------------------------------------------------------------------------------------------------
     def sync(self) -> SyncResult:
@@ -270,29 +224,40 @@ class WeightSync:
         self.syncs += 1
         v = self.version
         if self.requested == "object_store":
-            refs = self.policy.async_run_all("named_weights")
-            self.engines.load_weights(refs[0])
-            self.policy.get(refs, "named_weights")
-            return SyncResult(v, time.perf_counter() - t0, routes=list(self.routes))
-        labels = self._labels()
-        named = [
-            (f"policy rank {r}", None, ref)
-            for r, ref in enumerate(self.policy.async_run_all("sync_push", v, self.measure_memory))
-        ]
-        named += [(labels[i], i, a.sync_pull.remote(v, self.measure_memory)) for i, a in enumerate(self.engines.actors)]
-        out = wait_named(named, self.timeout_s, f"weight sync v{v}")
-        n_policy = len(self.policy.actors)
-        sender, gathers, receivers = out[0], [g for g in out[1:n_policy] if g], out[n_policy:]
+            sender, gathers, receivers = self._through_object_store(v)
+        else:
+            pushes = self.policy.async_run_all("sync_push", v, self.measure_memory)
+            calls = [Call(ref, "policy", r) for r, ref in enumerate(pushes)]
+            calls += self._engine_calls("sync_pull", lambda i: (v, self.measure_memory))
+            out = wait_named(calls, self.timeout_s, f"weight sync v{v}")
+            n_policy = len(self.policy.actors)
+            sender, gathers, receivers = out[0], [g for g in out[1:n_policy] if g], out[n_policy:]
         for i, reports in enumerate(receivers):
             for w, rep in enumerate(reports):
                 if rep["digest"] != sender["digest"]:
+                    first = rep.get("first_mismatch") or "unknown"
                     raise WeightSyncError(
-                        f"{labels[i]} worker {w}: weight sync v{v} digest {rep['digest']} differs from the sender's "
-                        f"{sender['digest']} (first differing tensor: {rep.get('first_mismatch') or 'unknown'})",
-                        engine=i,
+                        f"{self.engines.label(i)} worker {w}: weight sync v{v} digest {rep['digest']} differs from the "
+                        f"sender's {sender['digest']} (first differing tensor: {first})",
+                        rank=i,
                         kind="checksum",
                     )
         return SyncResult(v, time.perf_counter() - t0, sender["bytes"], list(self.routes), sender, receivers, gathers)
+
+    def _through_object_store(self, v: int) -> tuple[dict[str, Any], list[Any], list[list[dict[str, Any]]]]:
+        """The reference route: every policy rank takes part in the gathers and rank 0 puts one packed sync in the
+        object store (its ObjectRef comes back inside its report, so the driver never holds the weights); every
+        engine reads it from there zero-copy and checks it."""
+        checksums = self.spec.rollout.weight_sync_checksums
+        packs = wait_named(
+            [Call(ref, "policy", r) for r, ref in enumerate(self.policy.async_run_all("pack_weights", v, checksums))],
+            self.timeout_s,
+            f"weight sync v{v} (packing)",
+        )
+        sender, ref = packs[0]["report"], packs[0]["weights"][0]
+        loads = self._engine_calls("load_weights", lambda i: (ref,))
+        receivers = wait_named(loads, self.timeout_s, f"weight sync v{v}")
+        return sender, [p for p in packs[1:] if p], receivers
 
     def close(self) -> None:
         import ray
@@ -329,16 +294,13 @@ class WeightSync:
                 seed=12345,
             )
             (rollouts,) = wait_named(
-                [(self._labels()[0], 0, self.engines.actors[0].generate.remote(prompts, sampling))],
+                [Call(self.engines.actors[0].generate.remote(prompts, sampling), "rollout", 0, self.engines.label(0))],
                 self.timeout_s,
                 "the weight-sync probe",
             )
             self.probe_batch = [(list(r.prompt_ids), list(r.output_ids)) for r in rollouts if r.output_ids]
-        labels = self._labels()
         return wait_named(
-            [(labels[i], i, a.score.remote(self.probe_batch)) for i, a in enumerate(self.engines.actors)],
-            self.timeout_s,
-            "the weight-sync probe",
+            self._engine_calls("score", lambda i: (self.probe_batch,)), self.timeout_s, "the weight-sync probe"
         )
 
     def judge_probe(
@@ -356,7 +318,6 @@ class WeightSync:
             for p, o in self.probe_batch
         ]
         trainer = [float(x) for seq in score(rollouts) for x in seq]
-        labels = self._labels()
         previous = self.probe_last
         worst_max, diffs, moved = 0.0, [], []
         verdicts = []
@@ -378,9 +339,9 @@ class WeightSync:
                     f"engine's by only {v['engine_moved']:.3g}"
                 )
                 raise WeightSyncError(
-                    f"{labels[i]}: after weight sync v{self.version} {why}: the engine is not running the trained "
-                    "weights",
-                    engine=i,
+                    f"{self.engines.label(i)}: after weight sync v{self.version} {why}: the engine is not running the "
+                    "trained weights",
+                    rank=i,
                     kind="probe",
                 )
         self.probe_last = (trainer, [[float(x) for seq in seqs for x in seq] for seqs in per_engine])

@@ -8,7 +8,8 @@ Adding a backend: its module, its conf/ file and one line in its axis's table be
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,13 @@ class Backend:
 TRAIN_BACKENDS: dict[str, Backend] = {
     "deepspeed": Backend("rlhf.engines.deepspeed_backend:BACKEND", "deepspeed"),
     "fsdp2": Backend("rlhf.engines.fsdp2:BACKEND"),
+}
+
+# rollout.backend: rlhf.engines.protocol.RolloutBackend (the object the module exposes as BACKEND). vLLM's package is
+# looked for in the engine's own interpreter (rlhf.spec.paths), not in this one: its rule is in rollout_backends.
+ROLLOUT_BACKENDS: dict[str, Backend] = {
+    "hf": Backend("rlhf.engines.hf_backend:BACKEND"),
+    "vllm": Backend("rlhf.engines.vllm_backend:BACKEND", extra="vllm"),
 }
 
 # logging.trackers: rlhf.tracking.protocol.Tracker
@@ -41,3 +49,26 @@ def missing_package(axis: str, table: dict[str, Backend], name: str) -> str | No
         return None
     how = f"pip install 'rlhf[{entry.extra}]'" if entry.extra else f"pip install {entry.package}"
     return f"the {name} {axis} needs the {entry.package} package: {how}"
+
+
+def unused_sections(parent: str, holder: Any, sections: dict[str, type], selected: str) -> list[tuple[str, Any, str]]:
+    """``(full key, value, fix)`` for every key of a backend sub-section (``<parent>.<name>.*`` of ``holder``)
+    changed from its default while another backend is selected: a key that would be ignored is never silently
+    accepted (the training axis refuses it, the rollout axis warns: rlhf.spec.rollout_backends)."""
+    out = []
+    for name, cls in sections.items():
+        if name == selected:
+            continue
+        section, default = getattr(holder, name), cls()
+        for f in fields(cls):
+            value = getattr(section, f.name)
+            if value != getattr(default, f.name):
+                out.append(
+                    (
+                        f"{parent}.{name}.{f.name}",
+                        value,
+                        f"applies to {parent}.backend={name} only (this run uses {selected}); remove it or set "
+                        f"{parent}.backend={name}",
+                    )
+                )
+    return out

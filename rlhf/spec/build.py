@@ -16,6 +16,7 @@ from rlhf.spec import names
 from rlhf.spec.reasoning_gym_source import quote_sources
 from rlhf.spec.required import MissingValues, markers_to_missing, missing_keys
 from rlhf.spec.schema import ExperimentSpec
+from rlhf.spec.validate import SpecError, SpecInvalid
 
 PRIMARY_CONFIG = "config"
 
@@ -63,6 +64,32 @@ def absolute_paths(spec: ExperimentSpec) -> ExperimentSpec:
     return replace(spec, data=data)
 
 
+def unknown_keys(cfg: DictConfig, prefix: str = "") -> list[SpecError]:
+    """Keys of ``cfg`` that its schema dataclass has no field for, each with the fix (the key it moved to, or the
+    section's valid keys)."""
+    import dataclasses
+
+    from rlhf.spec.rollout_backends import MOVED_KEYS
+
+    out: list[SpecError] = []
+    obj = OmegaConf.get_type(cfg)
+    fields = {f.name for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else None
+    for k in cfg.keys():
+        full = f"{prefix}{k}"
+        if fields is not None and k not in fields:
+            moved = MOVED_KEYS.get(full)
+            fix = f"moved to {moved} (the vLLM backend's own keys)" if moved else f"valid: {', '.join(sorted(fields))}"
+            value = OmegaConf.to_container(cfg[k]) if isinstance(cfg[k], DictConfig) else cfg[k]
+            out.append(SpecError(full, value, f"no such config key; {fix}"))
+            continue
+        if OmegaConf.is_missing(cfg, k) or OmegaConf.is_interpolation(cfg, k):
+            continue
+        node = cfg[k]
+        if isinstance(node, DictConfig):
+            out.extend(unknown_keys(node, f"{full}."))
+    return out
+
+
 def build(cfg: DictConfig) -> ExperimentSpec:
     """Convert a composed config (already type-checked by the schema) into frozen dataclasses, local paths made
     absolute. A ``???`` value still there raises :class:`rlhf.spec.required.MissingValues` (a SpecInvalid)."""
@@ -74,6 +101,9 @@ def build(cfg: DictConfig) -> ExperimentSpec:
     missing = missing_keys(cfg)
     if missing:  # Hydra's ??? left unfilled: one message naming each key, not OmegaConf's traceback
         raise MissingValues(missing)
+    unknown = unknown_keys(cfg)
+    if unknown:  # added with ``+key=`` (Hydra lets a + add any key): named here, not as a dataclass traceback
+        raise SpecInvalid(unknown)
     spec = OmegaConf.to_object(cfg)
     if not isinstance(spec, ExperimentSpec):
         raise TypeError(f"composed config is a {type(spec).__name__}, expected ExperimentSpec")

@@ -128,7 +128,7 @@ PREFERENCE_LOSSES = ("dpo", "cdpo", "ipo", "kto", "simpo", "orpo")
 # Preference losses without a reference model (SimPO, ORPO): no reference role, no reference log-probs.
 REFERENCE_FREE_PREFERENCE_LOSSES = ("simpo", "orpo")
 RM_LOSSES = ("sigmoid", "logexp")
-ROLLOUT_BACKENDS = ("vllm", "hf")
+ROLLOUT_BACKENDS = tuple(backends.ROLLOUT_BACKENDS)
 # rollout.weight_sync: auto picks shared_memory beside the policy's rank 0 and broadcast elsewhere.
 WEIGHT_SYNC_ROUTES = ("auto", "broadcast", "shared_memory", "object_store")
 # trainer.backend: the registry lines of rlhf.spec.backends

@@ -122,7 +122,7 @@ def vllm_python_candidates() -> list[tuple[str, Path]]:
     """Where the rollout engine's interpreter may be, in order, each with where it comes from:
     $RLHF_VLLM_PYTHON alone when set (the override); else this interpreter when vllm is importable here (every GPU
     install); else <checkout>/.venv-vllm, then ./.venv-vllm (made by scripts/setup_vllm_cpu.sh on CPU machines).
-    One rule for validation and for starting the actors (rlhf.launch.vllm_actor.find_vllm_python)."""
+    One rule for validation and for starting the actors (rlhf.engines.vllm_backend.find_vllm_python)."""
     import sys
 
     env = os.environ.get(VLLM_PYTHON_ENV)

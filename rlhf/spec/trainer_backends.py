@@ -9,9 +9,9 @@ defaults when another backend is selected, so a key that would be ignored is nev
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any
 
+from rlhf.spec.backends import unused_sections
 from rlhf.spec.schema import ExperimentSpec, FSDP2Spec
 
 Problem = tuple[str, Any, str]
@@ -70,28 +70,9 @@ def _fsdp2(spec: ExperimentSpec) -> list[Problem]:
 RULES: dict[str, Callable[[ExperimentSpec], list[Problem]]] = {"deepspeed": _deepspeed, "fsdp2": _fsdp2}
 
 
-def _unused_sections(spec: ExperimentSpec) -> list[Problem]:
-    out = []
-    for name, cls in SECTIONS.items():
-        if name == spec.trainer.backend:
-            continue
-        section, default = getattr(spec.trainer, name), cls()
-        for f in fields(cls):
-            value = getattr(section, f.name)
-            if value != getattr(default, f.name):
-                out.append(
-                    (
-                        f"trainer.{name}.{f.name}",
-                        value,
-                        f"applies to trainer.backend={name} only (this run uses {spec.trainer.backend}); remove it or "
-                        f"set trainer.backend={name}",
-                    )
-                )
-    return out
-
-
 def backend_problems(spec: ExperimentSpec) -> list[Problem]:
     """The selected backend's rules and the keys of the others that were changed (unknown backends are reported by
     the key's own domain check)."""
     rules = RULES.get(spec.trainer.backend)
-    return (rules(spec) if rules else []) + _unused_sections(spec)
+    unused = unused_sections("trainer", spec.trainer, SECTIONS, spec.trainer.backend)
+    return (rules(spec) if rules else []) + unused

@@ -6,7 +6,6 @@ Checks that need the file system (model and data paths) look at paths only; noth
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from dataclasses import dataclass
@@ -18,6 +17,8 @@ from rlhf.spec.derive import REWARD_SOURCE_KEYS_TEXT, Derived, derive, reward_so
 from rlhf.spec.hub_source import FORM as HUB_FORM
 from rlhf.spec.hub_source import parse_hub_source
 from rlhf.spec.keys import domain_violations
+from rlhf.spec.rollout_backends import backend_problems as rollout_backend_problems
+from rlhf.spec.rollout_backends import vllm_cpu_available  # noqa: F401 - re-exported: tests skip on it
 from rlhf.spec.schema import ROLES, ExperimentSpec, ISCorrectionSpec
 from rlhf.spec.tokenizer_files import tokenizer_difference
 from rlhf.spec.trainer_backends import backend_problems
@@ -65,15 +66,6 @@ def model_folder_problem(path: str) -> str | None:
     if not (folder / "config.json").is_file():
         return "no config.json in that folder: give a folder written by save_pretrained (e.g. a run's model/)"
     return None
-
-
-def vllm_cpu_available() -> bool:
-    """A CPU vLLM build is usable when vllm imports here or the side venv made by scripts/setup_vllm_cpu.sh exists."""
-    if importlib.util.find_spec("vllm") is not None:
-        return True
-    from rlhf.spec.paths import vllm_venv_python
-
-    return vllm_venv_python() is not None
 
 
 class _Collector:
@@ -321,14 +313,6 @@ def _check_resources(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             ro.weight_sync_backend,
             "nccl needs GPUs; on CPU the broadcast route uses gloo (leave the key empty)",
         )
-        if "rollout" in d.roles and ro.backend == "vllm" and not vllm_cpu_available():
-            c.errors.append(
-                SpecError(
-                    "rollout.backend",
-                    "vllm",
-                    "no CPU vLLM build here: run scripts/setup_vllm_cpu.sh, or use rollout=hf on CPU",
-                )
-            )
     if "rollout" in d.roles:
         c.require(
             ro.tensor_parallel_size <= hw.devices_per_node,
@@ -365,6 +349,8 @@ def _check_resources(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
     for r in d.roles:
         c.require(d.devices.get(r, 0) >= 1, f"placement.devices.{r}", d.devices.get(r), "every role needs >= 1 device")
     for key, value, fix in backend_problems(spec):  # the training backend's own rules (rlhf.spec.trainer_backends)
+        c.errors.append(SpecError(key, value, fix))
+    for key, value, fix in rollout_backend_problems(spec, d):  # the rollout backend's (rlhf.spec.rollout_backends)
         c.errors.append(SpecError(key, value, fix))
     lora = spec.model.lora
     if lora.rank > 0:

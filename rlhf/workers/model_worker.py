@@ -159,12 +159,22 @@ class EngineWorker(BaseWorker):
         return [_to_cpu(run(fn, b)) for b in batches]
 
     # -- weights and checkpoints ---------------------------------------------------------------------------------
-    def named_weights(self) -> list[tuple[str, Any]] | None:
-        """Full HF-named weights of the trained model (gathered, LoRA merged) on rank 0; None on other ranks (which
-        take part in the gathers when the backend shards)."""
+    def pack_weights(self, version: int, checksums: bool = True) -> dict[str, Any] | None:
+        """The object-store weight sync (the reference route): rank 0 packs the full HF-named weights (gathered, LoRA
+        merged) in the weight sync's wire format into Ray's object store and returns its sender report with the
+        object's ref (inside a list, so Ray passes the ref on instead of the weights); other ranks take part in the
+        gathers when the backend shards and return None."""
+        import ray
+
+        from rlhf.engines.weight_sync.wire import pack_weights
+
         keep = self.rank == 0
-        out = [(n, t.cpu()) for n, t in self._trained().named_weights(keep=keep)]
-        return out if keep else None
+        named = [(n, t.cpu()) for n, t in self._trained().named_weights(keep=keep)]
+        if not keep:
+            return None
+        packed, report = pack_weights(named, version, checksums)
+        del named
+        return {"report": report.to_dict(), "weights": [ray.put(packed)]}
 
     # -- weight sync: the policy's rank 0 sends; every rank gathers when the backend shards ----------------------
     def sync_location(self) -> dict[str, Any]:

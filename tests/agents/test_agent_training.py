@@ -37,19 +37,6 @@ ARITH_REWARDS = {0.0, 0.1, 1.0, 1 / 2, 1 / 3}  # arith_env.py: 1/attempt when ri
 CALC_REWARDS = {0.0, 0.1, 0.2, 1.0}  # calculator_openai.py
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    from rlhf.launch.cluster import start_or_attach
-    from rlhf.spec.schema import RaySpec
-
-    started = not ray.is_initialized()
-    start_or_attach(RaySpec(num_cpus=4))
-    yield
-    if started:
-        ray.shutdown()
-
-
 @pytest.fixture
 def examples_env(monkeypatch):
     """The agent recipes find examples/ through RLHF_EXAMPLES, so these tests run from any directory."""

@@ -22,14 +22,8 @@ from logprob_checks import (
 
 from rlhf.engines.hf_engine import HFEngine
 from rlhf.engines.protocol import RolloutEngine, SamplingSpec
-from rlhf.engines.vllm_engine import iter_packed, pack_named_tensors
-from rlhf.launch.vllm_actor import (
-    SETUP_SCRIPT,
-    RemoteVLLMEngine,
-    find_vllm_python,
-    start_vllm_rollout_actor,
-    vllm_runtime_env,
-)
+from rlhf.engines.vllm_backend import SETUP_SCRIPT, find_vllm_python, vllm_runtime_env
+from rlhf.engines.weight_sync.wire import PackedWeights, SyncReport, pack_weights, unpack_weights
 
 PROMPTS = [[1, 74, 71, 78, 78, 81], [1, 5, 6], [1, 40, 41, 42, 43, 44, 45, 46]]
 PAD_ID, EOS_ID = 0, 2  # the tiny models' tokenizer
@@ -47,6 +41,46 @@ def test_module_imports_without_vllm() -> None:
     assert "vllm" not in sys.modules
 
 
+class RemoteVLLMEngine:
+    """The engine actor as the shared log-prob checks call an engine: generate (and load weights) in this process."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list:
+        import ray
+
+        return ray.get(self.actor.generate.remote(prompts, sampling))
+
+    def load_weights(self, named: Any) -> list[dict[str, Any]]:
+        import ray
+
+        return ray.get(self.actor.load_weights.remote(pack_weights(named, version=0)[0]))
+
+    def sleep(self) -> None:
+        import ray
+
+        ray.get(self.actor.sleep.remote())
+
+    def wake(self) -> None:
+        import ray
+
+        ray.get(self.actor.wake.remote())
+
+
+def start_vllm_rollout_actor(model_path: str, *, num_cpus: float = 2, **engine_kwargs: Any) -> Any:
+    """A VLLMRolloutActor in the vLLM venv outside any placement group, as rlhf.launch.rollout starts one."""
+    from rlhf.workers.rollout_actor import remote_class
+    from rlhf.workers.vllm_rollout_worker import VLLMRolloutActor
+
+    runtime_env = vllm_runtime_env(cpu_threads=max(1, int(num_cpus)))
+    return (
+        remote_class(VLLMRolloutActor)
+        .options(num_cpus=num_cpus, runtime_env=runtime_env)
+        .remote(model_path, **engine_kwargs)
+    )
+
+
 def test_pack_roundtrip_keeps_dtype_shape_and_bytes() -> None:
     named = [
         ("a", torch.randn(3, 5)),
@@ -56,15 +90,19 @@ def test_pack_roundtrip_keeps_dtype_shape_and_bytes() -> None:
         ("strided", torch.randn(4, 6).t()),  # non-contiguous input
         ("empty", torch.empty(0, 4)),
     ]
-    packed = pack_named_tensors(named)
-    assert len(packed) == len(named) and packed.buffer.dtype.name == "uint8"
-    out = dict(iter_packed(packed))
+    packed, sent = pack_weights(named, version=3)
+    assert sent.tensors == len(named) and packed.payload.dtype.name == "uint8"
+    report = SyncReport(-1, "receiver", "object_store")
+    out = dict(unpack_weights(packed, report))
     for name, t in named:
         assert out[name].dtype == t.dtype and out[name].shape == t.shape
         assert torch.equal(out[name], t)
-    # The wire form after msgpack (lists for tuples, bytes for the buffer) decodes the same way.
-    wire = ([list(m[:2]) + [list(m[2]), m[3]] for m in packed.meta], packed.buffer.tobytes())
-    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(iter_packed(wire), named, strict=True))
+    assert report.digest == sent.digest and report.version == 3 and report.tensors == len(named)
+    # The wire form vLLM's msgpack RPC carries (a list of two byte strings) decodes the same way.
+    again = SyncReport(-1, "receiver", "object_store")
+    wire = list(PackedWeights.of(packed).wire())
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(unpack_weights(wire, again), named, strict=True))
+    assert again.digest == sent.digest
 
 
 def test_missing_venv_names_the_setup_script(tmp_path: Path) -> None:
@@ -181,8 +219,8 @@ def test_actor_runs_in_the_vllm_venv(rollout_actor: Any) -> None:
 
 @pytest.mark.vllm
 def test_sampling_shapes_logprobs_and_order(rollout_actor: Any, tiny_models: tuple[Path, Path]) -> None:
+    assert isinstance(rollout_actor[0], RolloutEngine)  # the actor handle has every method of the contract
     engine = RemoteVLLMEngine(rollout_actor[0])
-    assert isinstance(engine, RolloutEngine)
     n, new, temperature = 4, 16, 0.8
     rollouts = engine.generate(PROMPTS, SamplingSpec(max_new_tokens=new, temperature=temperature, n=n, seed=7))
     assert len(rollouts) == len(PROMPTS) * n
@@ -300,9 +338,9 @@ def test_weight_sync_switches_the_model(rollout_actor: Any, tiny_models: tuple[P
     before = [r.output_ids for r in engine.generate(PROMPTS, greedy)]
 
     # Trainer side: HF-named parameters -> one byte buffer -> Ray object store -> engine, nothing on disk.
-    packed_b = pack_named_tensors(model_b.named_parameters())
-    seconds = ray.get(actor.load_weights.remote(ray.put(packed_b)))
-    assert seconds >= 0.0
+    packed_b, sent = pack_weights(model_b.named_parameters(), version=1)
+    (report,) = ray.get(actor.load_weights.remote(ray.put(packed_b)))
+    assert report["digest"] == sent.digest and report["tensors"] == sent.tensors and report["route"] == "object_store"
     after = [r.output_ids for r in engine.generate(PROMPTS, greedy)]
     assert after != before
     assert after == _hf_greedy(model_b, PROMPTS, 12)

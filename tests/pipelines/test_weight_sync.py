@@ -130,21 +130,11 @@ class _BaselineSlot:
         self.realized = realized
 
     def start_rollout(self, model_path: str, env):
-        from rlhf.launch.rollout import RolloutEngineGroup, _wait_ready
-        from rlhf.launch.vllm_actor import start_vllm_rollout_actor, vllm_runtime_env
+        from rlhf.launch.rollout import start_engine_outside
 
         spec = self.realized.spec
-        actor = start_vllm_rollout_actor(
-            model_path,
-            runtime_env=vllm_runtime_env(cpu_threads=1),
-            num_cpus=1,
-            enforce_eager=True,
-            max_model_len=spec.data.max_len,
-            seed=spec.seed,
-            dtype="float32",
-            cpu_kvcache_gib=1.0,
-        )
-        started = RolloutEngineGroup("vllm", [actor], _wait_ready("vllm", [actor]))
+        small = replace(spec.rollout, vllm=replace(spec.rollout.vllm, cpu_kv_cache_gb=1))
+        started = start_engine_outside(replace(spec, rollout=small), model_path, cpus=1)
         self.realized.rollout_groups.append(started)
         return started
 

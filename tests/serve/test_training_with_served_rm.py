@@ -35,19 +35,6 @@ SMALL = [
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    from rlhf.launch.cluster import start_or_attach
-    from rlhf.spec.schema import RaySpec
-
-    started = not ray.is_initialized()
-    start_or_attach(RaySpec(num_cpus=4))
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def reward_model_dir(tmp_path_factory) -> Path:
     """The tiny policy as a reward model: its body plus a value head with random weights (rewards of order 1)."""
     from rlhf.models.loading import resolve_model_path, tokenizer_for

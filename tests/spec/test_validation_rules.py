@@ -75,7 +75,7 @@ def test_shipped_base_recipes_are_valid():
         ),
         (CPU_RL + ["rollout.max_new_tokens=500"], "rollout.max_new_tokens"),
         (CPU_RL + ["rollout.min_new_tokens=9"], "rollout.min_new_tokens"),
-        (CPU_RL + ["rollout.max_num_seqs=0"], "rollout.max_num_seqs"),
+        (CPU_RL + ["rollout.vllm.max_num_seqs=0"], "rollout.vllm.max_num_seqs"),
         (CPU_RL + ["algorithm.filters.overlong_buffer_len=64"], "algorithm.filters.overlong_buffer_len"),
         (CPU_RL + ["data.input_template=no_placeholder"], "data.input_template"),
         (CPU_RL + ["data.train_probs=[0.5,0.5]"], "data.train_probs"),
@@ -101,7 +101,7 @@ def test_error_message_names_value_and_fix():
 def test_vllm_on_cpu_needs_a_cpu_build(monkeypatch):
     import importlib
 
-    v = importlib.import_module("rlhf.spec.validate")  # the package re-exports a function of the same name
+    v = importlib.import_module("rlhf.spec.rollout_backends")  # the vllm backend's rule
 
     monkeypatch.setattr(v, "vllm_cpu_available", lambda: False)
     assert "rollout.backend" in error_keys(CPU_RL + ["rollout=vllm"])

@@ -1,4 +1,4 @@
-"""What travels in a weight sync, and how both ends check it.
+"""What travels in a weight sync, and how both ends check it: one format for every route.
 
 A sync is a sequence of buckets. Each bucket is one flat ``uint8`` payload holding several tensors back to back
 (offsets aligned to 64 bytes) and a small JSON header describing them: name, dtype, shape, byte offset and a
@@ -7,13 +7,23 @@ on the bytes it received, before the engine sees the tensor, so a corrupted, tru
 at once instead of turning the rollouts into gibberish later. The last header carries the sync's digest (a hash
 of every name and checksum in order), which the driver compares between the sender and every receiver.
 
-Only torch and the standard library: this module also runs inside the vLLM venv.
+Routes differ only in how the bytes travel: ``broadcast`` and ``shared_memory`` stream the buckets through the sync
+group (rlhf.engines.weight_sync.sender / receiver); ``object_store`` (the reference route) puts the whole sync in one
+:class:`PackedWeights` -- the closing header (every entry, the digest) as JSON bytes and one flat ``uint8`` numpy
+payload, plain data that Ray's object store hands to the engine zero-copy and vLLM's RPC carries as bytes, so it
+crosses between the trainer's venv and the engine's without pickling a library object -- checked by the receiver with
+the same checksums (:func:`unpack_weights`).
+
+torch, the standard library and (for the object-store form) numpy: this module also runs inside the vLLM venv.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
+import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -139,17 +149,23 @@ class Header:
     barrier: bool = False  # every receiver acknowledges the bucket (its shared half is then reused)
     shared_offset: int = -1  # the bucket's byte offset in the shared buffer; -1: it travels by broadcast only
 
-    def encode(self) -> Tensor:
+    def to_bytes(self) -> bytes:
         doc = asdict(self)
         doc["entries"] = [[e.name, e.dtype, list(e.shape), e.offset, e.nbytes, e.checksum] for e in self.entries]
-        raw = json.dumps(doc, separators=(",", ":")).encode()
-        return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> Header:
+        doc = json.loads(raw.decode())
+        entries = [Entry(n, d, tuple(s), o, b, c) for n, d, s, o, b, c in doc.pop("entries")]
+        return cls(entries=entries, **doc)
+
+    def encode(self) -> Tensor:
+        return torch.frombuffer(bytearray(self.to_bytes()), dtype=torch.uint8)
 
     @classmethod
     def decode(cls, data: Tensor) -> Header:
-        doc = json.loads(bytes(data.cpu().numpy().tobytes()).decode())
-        entries = [Entry(n, d, tuple(s), o, b, c) for n, d, s, o, b, c in doc.pop("entries")]
-        return cls(entries=entries, **doc)
+        return cls.from_bytes(bytes(data.cpu().numpy().tobytes()))
 
 
 class Digest:
@@ -171,7 +187,7 @@ class SyncReport:
 
     version: int
     side: str  # sender | receiver
-    route: str  # broadcast | shared_memory
+    route: str  # broadcast | shared_memory | object_store
     tensors: int = 0
     bytes: int = 0
     buckets: int = 0
@@ -221,3 +237,81 @@ def pack(entries_src: list[tuple[str, Tensor]], buffer: Tensor, with_checksums: 
 
 def bucket_bytes(tensors: list[tuple[str, Tensor]]) -> int:
     return sum(aligned(nbytes_of(t)) for _, t in tensors)
+
+
+@dataclass
+class PackedWeights:
+    """A whole sync in one object (the ``object_store`` route): ``header`` is the closing :class:`Header` as JSON
+    bytes (every entry with its offset and checksum, the sync's digest), ``payload`` the tensors back to back."""
+
+    header: bytes
+    payload: Any  # 1-D uint8 numpy array (read-only when it comes out of Ray's object store), or bytes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.payload)
+
+    def wire(self) -> tuple[bytes, bytes]:
+        """Two byte strings, for an RPC that carries bytes but turns arrays into lists (vLLM's msgpack)."""
+        payload = self.payload if isinstance(self.payload, bytes) else self.payload.tobytes()
+        return self.header, payload
+
+    @classmethod
+    def of(cls, weights: PackedWeights | tuple[bytes, Any] | list[Any]) -> PackedWeights:
+        """Itself, or the (header, payload) pair :meth:`wire` made, back."""
+        if isinstance(weights, PackedWeights):
+            return weights
+        header, payload = weights
+        return cls(bytes(header), payload)
+
+
+def pack_weights(
+    named: Iterable[tuple[str, Tensor]], version: int, checksums: bool = True
+) -> tuple[PackedWeights, SyncReport]:
+    """Copy tensors (any device, any dtype, bf16 included) once into one aligned host buffer; returns it with the
+    sender's report (its digest is what every receiver must find)."""
+    import numpy as np
+
+    tensors = list(named)
+    t0 = time.perf_counter()
+    payload = np.empty(bucket_bytes(tensors), dtype=np.uint8)
+    entries = pack(tensors, torch.from_numpy(payload), checksums)
+    digest = Digest()
+    for e in entries:
+        digest.add(e)
+    header = Header(version, entries, int(payload.nbytes), last=True, digest=digest.hexdigest())
+    report = SyncReport(version, "sender", "object_store", len(entries), sum(e.nbytes for e in entries), 1)
+    report.digest, report.seconds = header.digest, time.perf_counter() - t0
+    return PackedWeights(header.to_bytes(), payload), report
+
+
+def unpack_weights(weights: PackedWeights | tuple[bytes, Any], report: SyncReport) -> Iterator[tuple[str, Tensor]]:
+    """The tensors of ``weights`` as views into its payload (no copy; they stay valid while it lives), each checked
+    against its checksum before it is yielded: a tensor whose bytes differ raises :class:`ChecksumMismatch` naming
+    it, before the engine sees it. ``report`` (the receiver's) is filled in as they go; the digest is checked at
+    the end."""
+    packed = PackedWeights.of(weights)
+    header = Header.from_bytes(packed.header)
+    with warnings.catch_warnings():
+        # Buffers from Ray's object store are read-only; the views are only read, so torch's warning is noise.
+        warnings.simplefilter("ignore", UserWarning)
+        empty = not len(packed.payload)
+        flat = torch.empty(0, dtype=torch.uint8) if empty else torch.frombuffer(packed.payload, dtype=torch.uint8)
+    t0 = time.perf_counter()
+    report.version, report.route, report.buckets = header.version, "object_store", 1
+    digest = Digest()
+    for e in header.entries:
+        data = flat[e.offset : e.offset + e.nbytes]
+        got = checksum(data) if e.checksum is not None else None
+        digest.add(Entry(e.name, e.dtype, e.shape, e.offset, e.nbytes, got))
+        if got != e.checksum:
+            report.first_mismatch = f"{e.name} (received checksum {got}, sent {e.checksum})"
+            raise ChecksumMismatch(f"weight sync v{header.version}: tensor {report.first_mismatch}")
+        report.tensors += 1
+        report.bytes += e.nbytes
+        yield e.name, e.view(flat)
+    report.digest = digest.hexdigest()
+    report.seconds = time.perf_counter() - t0
+    if report.digest != header.digest:
+        report.first_mismatch = "(sync digest)"
+        raise ChecksumMismatch(f"weight sync v{header.version}: the received digest differs from the sender's")

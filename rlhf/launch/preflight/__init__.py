@@ -12,8 +12,8 @@ imports neither Ray nor torch and runs none of the user's code. What it checks:
 * ``data.train_files`` / ``data.eval_files``: local JSON Lines, JSON, CSV and parquet files read far enough to
   name an empty file, a malformed line or a missing column (see data_files);
 * ``reward.model_path``: a folder without trained value-head weights, e.g. a policy (see models);
-* ``rollout.backend=vllm``: the engine's interpreter (this one when vllm imports here, $RLHF_VLLM_PYTHON, or
-  .venv-vllm) and a vLLM in the supported range (see engine);
+* ``rollout.backend``: what the rollout backend needs to start its engines (vllm: the engine's interpreter -- this
+  one when vllm imports here, $RLHF_VLLM_PYTHON, or .venv-vllm -- and a vLLM in the supported range; see engine);
 * hub datasets named without the config they need (``openai/gsm8k`` instead of ``openai/gsm8k:main``; see
   hub_datasets: the only check that asks the network, a warning when it cannot).
 * ``checkpoint.init_from``: a folder holding a run, a checkpoint or a Hugging Face model that fits model.* and the
@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 
 from rlhf.launch.preflight.data_files import check_data_files
-from rlhf.launch.preflight.engine import check_vllm_engine
+from rlhf.launch.preflight.engine import check_rollout_engine
 from rlhf.launch.preflight.findings import Finding, PreflightFailed, PreflightReport
 from rlhf.launch.preflight.hub_datasets import check_hub_configs, hub_sources
 from rlhf.launch.preflight.models import check_reward_model
@@ -67,9 +67,9 @@ def preflight(spec: ExperimentSpec) -> PreflightReport:
     data = check_data_files(spec)
     report.findings += data
     report.checked.append("data files")
-    if spec.rollout.backend == "vllm" and spec.algorithm.family == "rl":
-        report.findings += check_vllm_engine(spec)
-        report.checked.append("vLLM interpreter and version")
+    if spec.algorithm.family == "rl":
+        report.findings += check_rollout_engine(spec)
+        report.checked.append(f"rollout engine ({spec.rollout.backend})")
     if hub_sources(spec):
         found, unasked = check_hub_configs(spec)
         report.findings += found

