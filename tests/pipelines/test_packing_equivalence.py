@@ -169,8 +169,8 @@ def test_critic_step_packed_by_tokens_has_the_unpacked_gradient(engines):
     exp = _experience(2)
     engine = engines["value"]
     unpacked = engine.gradient(_rl_micro_batches(exp, 0), partial(critic_loss_fn, clip=0.2), "action_mask")
-    got = engine.gradient(_rl_micro_batches(exp, BUDGET), partial(critic_loss_fn, clip=0.2, packing=True), "action_mask")
-    _close(got, unpacked)
+    packed = partial(critic_loss_fn, clip=0.2, packing=True)
+    _close(engine.gradient(_rl_micro_batches(exp, BUDGET), packed, "action_mask"), unpacked)
 
 
 def _sft_rows(seed: int) -> list[dict]:
@@ -250,4 +250,5 @@ def test_dpo_step_packed_by_tokens_keeps_chosen_and_rejected_together_and_has_th
     opts = {"loss": "dpo", "kwargs": loss_kwargs(PreferenceSpec()), "nll_coef": 0.1}
     engine = engines["causal_lm"]
     unpacked = engine.gradient(_pair_batches(rows, fixed), partial(pair_loss_fn, **opts), None)
-    _close(engine.gradient(_pair_batches(rows, packed), partial(pair_loss_fn, **opts, packing=True), PAIR_KEY), unpacked)
+    fn = partial(pair_loss_fn, **opts, packing=True)
+    _close(engine.gradient(_pair_batches(rows, packed), fn, PAIR_KEY), unpacked)
