@@ -1,0 +1,68 @@
+"""GRPO and SFT end to end on variable-length data with packed rows and token-budget micro-batches, two data-parallel
+ranks: the runs finish (the ranks agree on each step's micro-batch count), and log the padding fraction of their
+training forwards and the real tokens trained per second."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from rlhf.launch.job import run
+from rlhf.launch.plan import plan
+from rlhf.spec import check
+from rlhf.tracking.tracker import read_metrics
+
+pytestmark = pytest.mark.slow
+FILLER = "the quick brown fox jumps over a lazy dog while "
+
+
+def _varlen_rows(path, n: int, key: str, seed: int) -> str:
+    """Rows whose texts spread from a few to ~60 characters (tokens, for the byte-level tokenizer)."""
+    rnd = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(n):
+            a, b = rnd.randint(1, 4), rnd.randint(1, 4)
+            lead = FILLER[: rnd.randint(0, len(FILLER))]
+            f.write(json.dumps({"input": f"{lead}{a}+{b}=", key: str(a + b)}) + "\n")
+    return str(path)
+
+
+def _logged(rows: list[dict], key: str) -> list[float]:
+    return [r[key] for r in rows if key in r]
+
+
+def test_grpo_and_sft_on_varied_lengths_log_padding_and_tokens_per_second(ray_cluster, tiny_spec, tmp_path):
+    prompts = _varlen_rows(tmp_path / "prompts.jsonl", 64, "label", seed=1)
+    spec = tiny_spec(
+        "grpo_tiny_cpu",
+        f"data.train_files=[{prompts}]",
+        "data.eval_files=[]",
+        "eval.steps=0",
+        "trainer.max_steps=2",
+        "rollout.prompts_per_step=4",
+        "trainer.max_tokens_per_micro_batch=160",
+        "trainer.max_tokens_per_forward=200",
+    )
+    check(spec)
+    run(spec, plan(spec), tmp_path / "grpo")
+    rows = read_metrics(tmp_path / "grpo")
+    padding, speed = _logged(rows, "train/padding_fraction"), _logged(rows, "train/tokens_per_s")
+    assert len(padding) == len(speed) == 2, rows
+    assert all(0 <= p < 0.5 for p in padding) and all(s > 0 for s in speed), (padding, speed)
+    assert not any(k.startswith("train/tokens_") and k != "train/tokens_per_s" for r in rows for k in r)
+
+    pairs = _varlen_rows(tmp_path / "sft.jsonl", 64, "output", seed=2)
+    spec = tiny_spec(
+        "sft_tiny_cpu",
+        f"data.train_files=[{pairs}]",
+        "data.eval_files=[]",
+        "trainer.max_steps=2",
+        "trainer.max_tokens_per_micro_batch=160",
+    )
+    check(spec)
+    run(spec, plan(spec), tmp_path / "sft")
+    rows = read_metrics(tmp_path / "sft")
+    padding, speed = _logged(rows, "train/padding_fraction"), _logged(rows, "train/tokens_per_s")
+    assert len(padding) == len(speed) == 2 and all(0 <= p < 0.5 for p in padding) and all(s > 0 for s in speed)
