@@ -9,6 +9,8 @@ Points in use (grep for ``fault("``):
     sync.corrupt:NAME           a weight-sync receiver flips one byte of tensor NAME after it arrived
     sync.exit_after_bucket:N    a weight-sync receiver's process exits after receiving N buckets
     engine.exit_on_generate:N   a rollout engine's process exits on its N-th generate call (1-based)
+    sync.drop:N                 a weight-sync receiver's N-th sync is received and checked but reaches no weight
+                                (a sync that silently delivers nothing: what the log-prob probe must catch)
     rank.exit_on_train_step:N   a training rank's process exits on its N-th optimizer step (1-based)
     rank.hang_on_train_step:N   ... or stops answering there (sleeps for an hour)
     rank.enospc_on_save:N       a training rank's N-th checkpoint save fails with ENOSPC (a full disk)

@@ -1,40 +1,97 @@
 #!/usr/bin/env bash
-# GPU checks of the weight sync, in two parts, each under 5 minutes on one GPU.
-#   (a) transport: torch alone (a bare GPU machine, no vllm/deepspeed/ray): CUDA IPC and the broadcast route between
-#       two processes, bucket by bucket, checksums and digests verified, GB/s next to the device's copy bandwidth.
-#   (b) end to end, on a machine with the vllm extra (pip install -e ".[vllm]"): a tiny GRPO job on the GPU with
-#       each route, printing the sync time and the log-prob probe of every sync.
-# Usage: bash scripts/gpu_check.sh [a|b|all]   (default: a, then b when vllm, deepspeed and ray import)
+# The first thing to run on a GPU machine (one GPU is enough; meant to take under 10 minutes on one H200), after
+#   pip install -e ".[vllm]"        (or inside docker/Dockerfile.gpu's image)
+# One line per check; the first failure stops it with exit status 1. What it checks, in order:
+#   1. versions: torch + CUDA + GPU, vllm within the supported range, deepspeed, ray, transformers
+#   2. the vLLM APIs the engine calls, by signature (LLM.sleep/wake_up/collective_rpc, reload_weights, the
+#      SamplingParams and engine arguments it passes, the Ray executor's VLLM_RAY_* variables)
+#   3. the weight-sync transport with torch alone (scripts/gpu_transport_check.py): CUDA IPC, also with the
+#      receiver's CUDA_VISIBLE_DEVICES given as the device's UUID (as Ray can), and the broadcast route
+#   4. a real VLLMEngine on a tiny tied Qwen2 model with sleep mode and CUDA graphs at 0.3 memory utilisation:
+#      generate, sleep, wake, sync new weights, the probe telling new weights from stale (scripts/gpu_engine_check.py)
+#   5. a two-step GRPO run, colocated (hybrid engine), DeepSpeed ZeRO-3 with FusedAdam, the probe after every sync
+# Usage: bash scripts/gpu_check.sh        (PYTHON=... to pick the interpreter)
+# Written against the public APIs of vllm 0.32/0.33 and torch 2.14; it has not run yet (no GPU was available when
+# it was written): expect to fix small things the first time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-part=${1:-all}
-status=0
-if [[ "$part" == a || "$part" == all ]]; then
-  echo "== (a) weight-sync transport on the GPU (torch only)"
-  timeout 300 "$PY" scripts/gpu_transport_check.py || status=1
-fi
-if [[ "$part" == b || "$part" == all ]]; then
-  if ! "$PY" -c "import vllm, deepspeed, ray" 2>/dev/null; then
-    echo "== (b) skipped: vllm, deepspeed and ray are not all installed here (pip install -e '.[vllm]')"
+start=$SECONDS
+step() {  # step NAME TIMEOUT_S CMD...: one line, stop at the first failure
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS log
+  log=$(mktemp)
+  if timeout "$limit" "$@" >"$log" 2>&1; then
+    echo "ok   $name ($((SECONDS - t0)) s)"
+    sed 's/^/       /' "$log"
   else
-    echo "== (b) tiny GRPO on the GPU with each weight-sync route"
-    # One GPU: NCCL refuses two ranks on one device, so the broadcast route uses gloo with CUDA tensors there.
-    backend=""; [[ $("$PY" -c "import torch; print(torch.cuda.device_count())") -lt 2 ]] && backend="rollout.weight_sync_backend=gloo"
-    for route in shared_memory broadcast object_store; do
-      out=$(mktemp -d)
-      timeout 240 "$PY" -m rlhf.cli.run +recipe=grpo_tiny_cpu hardware=1xh200 trainer=default trainer.optimizer=adamw \
-        rollout=vllm rollout.weight_sync=$route $backend rollout.verify_sync_every=1 trainer.max_steps=3 \
-        logging.mlflow=false logging.progress=false hydra.run.dir="$out" >"$out/log" 2>&1 || { echo "FAIL $route (log: $out/log)"; tail -20 "$out/log"; status=1; continue; }
-      "$PY" - "$out/metrics.jsonl" "$route" <<'PYEOF'
+    echo "FAIL $name ($((SECONDS - t0)) s; log: $log)"
+    tail -30 "$log" | sed 's/^/       /'
+    exit 1
+  fi
+}
+
+step "versions" 120 "$PY" - <<'PYEOF'
+import importlib.metadata as md
+import torch
+assert torch.cuda.is_available(), "torch sees no CUDA device"
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}")
+from rlhf.engines.vllm_version import check_vllm_version, VLLM_SUPPORTED
+print(f"vllm {check_vllm_version()} (supported: vllm{','.join(VLLM_SUPPORTED)})")
+for dist in ("deepspeed", "ray", "transformers"):
+    print(f"{dist} {md.version(dist)}")
+PYEOF
+
+step "vLLM signatures the engine uses" 300 "$PY" - <<'PYEOF'
+import inspect
+import vllm
+from vllm import LLM, SamplingParams
+from vllm.engine.arg_utils import EngineArgs
+import vllm.envs as envs
+
+def params(fn):
+    return set(inspect.signature(fn).parameters)
+
+assert "level" in params(LLM.sleep), "LLM.sleep(level)"
+assert "tags" in params(LLM.wake_up), "LLM.wake_up(tags)"
+assert {"method", "args", "kwargs"} <= params(LLM.collective_rpc), "LLM.collective_rpc(method, args, kwargs)"
+assert "reset_prefix_cache" in dir(LLM)
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+assert {"weights_iterator", "weights_path", "is_checkpoint_format"} <= params(GPUModelRunner.reload_weights), \
+    "GPUModelRunner.reload_weights(weights_iterator, weights_path, is_checkpoint_format)"
+fields = set(getattr(SamplingParams, "__struct_fields__", ())) or params(SamplingParams)
+for f in ("logprobs", "prompt_logprobs", "flat_logprobs", "extra_args", "seed", "detokenize", "min_tokens"):
+    assert f in fields, f"SamplingParams.{f}"
+engine_fields = {f.name for f in __import__("dataclasses").fields(EngineArgs)}
+for f in ("logprobs_mode", "logits_processors", "worker_extension_cls", "enable_sleep_mode",
+          "distributed_executor_backend", "kv_cache_memory_bytes"):
+    assert f in engine_fields, f"EngineArgs.{f}"
+for var in ("VLLM_RAY_BUNDLE_INDICES", "VLLM_RAY_PER_WORKER_GPUS", "VLLM_USE_RAY_V2_EXECUTOR_BACKEND"):
+    assert hasattr(envs, var), var
+from vllm.v1.executor.ray_utils import get_bundles_for_indices  # the rule rlhf.engines.vllm_placement follows
+print(f"vllm {vllm.__version__}: every API the engine calls is there")
+PYEOF
+
+step "weight-sync transport (CUDA IPC incl. UUID, broadcast)" 300 "$PY" scripts/gpu_transport_check.py \
+  --total-mb 2048 --visible-as-uuid
+
+step "VLLMEngine: tied Qwen2, sleep mode, CUDA graphs" 300 "$PY" scripts/gpu_engine_check.py
+
+out=$(mktemp -d)
+mem=$("$PY" -c "import torch; print(int(torch.cuda.get_device_properties(0).total_memory / 2**30))")
+step "two-step GRPO: hybrid engine, ZeRO-3, FusedAdam" 480 "$PY" -m rlhf.cli.run +recipe=grpo_tiny_cpu \
+  hardware=1xh200 hardware.device_memory_gb="$mem" trainer=default trainer.zero_stage=3 trainer.optimizer=fused_adam \
+  rollout=vllm rollout.gpu_memory_utilization=0.3 model.architecture=qwen2 model.tie_word_embeddings=true \
+  rollout.verify_sync_every=1 trainer.max_steps=2 eval.steps=0 logging.mlflow=false logging.progress=false \
+  hydra.run.dir="$out"
+"$PY" - "$out/metrics.jsonl" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-for r in rows:
-    if "train/timing/broadcast" in r:
-        print(f"  {sys.argv[2]:<14} step {r['step']}: sync {r['train/timing/broadcast']:.3f} s, probe max "
-              f"{r.get('rollout/sync_logprob_diff_max', float('nan')):.2e} mean {r.get('rollout/sync_logprob_diff_mean', float('nan')):.2e}")
+steps = [r for r in rows if "train/timing/broadcast" in r]
+assert len(steps) == 2, f"{len(steps)} steps logged"
+for r in steps:
+    print(f"       step {r['step']}: sync {r['train/timing/broadcast']:.2f} s, probe diff "
+          f"{r.get('rollout/sync_logprob_diff_mean', float('nan')):.2e}, moved {r.get('rollout/sync_logprob_moved', float('nan')):.2e}")
 PYEOF
-    done
-  fi
-fi
-exit $status
+[ $? -eq 0 ] || { echo "FAIL two-step GRPO metrics (run folder: $out)"; exit 1; }
+echo "gpu_check: every check passed in $((SECONDS - start)) s"

@@ -1,11 +1,14 @@
 #!/usr/bin/env python
-"""Part (a) of scripts/gpu_check.sh: the weight-sync transport on a GPU with torch alone (no vllm, deepspeed, ray).
+"""Part of scripts/gpu_check.sh: the weight-sync transport on a GPU with torch alone (no vllm, deepspeed, ray).
 
 Two processes, a sender and a receiver, run rlhf.engines.weight_sync exactly as the policy's rank 0 and an engine
 worker do: CUDA IPC (the shared_memory route) on one GPU, and the broadcast route over nccl between two GPUs (NCCL
 refuses two ranks on one device; with one GPU the broadcast route is shown over gloo with CUDA tensors instead).
 Buckets of random bf16 weights (a Llama-8B-like layer mix), checksums verified by the receiver on every tensor, the
 digest compared, GB/s printed next to the device's own copy bandwidth. Exit status 1 on any mismatch or failure.
+``--visible-as-uuid`` starts the receiver with CUDA_VISIBLE_DEVICES naming the GPU by its UUID (GPU-...), as Ray and
+some schedulers do, so the IPC handle must be opened on the receiver's device found by UUID, not by index.
+Written against torch 2.14's public CUDA IPC (torch.multiprocessing.reductions); never run yet (no GPU here).
 """
 
 from __future__ import annotations
@@ -50,8 +53,13 @@ def buckets(ws, bucket_bytes):
         yield cur
 
 
-def receiver_main(cfg: dict, route: str, device: str, total_mb: int, repeats: int, out) -> None:
+def receiver_main(cfg: dict, route: str, device: str, total_mb: int, repeats: int, out, visible: str = "") -> None:
     try:
+        if visible:
+            import os
+
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible  # before CUDA starts in this process
+            device = "cuda:0"
         torch.cuda.set_device(torch.device(device))
         r = WeightReceiver(GroupConfig.from_dict(cfg), device=torch.device(device), route=route, stable=False)
         expect = dict(weights(total_mb, device, seed=0))
@@ -68,7 +76,16 @@ def receiver_main(cfg: dict, route: str, device: str, total_mb: int, repeats: in
         out.put(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
 
 
-def run(route: str, backend: str, send_dev: str, recv_dev: str, total_mb: int, bucket_mb: int, repeats: int) -> bool:
+def run(
+    route: str,
+    backend: str,
+    send_dev: str,
+    recv_dev: str,
+    total_mb: int,
+    bucket_mb: int,
+    repeats: int,
+    visible: str = "",
+) -> bool:
     listen = listen_socket("127.0.0.1")
     port = listen.getsockname()[1]
     data_ranks = (0, 1) if route == "broadcast" else (0,)
@@ -76,7 +93,7 @@ def run(route: str, backend: str, send_dev: str, recv_dev: str, total_mb: int, b
     cfg1 = GroupConfig("127.0.0.1", port, 2, 1, backend, data_ranks, 120.0)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    p = ctx.Process(target=receiver_main, args=(cfg1.to_dict(), route, recv_dev, total_mb, repeats, out))
+    p = ctx.Process(target=receiver_main, args=(cfg1.to_dict(), route, recv_dev, total_mb, repeats, out, visible))
     p.start()
     torch.cuda.set_device(torch.device(send_dev))
     ws = weights(total_mb, send_dev, seed=0)
@@ -98,7 +115,7 @@ def run(route: str, backend: str, send_dev: str, recv_dev: str, total_mb: int, b
     p.join(timeout=60)
     sender.close()
     best = min(times)
-    label = f"{route} ({backend}, {send_dev} -> {recv_dev})"
+    label = f"{route} ({backend}, {send_dev} -> {recv_dev}{', visible as ' + visible if visible else ''})"
     if status != "ok":
         print(f"FAIL {label}: {payload}")
         return False
@@ -129,6 +146,7 @@ def main() -> int:
     ap.add_argument("--total-mb", type=int, default=4096, help="bytes of weights per sync")
     ap.add_argument("--bucket-mb", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--visible-as-uuid", action="store_true", help="the receiver sees its GPU by UUID only")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: this check needs a GPU")
@@ -137,6 +155,10 @@ def main() -> int:
     print(f"torch {torch.__version__}, {n} GPU(s): {torch.cuda.get_device_name(0)}")
     print(f"device copy bandwidth (cuda:0, read + write counted once): {copy_bandwidth('cuda:0', 1024):.0f} GB/s")
     ok = run("shared_memory", "nccl", "cuda:0", "cuda:0", args.total_mb, args.bucket_mb, args.repeats)
+    if args.visible_as_uuid:
+        uuid = str(torch.cuda.get_device_properties(0).uuid)
+        uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+        ok &= run("shared_memory", "nccl", "cuda:0", "cuda:0", args.total_mb, args.bucket_mb, args.repeats, uuid)
     if n >= 2:
         ok &= run("broadcast", "nccl", "cuda:0", "cuda:1", args.total_mb, args.bucket_mb, args.repeats)
     else:

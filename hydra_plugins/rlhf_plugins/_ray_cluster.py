@@ -3,6 +3,7 @@ it and it is imported only when the launcher is used."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -43,6 +44,7 @@ class _Job:
     started_at: float | None = None
     finished_at: float | None = None
     ret: JobReturn | None = None
+    error: str | None = None  # why it failed (JobReturn's public getter raises the failure instead of returning it)
     placement: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -52,13 +54,10 @@ class _Job:
         return Path(str(self.config.hydra.sweep.dir)) / str(self.config.hydra.sweep.subdir)
 
 
-def _failure_of(ret: JobReturn) -> Any:
-    # JobReturn's public getter re-raises a failure (and prints); the dataclass field is the stored value itself.
-    return ret._return_value
-
-
 def _failed(job: _Job, error: BaseException) -> JobReturn:
-    ret = JobReturn(overrides=job.overrides, status=JobStatus.FAILED, _return_value=error)
+    ret = JobReturn(overrides=job.overrides, status=JobStatus.FAILED)
+    ret.return_value = error  # JobReturn's public setter (its getter raises it, as a failed job's result)
+    job.error = str(error)
     if job.config is not None:
         ret.cfg = job.config
         ret.hydra_cfg = job.config
@@ -73,8 +72,9 @@ def _run_job_here(
     cwd: str,
     reserved_prefix: str,
     placement: list[dict[str, Any]],
-) -> JobReturn:
-    """The body of a job's Ray task: an ordinary Hydra job in this worker process (run_job, as every launcher)."""
+) -> tuple[JobReturn, str | None]:
+    """The body of a job's Ray task: an ordinary Hydra job in this worker process (run_job, as every launcher).
+    Returns its JobReturn and, for a failed job, the failure as text."""
     from rlhf.launch.reservation import RESERVED_ENV
     from rlhf.launch.sweep import JobFailed
 
@@ -86,20 +86,34 @@ def _run_job_here(
     job_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / PLACEMENT_FILE).write_text(json.dumps({"reserved": placement}, indent=2))
+    raised: list[Exception] = []
+
+    @functools.wraps(task_function)  # Hydra's callbacks see the user's task function
+    def task(cfg: DictConfig) -> Any:
+        # run_job stores what the task raises in the JobReturn, which hands it back only by raising it again (and
+        # printing a line): kept here as it passes.
+        try:
+            return task_function(cfg)
+        except Exception as e:
+            raised.append(e)
+            raise
+
     ret = run_job(
         hydra_context=hydra_context,
-        task_function=task_function,
+        task_function=task,
         config=config,
         job_dir_key="hydra.sweep.dir",
         job_subdir_key="hydra.sweep.subdir",
     )
-    if ret.status == JobStatus.FAILED:
-        err = _failure_of(ret)
-        if not isinstance(err, JobFailed):
-            # Any exception travels back as text: the launcher's process may not be able to unpickle it.
-            text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
-            ret.return_value = JobFailed(f"job {config.hydra.job.num}: {type(err).__name__}: {err}\n{text}")
-    return ret
+    if ret.status != JobStatus.FAILED:
+        return ret, None
+    err = raised[-1]
+    if not isinstance(err, JobFailed):
+        # Any exception travels back as text: the launcher's process may not be able to unpickle it.
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        err = JobFailed(f"job {config.hydra.job.num}: {type(err).__name__}: {err}\n{text}")
+        ret.return_value = err
+    return ret, str(err)
 
 
 class SweepRunner:
@@ -261,7 +275,7 @@ class SweepRunner:
 
         job.finished_at = time.time()
         try:
-            job.ret = ray.get(ref)
+            job.ret, job.error = ray.get(ref)
         except Exception as e:  # noqa: BLE001 - the job's process died (OOM, killed): that job fails alone
             job.ret = _failed(job, JobFailed(f"job {job.num}: its Ray task failed: {e}"))
         release(job.pgs)
@@ -293,7 +307,7 @@ class SweepRunner:
             record = read_record(j.job_dir) if j.job_dir is not None else None
             ret = j.ret
             failed = ret is None or ret.status != JobStatus.COMPLETED
-            error = str(_failure_of(ret)) if failed and ret is not None else None
+            error = j.error if failed else None
             objective = ret.return_value if not failed and ret is not None else None
             wall = (j.finished_at - j.started_at) if j.started_at and j.finished_at else None
             self.rows[j.num] = {

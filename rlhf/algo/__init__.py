@@ -1,7 +1,8 @@
 """Pure tensor math of RLHF: advantages, KL, distillation rewards, policy/value losses, aggregation, SFT/RM/preference
 losses.
 
-Imports torch and the standard library only. The registries below are keyed by the exact strings the config uses;
+Imports torch, the standard library and rlhf.spec.names (the config's vocabulary and the estimators' traits,
+declared once there). The registries below are keyed by the exact strings the config uses;
 ``REGISTRY.get(name)`` raises an error listing the valid names for an unknown one.
 """
 

@@ -29,6 +29,7 @@ from torch import Tensor
 from rlhf.algo.kl import DEFAULT_REWARD_CLIP, compute_reward
 from rlhf.algo.logprobs import masked_whiten
 from rlhf.algo.registry import Registry
+from rlhf.spec.names import ESTIMATOR_TRAITS, EstimatorTraits
 
 # Added to the group std in GRPO's normalisation (OpenRLHF's value) so an all-equal group gives 0, not NaN.
 GROUP_STD_EPS = 1e-9
@@ -40,28 +41,25 @@ class AdvantageEstimator:
 
     Attributes:
         name: the config string.
-        needs_critic: advantages come from GAE over critic values (only ``gae``); else from cumulative returns.
-        is_group: subtracts a baseline computed over the n samples of each prompt; gamma is forced to 1.
-        batch_baseline: ``baseline`` is computed over the whole rollout batch at once (FlashREINFORCE), so one sample
-            per prompt is enough; gamma is forced to 1.
         whiten: advantages are whitened over all tokens of the rollout batch.
         baseline: maps the scalar rewards ``R[P, n]`` to the rewards used in ``compute_reward``; ``None`` = identity.
-        teacher: on-policy distillation: the per-token rewards come from a teacher's log-probs
-            (``teacher_rewards``) and the scalar rewards are not used.
+        traits: what it asks of the run (critic, groups of samples, gamma 1, teacher): ``rlhf.spec.names``'s table,
+            the one declaration validation and the role list read too.
     """
 
     name: str
-    needs_critic: bool
-    is_group: bool
     whiten: bool
     baseline: Callable[[Tensor], Tensor] | None = None
-    teacher: bool = False
-    batch_baseline: bool = False
+
+    def __post_init__(self) -> None:
+        if self.name not in ESTIMATOR_TRAITS:
+            raise ValueError(
+                f"advantage estimator {self.name!r} has no traits: add its line to rlhf.spec.names.ESTIMATOR_TRAITS"
+            )
 
     @property
-    def gamma_one(self) -> bool:
-        """Gamma is 1 whatever is configured (OpenRLHF forces it for every estimator with a baseline)."""
-        return self.is_group or self.batch_baseline
+    def traits(self) -> EstimatorTraits:
+        return ESTIMATOR_TRAITS[self.name]
 
 
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
@@ -84,17 +82,15 @@ def group_norm_baseline(rewards: Tensor) -> Tensor:
 
 
 for _estimator in (
-    AdvantageEstimator("gae", needs_critic=True, is_group=False, whiten=True),
-    AdvantageEstimator("reinforce", needs_critic=False, is_group=False, whiten=True),
-    AdvantageEstimator("reinforce_baseline", needs_critic=False, is_group=True, whiten=True, baseline=mean_baseline),
-    AdvantageEstimator("rloo", needs_critic=False, is_group=True, whiten=False, baseline=rloo_baseline),
-    AdvantageEstimator("group_norm", needs_critic=False, is_group=True, whiten=False, baseline=group_norm_baseline),
-    AdvantageEstimator("dr_grpo", needs_critic=False, is_group=True, whiten=False, baseline=mean_baseline),
+    AdvantageEstimator("gae", whiten=True),
+    AdvantageEstimator("reinforce", whiten=True),
+    AdvantageEstimator("reinforce_baseline", whiten=True, baseline=mean_baseline),
+    AdvantageEstimator("rloo", whiten=False, baseline=rloo_baseline),
+    AdvantageEstimator("group_norm", whiten=False, baseline=group_norm_baseline),
+    AdvantageEstimator("dr_grpo", whiten=False, baseline=mean_baseline),
     # FlashREINFORCE (OpenRLHF 0.11.2): mean_baseline over the batch seen as one group, r_i - mean(all rewards).
-    AdvantageEstimator(
-        "flash_reinforce", needs_critic=False, is_group=False, whiten=False, baseline=mean_baseline, batch_baseline=True
-    ),
-    AdvantageEstimator("opd", needs_critic=False, is_group=False, whiten=True, teacher=True),
+    AdvantageEstimator("flash_reinforce", whiten=False, baseline=mean_baseline),
+    AdvantageEstimator("opd", whiten=True),
 ):
     ADVANTAGE_ESTIMATORS.add(_estimator.name, _estimator)
 
@@ -104,7 +100,7 @@ def apply_group_baseline(rewards: Tensor, estimator: AdvantageEstimator, n_sampl
     batch baseline: the whole batch as one group)."""
     if estimator.baseline is None:
         return rewards
-    if estimator.batch_baseline:
+    if estimator.traits.batch_baseline:
         return estimator.baseline(rewards.reshape(1, -1)).reshape(-1)
     if n_samples_per_prompt < 2:
         raise ValueError(f"{estimator.name} compares the samples of a prompt: n_samples_per_prompt must be >= 2")
@@ -211,11 +207,12 @@ def compute_advantages_and_returns(
         teacher_rewards: ``[B, T]`` per-token distillation rewards, required by ``opd`` (and only used by it).
     """
     spec = ADVANTAGE_ESTIMATORS.get(estimator)
-    if spec.needs_critic and values is None:
+    traits = spec.traits
+    if traits.needs_critic and values is None:
         raise ValueError(f"advantage estimator {estimator!r} needs critic values")
     # OpenRLHF forces gamma to 1 for these estimators (with a warning); spec validation reports a configured != 1.
-    gamma = 1.0 if spec.gamma_one else gamma
-    if spec.teacher:
+    gamma = 1.0 if traits.gamma_one else gamma
+    if traits.teacher:
         if teacher_rewards is None:
             raise ValueError(f"advantage estimator {estimator!r} needs the teacher's per-token rewards")
         scalar = torch.zeros_like(rewards, dtype=torch.float32)  # the teacher is the whole training signal
@@ -225,9 +222,9 @@ def compute_advantages_and_returns(
             rewards.to(torch.promote_types(rewards.dtype, torch.float32)), spec, n_samples_per_prompt
         )
     token_rewards = compute_reward(scalar, kl_coef, kl, action_mask, reward_clip_range)
-    if spec.teacher:
+    if traits.teacher:
         token_rewards = token_rewards + teacher_rewards.float() * action_mask
-    if spec.needs_critic:
+    if traits.needs_critic:
         advantages, returns = gae_advantages_and_returns(values.float(), token_rewards, action_mask, gamma, lambd)
     else:
         returns = cumulative_returns(token_rewards, action_mask, gamma)

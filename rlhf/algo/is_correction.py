@@ -16,9 +16,9 @@ The loss is multiplied by the resulting coefficient. The old correction types ar
 (``rlhf.spec.names.IS_CORRECTION_TYPES``): tis = token clip ratio, icepop = token mask ratio, seq-mask-tis = seq mask
 ratio; FlashREINFORCE's trust region is seq mask binary_kl with a single threshold delta.
 
-OpenRLHF's validity rules are checked by the spec before anything starts (``rlhf.spec.names.is_correction_problems``,
-with the keys to fix); :class:`ISCorrection` refuses the same combinations when built directly (rlhf.algo imports no
-rlhf.spec: tests/spec/test_names_match_registries.py pins the two to the same verdict on the whole grid).
+OpenRLHF's validity rules are written once, in ``rlhf.spec.names.is_correction_problems``: the spec checks them
+before anything starts (with the keys to fix), and :class:`ISCorrection` refuses the same combinations when built
+directly.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ from torch import Tensor
 
 from rlhf.algo.logprobs import masked_mean
 from rlhf.algo.registry import Registry
+from rlhf.spec.names import IS_CORRECTION_LEVELS, IS_CORRECTION_THRESHOLD, is_correction_problems
 
-#: OpenRLHF's default --algo.advantage.is_correction_threshold.
-DEFAULT_THRESHOLD = (0.5, 5.0)
-IS_LEVELS = ("off", "token", "seq")
+#: OpenRLHF's default --algo.advantage.is_correction_threshold, and the levels (the config's names).
+DEFAULT_THRESHOLD = IS_CORRECTION_THRESHOLD
+IS_LEVELS = IS_CORRECTION_LEVELS
 
 # Probabilities are clamped into [eps, 1 - eps] before the divergences (OpenRLHF's value): keeps binary KL's logs
 # finite for tokens of probability ~0 or ~1.
@@ -61,11 +62,9 @@ class ISCorrection:
             raise ValueError(f"IS correction level {self.level!r}; valid: {', '.join(IS_LEVELS)}")
         IS_MODES.get(self.mode)
         IS_GATINGS.get(self.gating)
-        # OpenRLHF PolicyLoss.__init__'s two rules (whatever the level, as there, for the first).
-        if self.mode == "clip" and (self.level == "seq" or self.gating != "ratio"):
-            raise ValueError("IS correction mode clip needs level token and gating ratio (a filter cannot be clamped)")
-        if self.gating != "ratio" and self.enabled and self.low > 0:
-            raise ValueError(f"IS correction gating {self.gating} takes an upper bound only: low must be 0")
+        problems = is_correction_problems(self.level, self.mode, self.gating, self.low)
+        if problems:
+            raise ValueError("; ".join(f"IS correction {axis}: {reason}" for axis, reason in problems))
 
     @property
     def enabled(self) -> bool:

@@ -212,8 +212,9 @@ def compose_or_fail(
 
 
 def spec_or_fail(overrides: Sequence[str], source: ConfigSource = ConfigSource()):
-    spec = build(compose_or_fail(overrides, source))
+    cfg = compose_or_fail(overrides, source)
     try:
+        spec = build(cfg)  # a ??? left unfilled is a SpecInvalid too
         check(spec)
     except SpecInvalid as e:
         fail(str(e))

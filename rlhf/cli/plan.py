@@ -87,10 +87,34 @@ def render(p: Plan) -> str:
     return "\n".join(lines)
 
 
+def _rehearse(spec, p: Plan, timeout_s: float) -> None:
+    from rlhf.cli.common import fail
+    from rlhf.launch.rehearsal import RehearsalFailed, cluster_shape, rehearse, simulated_cluster
+
+    nodes, gpus, cpus = cluster_shape(spec)
+    print(f"starting a private Ray cluster on 127.0.0.1: {nodes} node(s) x {gpus} GPU(s) (declared)", file=sys.stderr)
+    try:
+        with simulated_cluster(nodes, gpus, cpus):
+            report = rehearse(spec, p, timeout_s=timeout_s)
+    except RehearsalFailed as e:
+        fail(str(e), code=1)
+    print(report.render())
+    if not report.ok:
+        sys.exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="rlhf-plan", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print the plan as JSON")
     ap.add_argument("--check", action="store_true", help="also run the preflight (reward/agent files, URLs, data)")
+    ap.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="start the run's processes on a private loopback Ray cluster declaring the recipe's GPUs, stopped "
+        "before any device or weight is touched; print the device map and check it (exit 1 naming role, "
+        "process and device on a violation)",
+    )
+    ap.add_argument("--timeout", type=float, default=300.0, help="--rehearse: seconds any placement may take")
     add_source_arguments(ap)
     ap.add_argument(
         "overrides",
@@ -101,6 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     source = source_of(args)
     spec = spec_or_fail(with_default_recipe(args.overrides, source), source)
     p = plan(spec)
+    if args.rehearse:
+        _rehearse(spec, p, args.timeout)
+        return
     print(p.to_json() if args.json else render(p))
     if args.check:
         from rlhf.cli.common import fail

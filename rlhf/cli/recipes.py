@@ -1,6 +1,6 @@
 """rlhf-recipes [-cd DIR] [-cn NAME] ls | show NAME | cp NAME FILE | validate NAME|all [overrides] | explain KEY |
-import-openrlhf | rollouts show DIR — one small class per verb. -cd adds your config folder (its recipe/ subfolder
-holds your recipes)."""
+import-openrlhf | import-verl | rollouts show DIR — one small class per verb. -cd adds your config folder (its
+recipe/ subfolder holds your recipes)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from rlhf.cli.common import (
     recipe_override,
     source_of,
 )
-from rlhf.spec import SpecInvalid, build, check
+from rlhf.spec import SpecInvalid
 from rlhf.spec.store import RecipeInfo
 
 
@@ -108,7 +108,10 @@ class Cp:
 
 
 class Validate:
-    help = "compose, validate and plan a recipe (or all); non-zero exit if any fails"
+    help = (
+        "compose, validate and plan a recipe (or all); non-zero exit if any is invalid. A value the recipe leaves "
+        "to the command line (???) is reported as needed, not as invalid"
+    )
 
     def add(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("name", help="a recipe name, or all")
@@ -117,12 +120,13 @@ class Validate:
     def run(self, args: argparse.Namespace) -> int:
         from rlhf.launch.plan import plan
         from rlhf.spec.build import compose
+        from rlhf.spec.required import check_with_stand_ins
 
         source = source_of(args)
         names = sorted(find_recipes(source)) if args.name == "all" else [args.name]
         if args.name != "all":
             _known(args.name, source)
-        failed = 0
+        failed = needing = 0
         for name in names:
             try:
                 cfg = compose(
@@ -130,17 +134,23 @@ class Validate:
                     config_dir=source.config_dir,
                     config_name=source.config_name,
                 )
-                spec = build(cfg)
-                check(spec)
-                p = plan(spec)
-                print(f"ok    {name}: {p.verdict()}")
+                checked = check_with_stand_ins(cfg)
+                if checked.errors:
+                    raise SpecInvalid(checked.errors)
+                verdict = plan(checked.spec).verdict()
+                needs = ""
+                if checked.needs:
+                    needing += 1
+                    needs = f"; needs {', '.join(checked.needs)} (give it on the command line: {checked.needs[0]}=...)"
+                print(f"ok    {name}: {verdict}{needs}")
             except SpecInvalid as e:
                 failed += 1
                 print(f"FAIL  {name}: {e}")
             except Exception as e:  # noqa: BLE001 - report compose errors per recipe and go on
                 failed += 1
                 print(f"FAIL  {name}: {type(e).__name__}: {e}")
-        print(f"{len(names) - failed} of {len(names)} recipe(s) valid")
+        tail = f" ({needing} with values to give on the command line)" if needing else ""
+        print(f"{len(names) - failed} of {len(names)} recipe(s) valid{tail}")
         return EXIT_USER_ERROR if failed else 0
 
 
@@ -182,12 +192,26 @@ class ImportOpenRLHF:
     help = "convert an OpenRLHF command line or script into a recipe, reporting what became of every flag"
 
     def add(self, p: argparse.ArgumentParser) -> None:
-        from rlhf.compat.openrlhf_cli import add_arguments
+        from rlhf.cli.importers.openrlhf.verb import add_arguments
 
         add_arguments(p)
 
     def run(self, args: argparse.Namespace) -> int:
-        from rlhf.compat.openrlhf_cli import run
+        from rlhf.cli.importers.openrlhf.verb import run
+
+        return run(args)
+
+
+class ImportVerl:
+    help = "convert a veRL command line or script (main_ppo, fsdp_sft_trainer) into a recipe, reporting every override"
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        from rlhf.cli.importers.verl.verb import add_arguments
+
+        add_arguments(p)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rlhf.cli.importers.verl.verb import run
 
         return run(args)
 
@@ -218,6 +242,7 @@ VERBS = {
     "validate": Validate(),
     "explain": Explain(),
     "import-openrlhf": ImportOpenRLHF(),
+    "import-verl": ImportVerl(),
     "rollouts": Rollouts(),
 }
 

@@ -1,7 +1,15 @@
 """Resuming a run: ``rlhf-run --resume [RUN_DIR|latest] [more overrides]`` repeats the command that made RUN_DIR
 (kept in RUN_DIR/command.json) with its output folder pinned to RUN_DIR, so checkpoint.resume=auto finds the
 checkpoint there. ``latest`` (the default) is the newest run folder under ./outputs. Every message that mentions
-resuming prints this exact command."""
+resuming prints this exact command. A finished run (its attempt.json says FINISHED) has nothing to resume: that is
+said at once, without composing or starting anything, unless more overrides ask for more.
+
+The same command typed again in the same directory, without a pinned ``hydra.run.dir`` (where Hydra would make a
+new folder), continues the newest interrupted run of that command under ./outputs instead, saying so in one line:
+what veRL's ``trainer.resume_mode=auto`` does and what OpenRLHF's ``--load_checkpoint`` does for a command whose
+``--ckpt_path`` is the same, and what a scheduler that requeues a preempted job needs. ``checkpoint.resume=never``
+(or a pinned folder) starts a new run. An interrupted run of the same recipe under another command is named in one
+line with its resume command, and not touched."""
 
 from __future__ import annotations
 
@@ -10,10 +18,11 @@ import os
 import sys
 from pathlib import Path
 
-from rlhf.cli.common import fail
+from rlhf.cli.common import fail, names_recipe
 from rlhf.errors import RunInterrupted
 
 COMMAND_FILE = "command.json"
+RUNS_ROOT = Path("outputs")  # where Hydra's default hydra.run.dir puts a run folder (conf/config.yaml)
 _ENV = "RLHF_COMMAND"  # the command line of this rlhf-run, for the job to record (it runs inside Hydra)
 
 
@@ -62,6 +71,9 @@ def resume_argv(argv: list[str]) -> list[str]:
             "pass the folder the run printed after 'rlhf-run: ... ->'"
         )
     recorded = json.loads((run_dir / COMMAND_FILE).read_text())
+    _refuse_new_init_from(target, recorded["argv"], rest)
+    if not rest:
+        _nothing_to_resume(run_dir)
     run_dir = run_dir.resolve()
     start = recorded.get("cwd")
     if start and Path(start).is_dir() and Path(start).resolve() != Path.cwd().resolve():
@@ -70,6 +82,95 @@ def resume_argv(argv: list[str]) -> list[str]:
         os.chdir(start)
     argv = [*recorded["argv"], *rest, f"hydra.run.dir={run_dir}"]
     print(f"resuming {run_dir}: rlhf-run {' '.join(recorded['argv'] + rest)}", file=sys.stderr)
+    return argv
+
+
+def _init_from(argv: list[str]) -> list[str]:
+    return [a.lstrip("+").partition("=")[2] for a in argv if a.lstrip("+").startswith("checkpoint.init_from=")]
+
+
+def _refuse_new_init_from(target: str, recorded: list[str], added: list[str]) -> None:
+    """``--resume`` continues a run; a checkpoint.init_from the run was not started with would start another."""
+    new, before = _init_from(added), _init_from(recorded)
+    if new and new[-1] != (before[-1] if before else ""):
+        fail(
+            f"--resume {target} continues that run (its weights, optimizer, step and data position), while "
+            f"checkpoint.init_from={new[-1]} starts a new run from those weights: drop --resume to start the new run, "
+            "or drop checkpoint.init_from to continue this one"
+        )
+def _nothing_to_resume(run_dir: Path) -> None:
+    """A run whose last attempt finished: say so and exit 0, in about the time Python takes to start."""
+    from rlhf.pipelines import attempt
+
+    last = attempt.read(run_dir)
+    if last is None or last.status != attempt.FINISHED:
+        return
+    run_dir = run_dir.resolve()
+    model = run_dir / "model"
+    where = f"; its model is in {model}" if model.is_dir() else ""
+    print(
+        f"{run_dir} finished all its {last.steps} steps{where}: nothing to resume (to train further: "
+        f"rlhf-run --resume {run_dir} trainer.max_steps=N)",
+        file=sys.stderr,
+    )
+    raise SystemExit(0)
+
+
+def _recipe_of(argv: list[str]) -> str | None:
+    for a in argv:
+        key, eq, value = a.partition("=")
+        if eq and key.lstrip("+~") == "recipe":
+            return value
+    return None
+
+
+def interrupted_runs(root: Path = RUNS_ROOT) -> list[tuple[Path, dict, int]]:
+    """Run folders under ``root`` whose last attempt stopped before finishing (on a signal, a failure, or a driver
+    that died) and left a checkpoint, newest first: (folder, its command.json, the checkpoint's step)."""
+    from rlhf.pipelines import attempt
+    from rlhf.pipelines.checkpoint import CheckpointManager
+
+    found = []
+    for f in root.glob(f"**/{COMMAND_FILE}") if root.is_dir() else []:
+        last = attempt.read(f.parent)
+        if last is None or last.status == attempt.FINISHED or (last.status == attempt.RUNNING and not last.dead):
+            continue
+        ckpt = CheckpointManager(Path(last.checkpoints)).latest()
+        if ckpt is None:
+            continue
+        try:
+            recorded = json.loads(f.read_text())
+        except ValueError:
+            continue
+        found.append((f.parent, recorded, CheckpointManager.step_of(ckpt) or 0, f.stat().st_mtime))
+    return [(d, r, step) for d, r, step, _ in sorted(found, key=lambda x: -x[3])]
+
+
+def continue_interrupted(argv: list[str]) -> list[str]:
+    """``argv`` pinned to the newest interrupted run of the same command in this directory, with one line saying
+    so; unchanged when the folder is pinned already (hydra.run.dir=, --resume), when ``checkpoint.resume`` is set,
+    or when there is none. A run of the same recipe under another command is named with its resume command."""
+    if any(a.partition("=")[0].lstrip("+~") in ("hydra.run.dir", "checkpoint.resume") for a in argv):
+        return argv
+    cwd = str(Path.cwd())
+    candidates = interrupted_runs()
+    for run_dir, recorded, step in candidates:
+        if recorded.get("argv") == argv and recorded.get("cwd") == cwd:
+            print(
+                f"continuing the interrupted run of this command in {run_dir} from its checkpoint at step {step} "
+                f"(as rlhf-run --resume {run_dir}); for a new run instead add checkpoint.resume=never",
+                file=sys.stderr,
+            )
+            return [*argv, f"hydra.run.dir={run_dir.resolve()}"]
+    recipe = _recipe_of(argv) if names_recipe(argv) else None
+    for run_dir, recorded, step in candidates:
+        if recipe and _recipe_of(recorded.get("argv", [])) == recipe and recorded.get("cwd") == cwd:
+            print(
+                f"note: {run_dir} holds an interrupted run of {recipe} (another command, checkpoint at step {step}); "
+                f"this is a new run; to continue that one: rlhf-run --resume {run_dir}",
+                file=sys.stderr,
+            )
+            break
     return argv
 
 

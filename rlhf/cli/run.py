@@ -4,7 +4,9 @@ plan, run.
 A Hydra app: --help lists the groups, --cfg job prints the resolved config, --info shows the search path, -cd adds
 your config folder in front of the shipped one, -cn picks your primary config, -m runs a sweep through any sweeper
 and launcher plugin. Bare ``rlhf-run`` runs +recipe=quickstart_cpu. Every job a sweep names up front is validated
-before any starts; trials a sampling sweeper draws are validated in the job.
+before any starts; trials a sampling sweeper draws are validated in the job. A single run is validated and
+preflighted before Hydra makes its run folder, so a refused run leaves none; the same command again continues its
+interrupted run (rlhf.cli.resume).
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from typing import Any
 from rlhf.cli.common import compose_or_fail, fail, with_default_recipe
 from rlhf.errors import RunInterrupted, UserError
 from rlhf.spec import SpecInvalid
+
+# Hydra flags that print or inspect instead of running: no preflight, no run folder search.
+_NOT_A_RUN = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc",
+              "--experimental-rerun", "--package", "-p"}
+_PREFLIGHT_DONE = False  # set once this process checked the run before Hydra (the job need not check it again)
 
 _HYDRA_FLAGS_WITH_VALUE = {
     "--cfg",
@@ -71,11 +78,13 @@ def task(cfg) -> float | None:
     from hydra.types import RunMode
 
     from rlhf.spec.build import with_recipe_name
+    from rlhf.spec.required import markers_to_missing
     from rlhf.spec.store import register
 
     register()  # resolvers and recipes, in a launcher's fresh process too
     hc = HydraConfig.get()
     with_recipe_name(cfg, hc.runtime.choices)
+    markers_to_missing(cfg)  # a recipe's ??? not given on the command line: build() names it
     run_dir = Path(hc.runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if hc.mode != RunMode.MULTIRUN:
@@ -114,13 +123,40 @@ def task(cfg) -> float | None:
     return value
 
 
+def _preflight(spec) -> None:
+    """Files, URLs, data: every static mistake, before any process starts (a PreflightFailed names them all)."""
+    from rlhf.launch.cluster import keep_private_cluster_on_loopback
+
+    keep_private_cluster_on_loopback(spec.ray)  # before anything imports ray
+    from rlhf.launch.preflight import require_preflight
+
+    for warning in require_preflight(spec).warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
+def _refuse_before_hydra(cfg) -> None:
+    """Validate and preflight a single run before Hydra makes its run folder: a run refused here leaves no folder
+    behind (exit 2, every problem named)."""
+    global _PREFLIGHT_DONE
+    from rlhf.launch.preflight import PreflightFailed
+    from rlhf.spec import build, check
+
+    try:
+        spec = build(cfg)
+        check(spec)
+        _preflight(spec)
+    except (SpecInvalid, PreflightFailed) as e:
+        fail(str(e), code=2)
+    _PREFLIGHT_DONE = True
+
+
 def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float | None, dict]:
     """Build, validate, plan and run; (objective metric, its value, the pipeline's summary)."""
     from dataclasses import replace
 
     from omegaconf import OmegaConf
 
-    from rlhf.launch.cluster import keep_private_cluster_on_loopback
+    from rlhf.launch.cluster import keep_private_cluster_on_loopback, watch_run_dir
     from rlhf.launch.plan import plan
     from rlhf.launch.sweep import ObjectiveMissing, objective_of
     from rlhf.spec import build, check
@@ -130,10 +166,9 @@ def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float |
     if sweep_id and not spec.sweep.id:
         spec = replace(spec, sweep=replace(spec.sweep, id=sweep_id))
     keep_private_cluster_on_loopback(spec.ray)  # before anything imports ray
-    from rlhf.launch.preflight import require_preflight
-
-    for warning in require_preflight(spec).warnings:  # files, URLs, data: before any process starts
-        print(f"warning: {warning}", file=sys.stderr)
+    if sweep_id or not _PREFLIGHT_DONE:
+        _preflight(spec)
+    watch_run_dir(run_dir)  # a driver that dies without a word: the reaper ends its trackers' runs FAILED
     p = plan(spec)
     OmegaConf.save(cfg, run_dir / "resolved_config.yaml")
     (run_dir / "plan.json").write_text(p.to_json())
@@ -167,11 +202,15 @@ def main() -> None:
 
 
 def _main() -> None:
-    from rlhf.cli.resume import remember_command, resume_argv
+    from rlhf.cli.resume import continue_interrupted, remember_command, resume_argv
 
     argv = resume_argv(sys.argv[1:])  # --resume [RUN_DIR|latest]: the command that made RUN_DIR, into RUN_DIR
-    remember_command(argv)
     flags, overrides = _split_argv(argv)
+    a_run = not any(f in _NOT_A_RUN for f in flags) and "-m" not in flags and "--multirun" not in flags
+    if a_run:
+        argv = continue_interrupted(argv)  # the same command again: its interrupted run, in its own folder
+        flags, overrides = _split_argv(argv)
+    remember_command(argv)
     from rlhf.cli.common import ConfigSource
     from rlhf.spec.build import PRIMARY_CONFIG, rewrite_recipe_paths
     from rlhf.spec.paths import conf_dir, user_config_dir
@@ -194,7 +233,10 @@ def _main() -> None:
 
         overrides, groups = prepare(overrides, source)  # the trackers' sweep groups: closed when the sweep ends
     elif not any(f in flags for f in ("--help", "-h", "--hydra-help", "--info", "-i")):
-        compose_or_fail(overrides, source)  # Hydra's message for a bad key suggests '+key', which the schema refuses
+        # Hydra's message for a bad key suggests '+key', which the schema refuses
+        cfg = compose_or_fail(overrides, source)
+        if a_run:
+            _refuse_before_hydra(cfg)
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     import hydra
 

@@ -10,6 +10,7 @@ from datasets import Dataset
 
 from rlhf.data.errors import MALFORMED_COLUMN, ROW_COLUMN, SOURCE_COLUMN, BadRow, DataError, bad_row_error
 from rlhf.data.report import DataReport
+from rlhf.spec.names import BAD_ROW_POLICIES
 
 OK, TRUNCATED, DROPPED = "ok", "truncated", "dropped"
 
@@ -31,8 +32,8 @@ def encode_rows(rows: Dataset, encode: Encoder, report: DataReport, on_bad_row: 
     A :class:`BadRow` becomes a :class:`DataError` naming file, row and key (``on_bad_row=error``) or a counted
     skip (``skip``). Raises a DataError when no row survives, so an empty dataset never reaches training.
     """
-    if on_bad_row not in ("error", "skip"):
-        raise DataError(f"data.on_bad_row={on_bad_row!r}: use 'error' or 'skip'")
+    if on_bad_row not in BAD_ROW_POLICIES:
+        raise DataError(f"data.on_bad_row={on_bad_row!r}: use one of {', '.join(BAD_ROW_POLICIES)}")
     columns: dict[str, list[Any]] = {}
     for batch in rows.iter(batch_size=512):
         n = len(batch[SOURCE_COLUMN])

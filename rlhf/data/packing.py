@@ -8,8 +8,6 @@ predicted from the previous sample). Attention must not cross samples: pass ``po
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from datasets import Dataset
 from torch import Tensor
@@ -49,11 +47,3 @@ def block_causal_mask(segment_ids: Tensor) -> Tensor:
     eye = torch.eye(t, dtype=torch.bool, device=seg.device)
     real = (seg > 0)[:, :, None]
     return ((same & causal & real) | eye).unsqueeze(1)
-
-
-def packed_columns() -> tuple[str, ...]:
-    return ("input_ids", "loss_mask", "position_ids", "segment_ids")
-
-
-def is_packed(sample: dict[str, Any]) -> bool:
-    return "segment_ids" in sample

@@ -28,6 +28,7 @@ from rlhf.engines.distributed import (
     shutdown_distributed,
     to_device,
 )
+from rlhf.engines.ds_config import optimizer_name
 from rlhf.engines.optim import build_optimizer, build_scheduler, set_peak_lr
 from rlhf.engines.step_window import MetricSums, step_inputs
 from rlhf.engines.training import LossFn
@@ -52,6 +53,11 @@ def init_distributed(accelerator: str = "cpu", timeout_s: float = 600.0) -> None
     timeout = init_process_group(backend, accelerator, timeout_s)
     if not already:
         deepspeed.init_distributed(dist_backend=backend, timeout=timeout, verbose=False)
+
+
+def current_device_kind() -> str:
+    """"gpu" or "cpu": the accelerator DeepSpeed picked in this process."""
+    return "cpu" if current_device().type == "cpu" else "gpu"
 
 
 def current_device() -> torch.device:
@@ -124,7 +130,7 @@ class DeepSpeedTrainEngine(_EngineBase):
         from rlhf.engines.deepspeed_import import import_deepspeed
 
         deepspeed = import_deepspeed()
-        optimizer = build_optimizer(model, trainer, lr)
+        optimizer = build_optimizer(model, trainer, lr, name=optimizer_name(trainer, current_device_kind()))
         scheduler = build_scheduler(optimizer, trainer, total_steps)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config, dist_init_required=False
@@ -208,15 +214,32 @@ class DeepSpeedTrainEngine(_EngineBase):
 
     # -- memory --------------------------------------------------------------------------------------------------
     def offload_states(self) -> None:
-        """Move optimizer states and parameters to host memory between phases (ZeRO-3 on GPUs; no-op on CPU)."""
-        if self.device.type == "cpu" or self.zero_stage != 3:
+        """Move the optimizer states, fp32 master weights and gradients to host memory while the rollout engines
+        generate on the same devices, whatever the ZeRO stage (DeepSpeed > 0.17.5 offloads stages 1-3); the 16-bit
+        weights stay (the plan counts them in the generation phase), the allocator's cache is emptied after. The
+        state types are OpenRLHF's offload_deepspeed_states'. No-op on CPU."""
+        if self.device.type == "cpu":
             return
-        self.engine.offload_states()
+        from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum, OffloadStateTypeEnum
+
+        kinds = [
+            OffloadStateTypeEnum.optim_states,
+            OffloadStateTypeEnum.contiguous_grad_buffer,
+            OffloadStateTypeEnum.hp_params,
+            OffloadStateTypeEnum.lp_grads,
+        ]
+        self.engine.offload_states(include=kinds, device=OffloadDeviceEnum.cpu, pin_memory=True, non_blocking=True)
+        if self.zero_stage == 3:
+            self.engine.empty_partition_cache()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
     def reload_states(self) -> None:
-        if self.device.type == "cpu" or self.zero_stage != 3:
+        if self.device.type == "cpu":
             return
-        self.engine.reload_states()
+        self.engine.reload_states(non_blocking=True)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 class DeepSpeedEvalEngine(_EngineBase):

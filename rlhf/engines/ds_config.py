@@ -30,6 +30,26 @@ def _zero(stage: int, *, offload_optimizer: bool, offload_params: bool, accelera
     return zero
 
 
+def _cpu_optimizer_guard(accelerator: str) -> dict[str, Any]:
+    """DeepSpeed refuses a client optimizer other than DeepSpeedCPUAdam under optimizer offload unless this guard is
+    off. On GPUs it stays on (offloaded states are CPU tensors, which a fused CUDA Adam cannot step; the trainer
+    builds DeepSpeedCPUAdam there, see :func:`optimizer_name`); on CPU every tensor is on the host anyway and torch's
+    AdamW steps them without DeepSpeedCPUAdam's 50 s compile."""
+    return {"zero_force_ds_cpu_optimizer": False} if accelerator == "cpu" else {}
+
+
+def optimizer_name(trainer: TrainerSpec, accelerator: str) -> str:
+    """The optimizer a trained role builds: DeepSpeed's CPU Adam whenever its states are offloaded on GPUs (what
+    DeepSpeed's guard demands), else ``trainer.optimizer``."""
+    if trainer.offload_optimizer and accelerator == "gpu":
+        return "cpu_adam"
+    return trainer.optimizer
+
+
+def offloads_optimizer(ds_config: dict[str, Any]) -> bool:
+    return ds_config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+
+
 def train_ds_config(
     trainer: TrainerSpec,
     *,
@@ -57,9 +77,9 @@ def train_ds_config(
             accelerator=accelerator,
         ),
         **precision,
-        # torch AdamW (the CPU default) is not one of DeepSpeed's own optimizers: allow it with ZeRO and offload.
+        # torch AdamW (the CPU default) is not one of DeepSpeed's own optimizers: allow it with ZeRO.
         "zero_allow_untested_optimizer": True,
-        "zero_force_ds_cpu_optimizer": False,
+        **_cpu_optimizer_guard(accelerator),
         # Gradients accumulate in fp32 even when the model computes in bf16.
         "data_types": {"grad_accum_dtype": "fp32"},
         "steps_per_print": _NEVER,

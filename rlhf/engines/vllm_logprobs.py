@@ -12,6 +12,10 @@ which vLLM's V1 sampler runs before temperature, penalties, min-p and top-k/top-
    would put the mask into the normaliser): stop tokens are set to -inf while fewer than that many tokens exist.
    It arrives as ``SamplingParams.extra_args["rlhf_min_new_tokens"]`` with vLLM's ``min_tokens`` left at 0, so
    stop strings are not held back by it (as in the hf engine).
+3. teacher forcing (``extra_args["rlhf_force_tokens"]``): after the shift every token but the next forced one is
+   set to -inf, so the sampler draws exactly the given tokens and reports their log-probs under the full
+   distribution. vLLM's prompt log-probs cannot serve here: with ``processed_logits`` they are raw logits (prompt
+   tokens skip the sampling processors; vllm/v1/worker/gpu_model_runner.py ``_get_prompt_logprobs_dict``).
 
 V1 model-runner interface only (VLLMEngine selects that runner). Imported by vLLM from its fully qualified name,
 in the vLLM venv.
@@ -27,7 +31,7 @@ from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from rlhf.engines.logprob_meaning import MIN_NEW_TOKENS_ARG, shift_to_tempered_logprobs_
+from rlhf.engines.logprob_meaning import FORCE_TOKENS_ARG, MIN_NEW_TOKENS_ARG, shift_to_tempered_logprobs_
 
 
 class TemperedLogprobs(LogitsProcessor):
@@ -37,6 +41,7 @@ class TemperedLogprobs(LogitsProcessor):
         self.device = device
         self.temperature: dict[int, float] = {}  # batch row -> sampling temperature
         self.min_new: dict[int, tuple[int, Sequence[int], tuple[int, ...]]] = {}  # row -> (min, outputs, stops)
+        self.force: dict[int, tuple[Sequence[int], tuple[int, ...]]] = {}  # row -> (outputs so far, forced tokens)
         self.batch_size = 0
         self.temperature_rows = torch.empty(0, device=device)
         self.mask_rows = (torch.empty(0, dtype=torch.long, device=device),) * 2
@@ -65,6 +70,13 @@ class TemperedLogprobs(LogitsProcessor):
             return None
         return n, outputs, tuple(sorted(params.all_stop_token_ids))
 
+    @staticmethod
+    def _force_entry(
+        params: SamplingParams, _prompt: list[int] | None, outputs: list[int]
+    ) -> tuple[Sequence[int], tuple[int, ...]] | None:
+        forced = (params.extra_args or {}).get(FORCE_TOKENS_ARG)
+        return (outputs, tuple(int(t) for t in forced)) if forced else None
+
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         if batch_update is not None:
             # Rebuilt on every batch change: process_dict_updates's own "changed" misses a removed greedy request
@@ -72,6 +84,7 @@ class TemperedLogprobs(LogitsProcessor):
             self.batch_size = batch_update.batch_size
             process_dict_updates(self.temperature, batch_update, lambda p, _i, _o: float(p.temperature))
             process_dict_updates(self.min_new, batch_update, self._min_new_entry)
+            process_dict_updates(self.force, batch_update, self._force_entry)
         reached = [row for row, (n, outputs, _) in self.min_new.items() if len(outputs) >= n]
         for row in reached:
             del self.min_new[row]
@@ -96,4 +109,10 @@ class TemperedLogprobs(LogitsProcessor):
         shift_to_tempered_logprobs_(logits, self.temperature_rows)
         if self.min_new:
             logits[self.mask_rows] = -float("inf")
+        for row, (outputs, forced) in self.force.items():
+            k = len(outputs)
+            if k < len(forced):
+                keep = logits[row, forced[k]].clone()
+                logits[row] = -float("inf")
+                logits[row, forced[k]] = keep
         return logits

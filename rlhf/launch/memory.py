@@ -30,6 +30,13 @@ Weight sync (rollout.weight_sync), per device, with B = max(weight_sync_bucket_m
              policy rank's full host copy (P weights), the driver's packed copy and the object store's copy per node
 The sync phase holds the DeepSpeed roles' resident states (no activations), the sync buffers and, colocated, the
 engine's weights (its KV cache asleep): the device peak is the largest of the three phases.
+Phases (:func:`phases`, what is in device memory in each, for a group whose rollout takes turns with the policy):
+    start       the trainers' models, the engines asleep (built and put to sleep before the trainers load)
+    generation  the trainers' 16-bit weights (their optimizer states, master weights and gradients offloaded),
+                the engines' weights and KV cache
+    train       the trainers' full states, the engines asleep
+    sync        the trainers' states, the engines' weights (KV cache asleep), the sync buffers
+rlhf.pipelines.rl_roles.HybridSchedule runs these in this order; ``rlhf-plan --rehearse`` checks that it does.
 Host memory per node (rlhf.launch.plan): the host columns of every rank on the node (offloaded optimizer states and
 parameters, offloaded frozen models) plus the sync's host staging, against hardware.host_memory_gb; on CPU hardware
 the devices themselves are host memory, so their peaks count too.
@@ -175,6 +182,29 @@ def sync_bytes(spec: ExperimentSpec, derived: Derived, params: int) -> SyncBytes
     return SyncBytes(route=route, bucket=bucket, device=device, host_per_rank=host_rank, host_per_node=host_node)
 
 
+PHASES = ("start", "generation", "train", "sync")
+
+
+def sleeps(spec: ExperimentSpec, group: tuple[str, ...]) -> bool:
+    """Whether the rollout of ``group`` takes turns with the policy (rlhf.pipelines.rl_roles.takes_turns)."""
+    ro = spec.rollout
+    return ro.enable_sleep and not ro.async_mode and "rollout" in group and "policy" in group
+
+
+def phases(spec: ExperimentSpec, group: tuple[str, ...]) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Per phase, what of the trained roles ("weights", "states") and of the engines ("weights", "kv_cache") is in
+    device memory (see the module docstring); without turns nothing moves."""
+    full = {"trained": ("states", "weights"), "rollout": ("kv_cache", "weights")}
+    if not sleeps(spec, group):
+        return {p: dict(full) for p in PHASES}
+    return {
+        "start": {"trained": ("states", "weights"), "rollout": ()},
+        "generation": {"trained": ("weights",), "rollout": ("kv_cache", "weights")},
+        "train": {"trained": ("states", "weights"), "rollout": ()},
+        "sync": {"trained": ("states", "weights"), "rollout": ("weights",)},
+    }
+
+
 @dataclass(frozen=True)
 class GroupMemory:
     roles: tuple[str, ...]
@@ -231,7 +261,7 @@ def estimate(spec: ExperimentSpec, derived: Derived) -> list[GroupMemory]:
         if ro is None:
             rollout_phase = 0.0
             peak = train
-        elif spec.rollout.enable_sleep and len(group) > 1:
+        elif sleeps(spec, group):
             resident = sum(s.weights for r, s in per_role.items() if r != "rollout")
             rollout_phase = ro.rollout + resident
             peak = max(train, rollout_phase)
@@ -246,8 +276,7 @@ def estimate(spec: ExperimentSpec, derived: Derived) -> list[GroupMemory]:
                 engine_weights = (
                     params * (2 if spec.hardware.accelerator == "gpu" else 4) / spec.rollout.tensor_parallel_size
                 )
-                sleeps = spec.rollout.enable_sleep and len(group) > 1
-                engine = engine_weights if sleeps else ro.rollout  # asleep: weights woken, KV cache not
+                engine = engine_weights if sleeps(spec, group) else ro.rollout  # weights woken, KV cache not
             sync_phase = states + engine + sum(sync.device.get(r, 0.0) for r in group)
             peak = max(peak, sync_phase)
         out.append(

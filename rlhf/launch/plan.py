@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlhf.engines.backends import train_backend
-from rlhf.launch.memory import GB, GroupMemory, SyncBytes, estimate, param_count, sync_bytes
+from rlhf.launch.memory import GB, GroupMemory, SyncBytes, estimate, param_count, phases, sync_bytes
 from rlhf.spec.derive import Derived, derive
 from rlhf.spec.schema import ExperimentSpec
 
@@ -68,6 +68,8 @@ class Plan:
     sync: SyncBytes | None = None
     hosts: tuple[NodeHost, ...] = ()
     training_engine: str = ""  # the training backend's own description (rlhf.engines.training.TrainBackend.describe)
+    # per device group: phase -> {"trained": parts, "rollout": parts} in device memory (rlhf.launch.memory.phases)
+    phases: tuple[dict[str, dict[str, tuple[str, ...]]], ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -126,6 +128,7 @@ class Plan:
                 "host_per_node_gb": round(self.sync.host_per_node / GB, 3),
             },
             "hosts": [asdict(h) | {"fits": h.fits} for h in self.hosts],
+            "phases": [{p: {k: list(v) for k, v in parts.items()} for p, parts in g.items()} for g in self.phases],
             "fits": self.fits,
             "verdict": self.verdict(),
             "warnings": list(self.warnings),
@@ -236,4 +239,5 @@ def plan(spec: ExperimentSpec) -> Plan:
         sync=sync,
         hosts=_hosts(spec, groups, memory, sync),
         training_engine=train_backend(spec.trainer.backend).describe(spec),
+        phases=tuple(phases(spec, g.roles) for g in groups),
     )

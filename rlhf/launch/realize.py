@@ -17,6 +17,7 @@ from typing import Any
 from rlhf import faults
 from rlhf.errors import UserError, WorkerFailure
 from rlhf.launch.cluster import Cluster, start_or_attach
+from rlhf.launch.ledger import BundleLedger
 from rlhf.launch.plan import DeviceGroup, Plan, RolePlacement
 from rlhf.launch.reservation import adopt_reserved
 from rlhf.spec.schema import ExperimentSpec
@@ -43,14 +44,24 @@ class GroupSlots:
     pg: Any  # ray.util.placement_group.PlacementGroup
     bundle_order: list[int]  # bundle index of rank r
     node_ips: list[str]  # node ip of rank r's bundle
+    node_ids: list[str] = field(default_factory=list)  # Ray node id of rank r's bundle (simulated nodes share an ip)
+
+    def _nodes(self) -> list[str]:
+        return self.node_ids or self.node_ips
 
     def local_ranks(self) -> list[int]:
+        """Rank r's index among the ranks on its node (counted per Ray node, so simulated nodes on one host count
+        apart)."""
         seen: dict[str, int] = {}
         out = []
-        for ip in self.node_ips:
-            out.append(seen.get(ip, 0))
-            seen[ip] = out[-1] + 1
+        for node in self._nodes():
+            out.append(seen.get(node, 0))
+            seen[node] = out[-1] + 1
         return out
+
+    def local_world_sizes(self) -> list[int]:
+        nodes = self._nodes()
+        return [nodes.count(n) for n in nodes]
 
 
 def _free_port(host: str = "127.0.0.1") -> int:
@@ -106,7 +117,21 @@ def _create_placement_group(group: DeviceGroup, timeout_s: float) -> GroupSlots:
     ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
     node_rank = {node: i for i, node in enumerate(sorted(set(bundle_node.values()), key=lambda n: ips.get(n, n)))}
     order = sorted(range(group.size), key=lambda b: (node_rank[bundle_node[b]], b))
-    return GroupSlots(group=group, pg=pg, bundle_order=order, node_ips=[ips.get(bundle_node[b], "") for b in order])
+    return GroupSlots(
+        group=group,
+        pg=pg,
+        bundle_order=order,
+        node_ips=[ips.get(bundle_node[b], "") for b in order],
+        node_ids=[bundle_node[b] for b in order],
+    )
+
+
+def bundle_free(pg: Any, bundle_index: int) -> dict[str, float]:
+    """What Ray reports free in one bundle of a placement group (its per-bundle resources ``GPU_group_<i>_<id>``)."""
+    import ray
+
+    suffix = f"_group_{bundle_index}_{pg.id.hex()}"
+    return {k[: -len(suffix)]: v for k, v in ray.available_resources().items() if k.endswith(suffix)}
 
 
 class RoleGroup:
@@ -128,6 +153,7 @@ class RoleGroup:
         accelerator: str = "cpu",
         driver_ip: str = "127.0.0.1",
         timeout_s: float | None = None,
+        ledger: BundleLedger | None = None,
         **kwargs: Any,
     ) -> None:
         import ray
@@ -145,6 +171,14 @@ class RoleGroup:
         master_addr, master_port = self._master(slots, driver_ip)
         remote_cls = actor_cls if hasattr(actor_cls, "remote") else ray.remote(actor_cls)
         local_ranks = slots.local_ranks()
+        local_sizes = slots.local_world_sizes()
+        self.slots = slots
+        self.bundles = [slots.bundle_order[rank] for rank in range(world)]
+        self.resources = {"CPU": cpus, "GPU": gpus}
+        self._ledger = ledger
+        if ledger is not None:
+            for rank in range(world):
+                ledger.claim(f"{role} rank {rank}", slots.group.index, self.bundles[rank], self.resources)
         self.actors = []
         self._spawn_args: list[tuple[Any, dict[str, Any], tuple, dict[str, Any]]] = []
         self.timeout_s = timeout_s
@@ -153,7 +187,7 @@ class RoleGroup:
                 "RANK": str(rank),
                 "WORLD_SIZE": str(world),
                 "LOCAL_RANK": str(local_ranks[rank]),
-                "LOCAL_WORLD_SIZE": str(slots.node_ips.count(slots.node_ips[rank])),
+                "LOCAL_WORLD_SIZE": str(local_sizes[rank]),
                 "MASTER_ADDR": master_addr,
                 "MASTER_PORT": str(master_port),
                 "RLHF_ROLE": role,
@@ -240,7 +274,10 @@ class RoleGroup:
                 ranks = sorted(pending.values())
                 raise WorkerError(
                     f"role {self.role} rank {ranks[0]} did not finish {what} within {self.timeout_s:.0f} s "
-                    f"(trainer.remote_timeout_s){self.log_hint(ranks[0])}",
+                    f"(trainer.remote_timeout_s){self.log_hint(ranks[0])}; it needs "
+                    f"{ {k: v for k, v in self.resources.items() if v} } in bundle {self.bundles[ranks[0]]} of "
+                    f"placement group {'+'.join(self.slots.group.roles)}, which has free "
+                    f"{bundle_free(self.slots.pg, self.bundles[ranks[0]])}",
                     role=self.role,
                     rank=ranks[0],
                     kind="hung",
@@ -301,6 +338,9 @@ class RoleGroup:
             pass
         for a in self.actors:
             ray.kill(a, no_restart=True)
+        if self._ledger is not None:
+            for rank in range(len(self.actors)):
+                self._ledger.release(f"{self.role} rank {rank}")
         self.actors = []
 
 
@@ -312,6 +352,7 @@ class Realized:
     plan: Plan
     cluster: Cluster
     slots: dict[int, GroupSlots]
+    ledger: BundleLedger | None = None
     role_groups: list[RoleGroup] = field(default_factory=list)
     rollout_groups: list[Any] = field(default_factory=list)  # rlhf.launch.rollout.RolloutEngineGroup
 
@@ -334,11 +375,12 @@ class Realized:
         """Environment every actor of this job gets on top of its role's (the cluster's network settings)."""
         return self.cluster.actor_env()
 
-    def start_rollout(self, model_path: str, env: dict[str, str] | None = None) -> Any:
-        """Start the rollout engines in the rollout role's bundles; a rlhf.launch.rollout.RolloutEngineGroup."""
+    def start_rollout(self, model_path: str, env: dict[str, str] | None = None, *, start: bool = True) -> Any:
+        """Start the rollout engines in the rollout role's bundles; a rlhf.launch.rollout.RolloutEngineGroup
+        (``start=False``: the actors placed, no engine built; the rehearsal)."""
         from rlhf.launch.rollout import start_rollout_engines
 
-        started = start_rollout_engines(self, self.spec, model_path, env)
+        started = start_rollout_engines(self, self.spec, model_path, env, start=start)
         self.rollout_groups.append(started)
         return started
 
@@ -368,6 +410,7 @@ class Realized:
             accelerator=self.spec.hardware.accelerator,
             timeout_s=self.spec.trainer.remote_timeout_s,
             driver_ip=self.cluster.node_ip,
+            ledger=self.ledger,
             **kwargs,
         )
         self.role_groups.append(group)
@@ -390,6 +433,8 @@ class Realized:
         for g in self.role_groups:
             g.kill()
         self.role_groups.clear()
+        if self.ledger is not None:
+            self.ledger.claims.clear()
 
     def shutdown(self) -> None:
         """Kill the actor groups, remove the placement groups, stop a private cluster."""
@@ -419,4 +464,12 @@ def realize(spec: ExperimentSpec, plan: Plan, *, timeout_s: float | None = None)
         Realized(spec, plan, cluster, slots).shutdown()
         raise
     log.info("placement groups ready: %s", ", ".join("+".join(s.group.roles) for s in slots.values()))
-    return Realized(spec, plan, cluster, slots)
+    return Realized(spec, plan, cluster, slots, ledger_of(plan))
+
+
+def ledger_of(plan: Plan) -> BundleLedger:
+    """An empty ledger with every bundle of the plan's device groups."""
+    return BundleLedger(
+        capacity={(g.index, b): dict(g.bundle) for g in plan.groups for b in range(g.size)},
+        names={g.index: "+".join(g.roles) for g in plan.groups},
+    )

@@ -137,12 +137,6 @@ def console_copied_to(path: Path) -> Iterator[None]:
             sys.stdout, sys.stderr = out, err
 
 
-def job_records(sweep_dir: Path) -> list[JobRecord]:
-    """The records under a sweep folder, by job number."""
-    found = [read_record(p.parent) for p in Path(sweep_dir).glob(f"**/{RECORD_FILE}")]
-    return sorted((r for r in found if r is not None), key=lambda r: r.num)
-
-
 def summary_table(rows: list[dict[str, Any]]) -> str:
     """Lines of a sweep summary: job, status, wall time, objective, overrides (and the error of a failed job)."""
     lines = [f"  {'job':>4}  {'status':<10} {'wall s':>8}  {'objective':>12}  overrides"]

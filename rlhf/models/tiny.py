@@ -14,13 +14,13 @@ import shutil
 import uuid
 from pathlib import Path
 
+from rlhf.spec.names import MODEL_ARCHITECTURES
 from rlhf.spec.paths import cache_dir
 from rlhf.spec.schema import ModelSpec
 
 # Part of the cache key: bump when the factory's output changes (tokenizer, init), so old caches are not reused.
 FACTORY_VERSION = 1
 INIT_SEED = 1234  # fixed: the model is a function of its dimensions only
-_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 
 
 def tiny_model_dims(spec: ModelSpec) -> dict:
@@ -70,9 +70,9 @@ def make_tiny_model(spec: ModelSpec) -> Path:
 def _config(spec: ModelSpec, tokenizer) -> object:
     from transformers import AutoConfig
 
-    if spec.architecture not in _ARCHITECTURES:
+    if spec.architecture not in MODEL_ARCHITECTURES:
         raise ValueError(
-            f"model.architecture={spec.architecture!r}: the tiny factory makes {', '.join(_ARCHITECTURES)}"
+            f"model.architecture={spec.architecture!r}: the tiny factory makes {', '.join(MODEL_ARCHITECTURES)}"
         )
     if len(tokenizer) > spec.vocab_size:
         raise ValueError(f"model.vocab_size={spec.vocab_size} is smaller than the byte tokenizer ({len(tokenizer)})")

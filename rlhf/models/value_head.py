@@ -101,7 +101,7 @@ def load_value_model(
     With ``require_trained_head`` a checkpoint without the head's weights raises
     :class:`~rlhf.models.head_check.UntrainedValueHead` instead of scoring with a random head.
     """
-    from transformers import AutoConfig, AutoModel
+    from transformers import MODEL_MAPPING, AutoConfig
 
     from rlhf.models.loading import attn_implementation, enable_gradient_checkpointing, quiet_transformers, torch_dtype
 
@@ -113,7 +113,7 @@ def load_value_model(
     config.value_head_prefix = value_head_prefix
     config.normalize_reward = normalize_reward
     config.num_labels = 1
-    base_cls = AutoModel._model_mapping[type(config)]
+    base_cls = MODEL_MAPPING[type(config)]  # the base model class AutoModel would pick (its public mapping)
     cls = value_model_class(base_cls, value_head_prefix)
     # Starting a head from a causal LM is expected to report lm_head unused and the head missing: say it once, briefly.
     with _transformers_verbosity_error(init_value_head):

@@ -28,11 +28,7 @@ def run(
         make_task = import_module(f"rlhf.pipelines.{family}").make_task
         return run_supervised(spec, plan, run_dir, make_task, realize)
     if family == "rl":
-        try:
-            from rlhf.pipelines.rl import run as run_rl
-        except ImportError as e:
-            if e.name != "rlhf.pipelines.rl":
-                raise
-            raise NotImplementedError("the RL pipeline lands with issue 6") from None
+        from rlhf.pipelines.rl import run as run_rl
+
         return run_rl(spec, plan, run_dir, realize)
     raise ValueError(f"algorithm.family={family!r}: must be one of sft, rm, dpo, rl")

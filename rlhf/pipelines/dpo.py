@@ -17,9 +17,8 @@ from torch import Tensor
 from rlhf.algo import PREFERENCE_LOSSES, PreferenceInputs, nll_regularizer, preference_accuracy
 from rlhf.models.forward import causal_lm_log_probs, forward_tokens
 from rlhf.pipelines.supervised import PAIR_KEY, Task, pair_tokens, step_share
+from rlhf.spec.names import REFERENCE_FREE_PREFERENCE_LOSSES
 from rlhf.spec.schema import ExperimentSpec, PreferenceSpec
-
-REFERENCE_FREE = ("simpo", "orpo")
 
 
 def loss_kwargs(p: PreferenceSpec) -> dict[str, Any]:
@@ -229,6 +228,8 @@ def make_task(spec: ExperimentSpec, tokenizer: Any) -> Task:
         eval_fn=partial(pair_eval_fn, packing=packing),
         eval_metrics=partial(pair_eval_metrics, **opts),
         progress_keys=("train/loss", "train/acc"),
-        reference_fn=None if p.loss in REFERENCE_FREE else partial(pair_reference_fn, packing=packing),
+        reference_fn=(
+            None if p.loss in REFERENCE_FREE_PREFERENCE_LOSSES else partial(pair_reference_fn, packing=packing)
+        ),
         row_tokens=pair_tokens,
     )

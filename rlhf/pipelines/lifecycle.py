@@ -6,7 +6,14 @@
 - the checkpoint policy: every ``checkpoint.save_steps`` (default about ten per run) or ``checkpoint.every_minutes``,
   at the end, and on SIGINT/SIGTERM at the next step boundary (a second signal stops at once);
 - restarts (``trainer.max_restarts``): a crashed or hung rollout engine is restarted in place by the recipe and its
-  step carried on; a crashed or hung training rank restarts every actor of the job from the last checkpoint;
+  step carried on; a crashed or hung training rank restarts every actor of the job from the last checkpoint; the
+  ``train/restarts`` metric of a step counts the restarts at or before it, so a step redone after a restart carries
+  the number it had when first logged (metrics.jsonl and every tracker agree);
+- the steps: how many, and why when the data gives fewer than ``trainer.max_steps``, printed before the first step
+  and kept with the trackers' run (rlhf.pipelines.step_count);
+- the attempt (rlhf.pipelines.attempt): begun once the data is good, ended with the trackers' status; a previous
+  attempt whose driver died without ending is ended FAILED in every tracker first;
+- every stop with a checkpoint names it and the resume command;
 - numbers: the first non-finite loss or gradient norm stops the run naming step, role and metric
   (``trainer.on_nonfinite=skip``: DeepSpeed drops the step, three in a row stop);
 - tracking (metrics.jsonl and every tracker of logging.trackers, never the same step twice; each tracker's record
@@ -25,10 +32,12 @@ from typing import Any, Protocol
 
 from rlhf.atomic_save import DiskFull
 from rlhf.errors import RunInterrupted, UserError, WorkerFailure
+from rlhf.pipelines import attempt as attempts
 from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.pipelines.interrupts import Interrupts
 from rlhf.pipelines.run_files import run_artifacts
 from rlhf.pipelines.startup_clock import StartupClock
+from rlhf.pipelines.step_count import StepCount
 from rlhf.spec.schema import ExperimentSpec
 
 # Metric names whose non-finite value means the step's numbers went bad (suffix match on the logged key).
@@ -42,9 +51,10 @@ class Recipe(Protocol):
     family: str
     label: str  # progress bar label
     progress_keys: tuple[str, ...]  # metrics shown on the bar
+    init_origin: dict[str, str] | None  # set by prepare under checkpoint.init_from: tracker params (init_from.*)
 
-    def prepare(self) -> int:
-        """Tokenizer and data, before any process starts (a bad row stops here); returns the number of steps."""
+    def prepare(self) -> StepCount:
+        """Tokenizer and data, before any process starts (a bad row stops here); the steps and why."""
         ...
 
     def setup(self, realized: Any) -> None:
@@ -151,19 +161,32 @@ def _quiet_ray_thread_warning() -> None:
 
 @dataclass
 class Restarts:
-    """The restart budget of one run (``trainer.max_restarts``)."""
+    """The restart budget of one attempt (``trainer.max_restarts``), and the steps every restart of the run
+    happened at (earlier attempts' ride in the checkpoint), which ``train/restarts`` counts."""
 
     limit: int
     used: int = 0
     history: list[str] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
 
-    def take(self, failure: WorkerFailure, resume_hint: str) -> None:
+    def take(self, failure: WorkerFailure, resume_hint: str, step: int) -> None:
         if not failure.restartable or self.used >= self.limit:
             why = "not a crash or a hang" if not failure.restartable else f"{self.used} restart(s) used of {self.limit}"
             raise RunFailed(f"{failure}\nthe run stops ({why}; trainer.max_restarts); {resume_hint}") from failure
         self.used += 1
+        self.steps.append(step)
         self.history.append(f"{failure.role} rank {failure.rank}: {failure.kind}")
         print(f"restart {self.used}/{self.limit}: {str(failure).splitlines()[0]}", file=sys.stderr, flush=True)
+
+    def at(self, step: int) -> int:
+        """Restarts at or before ``step``: what step ``step`` logs, the same however often it was redone (a step
+        already logged before a restart sent it back keeps its number in the trackers, which never log a step
+        twice, and metrics.jsonl gets the same)."""
+        return sum(1 for s in self.steps if s <= step)
+
+    @property
+    def total(self) -> int:
+        return len(self.steps)
 
 
 class RunFailed(UserError):
@@ -192,18 +215,40 @@ def nonfinite(metrics: dict[str, float]) -> list[tuple[str, float]]:
     return out
 
 
-def _headline_evals(metrics: dict[str, float]) -> dict[str, float]:
-    """The eval metrics worth a console line (pass@k, loss, accuracy), without the lengths and counts."""
+def _headline_evals(metrics: dict[str, float]) -> dict[str, str]:
+    """The eval metrics worth a console line (pass@k, loss, accuracy), without the lengths and counts, formatted;
+    one with its standard error logged beside it (NAME_se) reads value±se, e.g. eval_add_pass1=0.758±0.022."""
     noise = ("response_length", "truncated", "num_samples", "samples")
-    return {
+    evals = {
         k.removeprefix("eval/"): v
         for k, v in metrics.items()
         if k.startswith("eval/") and not any(n in k for n in noise)
+    }
+    return {
+        k: f"{v:.3f}±{evals[k + '_se']:.3f}" if k + "_se" in evals else f"{v:.3g}"
+        for k, v in evals.items()
+        if not (k.endswith("_se") and k.removesuffix("_se") in evals)
     }
 
 
 def resume_command(run_dir: Path) -> str:
     return f"rlhf-run --resume {run_dir}"
+
+
+def with_hint(error: BaseException, hint: str) -> BaseException:
+    """``error`` (the same object: callers catch its type) with ``hint`` at the end of what the user reads: its one-
+    line message for a UserError, a note under the traceback for anything else (Python 3.11+; printed before it on
+    3.10). Nothing when the message names a resume command already."""
+    if "resume with:" in str(error):
+        return error
+    args = getattr(error, "args", ())
+    if isinstance(error, UserError) and len(args) == 1 and isinstance(args[0], str) and str(error) == args[0]:
+        error.args = (f"{args[0]}; {hint}",)
+    elif hasattr(error, "add_note"):
+        error.add_note(hint)
+    else:
+        print(hint, file=sys.stderr)
+    return error
 
 
 class Runner:
@@ -222,6 +267,7 @@ class Runner:
         root = Path(spec.checkpoint.dir)
         self.ckpt = CheckpointManager(root if root.is_absolute() else self.run_dir / root, spec.checkpoint.max_keep)
         self.restarts = Restarts(spec.trainer.max_restarts)
+        self.attempt: attempts.Attempt | None = None
         self.realized: Any = None
         self.last_ckpt: Path | None = None
         self.skipped_in_a_row = 0
@@ -231,6 +277,7 @@ class Runner:
     def _save(self, step: int) -> Path:
         driver = {**self.recipe.state(step), "step": step, "family": self.recipe.family}
         driver["trackers"] = self.tracker.records()
+        driver["restarts"] = list(self.restarts.steps)
         tmp = self.ckpt.begin(step)
         try:
             self.recipe.save(tmp, step)
@@ -261,14 +308,25 @@ class Runner:
         t_start = time.time()
         clock = StartupClock()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        total = self.recipe.prepare()  # data before processes: a bad row stops the job with nothing started
+        count = self.recipe.prepare()  # data before processes: a bad row stops the job with nothing started
+        total = count if isinstance(count, int) else count.steps
+        if isinstance(count, StepCount):
+            print(count.line(), file=sys.stderr, flush=True)
         clock.mark("data and model")
         # Ray starts (its own processes; this thread mostly waits) while this process makes the tracker.
         starting = _Background(lambda: self.realize(self.spec, self.plan))
         try:
+            for line in attempts.end_if_dead(self.run_dir, "the next rlhf-run in this folder"):
+                print(line, file=sys.stderr)
             resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
             state = self.ckpt.driver_state(resume_from) if resume_from else {}
-            self.tracker = Tracking(self.spec, self.run_dir, records=state.get("trackers"))
+            params = count.params() if isinstance(count, StepCount) else {}
+            self.tracker = Tracking(self.spec, self.run_dir, records=state.get("trackers"), params=params)
+            self.restarts.steps = [int(s) for s in state.get("restarts", [])]
+            self.attempt = attempts.begin(self.run_dir, total, self.ckpt.root)
+            origin = getattr(self.recipe, "init_origin", None)  # checkpoint.init_from: where the weights came from
+            if origin:
+                self.tracker.log_params(origin)
         except BaseException:
             starting.discard()
             raise
@@ -301,10 +359,8 @@ class Runner:
                     clock.mark("first eval")
                     if first:  # the start-up phases ride along with the step-0 eval (no row of their own)
                         self.tracker.log({**first, **clock.metrics()}, 0)
-                        print(
-                            "step 0: " + ", ".join(f"{k.removeprefix('eval/')}={v:.3g}" for k, v in first.items()),
-                            file=sys.stderr,
-                        )
+                        evals = _headline_evals(first)
+                        print("step 0: " + ", ".join(f"{k}={v}" for k, v in evals.items()), file=sys.stderr)
                 print(clock.line(), file=sys.stderr, flush=True)
                 progress = Progress(
                     total, start, self.recipe.label, self.recipe.progress_keys, self.spec.logging.progress
@@ -322,17 +378,17 @@ class Runner:
                             status = "KILLED"
                             done = (CheckpointManager.step_of(self.last_ckpt) or 0) if self.last_ckpt else 0
                             raise RunInterrupted(interrupts.requested, done, self.last_ckpt, self.run_dir) from None
-                        if self._recover(failure):
+                        if self._recover(failure, step):
                             continue  # the same step, carried on with the engine restarted
                         step = self._restart_from_checkpoint(progress)
                         continue
                     self._check_numbers(metrics, step)
-                    metrics["train/restarts"] = float(self.restarts.used)
+                    metrics["train/restarts"] = float(self.restarts.at(step))
                     self.tracker.log(metrics, step)
                     progress.update(metrics)
                     evals = _headline_evals(metrics)
                     if evals:
-                        progress.write(f"step {step}: " + ", ".join(f"{k}={v:.3g}" for k, v in evals.items()))
+                        progress.write(f"step {step}: " + ", ".join(f"{k}={v}" for k, v in evals.items()))
                     if self._due(step, total) or interrupts.requested:
                         self._save(step)
                     step += 1
@@ -350,7 +406,7 @@ class Runner:
                     "checkpoint": str(self.last_ckpt) if self.last_ckpt else None,
                     "trackers": self.tracker.locations(),
                     "run_dir": str(self.run_dir),
-                    "restarts": self.restarts.used,
+                    "restarts": self.restarts.total,
                     "skipped_steps": self.skipped,
                     **self.recipe.finish(),
                 }
@@ -367,20 +423,26 @@ class Runner:
         except DiskFull as e:  # a checkpoint or a model (final, best, critic) did not fit: say what is still good
             where = f"the last good checkpoint is {self.last_ckpt}" if self.last_ckpt else "no checkpoint yet"
             raise e.with_hint(f"{where}; free some space, then resume with: {resume_command(self.run_dir)}") from None
+        except Exception as e:  # a dead reward endpoint, a bug: whatever stopped it, say where it can resume from
+            if self.last_ckpt is not None:
+                with_hint(e, self._resume_hint())
+            raise
         finally:
             self.recipe.teardown()
             self.tracker.finish(status)
+            if self.attempt is not None:
+                attempts.end(self.run_dir, self.attempt, status)
             if self.realized is not None:
                 self.realized.shutdown()
                 starting.release()
             else:
                 starting.discard()  # stopped before taking the cluster over
 
-    def _recover(self, failure: WorkerFailure) -> bool:
-        """Spend a restart on ``failure`` and let the recipe repair it in place; a failure while repairing spends
-        another. False: only every actor from the last checkpoint can help."""
+    def _recover(self, failure: WorkerFailure, step: int) -> bool:
+        """Spend a restart on ``failure`` (in ``step``) and let the recipe repair it in place; a failure while
+        repairing spends another. False: only every actor from the last checkpoint can help."""
         while True:
-            self.restarts.take(failure, self._resume_hint())
+            self.restarts.take(failure, self._resume_hint(), step)
             try:
                 return self.recipe.recover(failure)
             except WorkerFailure as again:

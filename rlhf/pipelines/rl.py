@@ -41,6 +41,7 @@ from rlhf.pipelines.experience import ExperienceBatch, from_rollouts
 from rlhf.pipelines.rl_generation import Generator, PromptStream, Scored, Scorer
 from rlhf.pipelines.rl_metrics import best_metric_key, eval_metrics, group_reward_std, rollout_metrics
 from rlhf.pipelines.rl_roles import RLWorkers
+from rlhf.pipelines.step_count import StepCount, count_steps
 from rlhf.spec.derive import derive
 from rlhf.spec.schema import ExperimentSpec
 
@@ -127,15 +128,14 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
     return exp, metrics
 
 
-def _total_steps(spec: ExperimentSpec, n_prompts: int) -> int:
-    per_episode = n_prompts // spec.rollout.prompts_per_step
-    if per_episode == 0:
-        raise UserError(
-            f"data.train_files: {n_prompts} prompts cannot fill one rollout.prompts_per_step="
-            f"{spec.rollout.prompts_per_step}; lower it or add prompts"
-        )
-    total = per_episode * spec.trainer.num_episodes
-    return min(total, spec.trainer.max_steps) if spec.trainer.max_steps else total
+def _total_steps(spec: ExperimentSpec, n_prompts: int, warmup: int = 0) -> StepCount:
+    """RL steps: the prompts a pass takes, times trainer.num_episodes, capped by trainer.max_steps (plus the
+    warm-up's SFT steps ahead of them)."""
+    t = spec.trainer
+    return count_steps(
+        n_prompts, spec.rollout.prompts_per_step, "rollout.prompts_per_step", t.num_episodes, "trainer.num_episodes",
+        t.max_steps, unit="prompts", warmup=warmup,
+    )
 
 
 def prompt_data(spec: ExperimentSpec) -> tuple[str, Any, Any]:
@@ -157,8 +157,9 @@ def evaluate(spec: ExperimentSpec, gen: Generator, workers: RLWorkers, evalset: 
     count = len(evalset) if spec.eval.max_prompts is None else min(len(evalset), spec.eval.max_prompts)
     rows = evalset.rows(list(range(count)))
     sampling = gen.sampling(10**6 + step, temperature=spec.eval.temperature, n=n)
-    rollouts = gen.launch(rows, sampling)()
-    scored = gen.scorer(rollouts, [r for r in rows for _ in range(n)])
+    with workers.generation(next_is_sync=False):  # hybrid engine: the engines awake, the trainers' states out
+        rollouts = gen.launch(rows, sampling)()
+        scored = gen.scorer(rollouts, [r for r in rows for _ in range(n)])
     lengths = [float(sum(r.action_mask)) for r in rollouts]
     truncated = [1.0 if r.finish_reason == "length" else 0.0 for r in rollouts]
     return eval_metrics(scored.scores, [r["datasource"] for r in scored.rows], lengths, truncated, n)
@@ -208,22 +209,28 @@ class RLRecipe:
         self.pending: tuple[list[dict[str, Any]], Callable[[], list[Rollout]]] | None = None  # async: step k+1
         self.best: tuple[str | None, float | None] = (None, None)
         self.last_eval: dict[str, float] = {}
+        self.init_origin: dict[str, str] | None = None  # checkpoint.init_from: the tracker's init_from.* params
 
     # -- before any process -------------------------------------------------------------------------------------
-    def prepare(self) -> int:
+    def prepare(self) -> StepCount:
+        from rlhf.pipelines.init_from import starting_weights
+
+        # checkpoint.init_from: policy, engines, reference (and the source's critic) load the starting weights
+        self.spec, self.init_origin = starting_weights(self.spec, self.run_dir)
         spec = self.spec
         self.policy_path, self.tokenizer, self.splits = prompt_data(spec)
         self.warmup = _SFTWarmup(spec, self.tokenizer) if spec.sft_warmup.steps > 0 else None
         self.warmup_steps = spec.sft_warmup.steps if self.warmup else 0
-        self.rl_total = _total_steps(spec, len(self.splits.train))
-        self.total = self.warmup_steps + self.rl_total
+        count = _total_steps(spec, len(self.splits.train), self.warmup_steps)
+        self.rl_total = count.main
+        self.total = count.steps
         self.derived = derive(spec)
         self._open_recording()
         self.reset()
         # The weight-sync probe: the same few prompts every time, so its figures compare across syncs.
         train = self.splits.train
         self.probe_prompts = [list(r["prompt_ids"]) for r in train.rows(list(range(min(4, len(train)))))]
-        return self.total
+        return count
 
     def _open_recording(self) -> None:
         """The generation source, chosen once: the engines, or (rollout.replay) a recording, checked against the

@@ -16,6 +16,9 @@ or shared memory; the driver sees only reports). Experience tensors travel as Ra
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -111,9 +114,128 @@ def _in_sample_order(parts: list[Any], order: list[int]) -> Any:
     return out
 
 
+def takes_turns(spec: ExperimentSpec, rollout_colocated: bool) -> bool:
+    """Rollout and training share devices and swap memory (colocated with the policy, rollout.enable_sleep, not
+    async): rlhf.launch.memory.sleeps, which the plan's phases follow."""
+    ro = spec.rollout
+    return ro.enable_sleep and not ro.async_mode and rollout_colocated
+
+
+def engines_first(spec: ExperimentSpec, rollout_colocated: bool) -> bool:
+    """Whether the engines start (and go to sleep) before any trainer loads its model: on GPUs whenever they share
+    devices with the trainers, so vLLM's memory profiler, which sizes the KV cache from the device memory it finds
+    free at start, does not count the trainers' memory as its own (OpenRLHF's train_ppo_ray creates the engines
+    and puts them to sleep before the models load). On CPU there is no device memory to share: both start at once."""
+    return rollout_colocated and spec.hardware.accelerator == "gpu"
+
+
+class HybridSchedule:
+    """Who holds the shared devices when, for trainers and engines that take turns (OpenRLHF's order,
+    ppo_trainer.broadcast_to_vllm and samples_generator):
+
+        start        engines built first, then asleep (level 1: a step-0 eval generates before any sync)
+        generation   trainers' states offloaded (any ZeRO stage), engines' weights and KV cache awake
+        train        engines asleep (level 2 when a sync comes next: it overwrites every weight, so none is backed
+                     up), trainers' states back
+        sync         engines' weights awake, their KV cache still asleep; the received buffers freed after it
+    Each change frees the allocator's cache (the trainers' offload and the engines' sync both empty it). With
+    ``active`` False (not colocated, async or no sleep) nothing moves. ``offload``/``reload`` act on the trained
+    groups; ``engines`` is the RolloutEngines (or, in the rehearsal, its stand-in). ``phase`` and ``history`` say
+    what the run did, which the rehearsal compares with the plan's phases."""
+
+    def __init__(self, active: bool, engines: Any, offload: Callable[[], None], reload: Callable[[], None]) -> None:
+        self.active = active
+        self.engines = engines
+        self.offload, self.reload = offload, reload
+        self.phase = "start"
+        self.engine_tags: set[str] = {"weights", "kv_cache"}
+        self.trainers_resident = True
+        self.history: list[tuple[str, tuple[str, ...], bool]] = []
+
+    def _mark(self, phase: str) -> None:
+        self.phase = phase
+        self.history.append((phase, tuple(sorted(self.engine_tags)), self.trainers_resident))
+
+    def engines_started(self) -> None:
+        """Right after the engines start, before any trainer loads."""
+        if self.active:
+            self.engines.sleep(1)
+            self.engine_tags = set()
+        self._mark("start")
+
+    def begin_generation(self) -> None:
+        if self.active:
+            if self.trainers_resident:
+                self.offload()
+                self.trainers_resident = False
+            self.engines.wake(["kv_cache"] if "weights" in self.engine_tags else None)
+            self.engine_tags = {"weights", "kv_cache"}
+        self._mark("generation")
+
+    def end_generation(self, next_is_sync: bool = True) -> None:
+        if self.active:
+            self.engines.sleep(2 if next_is_sync else 1)
+            self.engine_tags = set()
+            self.reload()
+            self.trainers_resident = True
+        self._mark("train")
+
+    def begin_sync(self) -> None:
+        """Only the engines' weights wake for a sync (OpenRLHF's broadcast_to_vllm: wake_up(tags=["weights"])); the
+        KV cache stays asleep until the next generation."""
+        if self.active and "weights" not in self.engine_tags:
+            self.engines.wake(["weights"])
+            self.engine_tags |= {"weights"}
+        self._mark("sync")
+
+
+@dataclass
+class RoleActors:
+    """The RL roles' actor groups as the plan places them (frozen models fused into a trained role's processes
+    where they share its bundles and rank count); None for a role that does not run or is fused."""
+
+    policy: Any
+    reference: Any = None
+    teacher: Any = None
+    critic: Any = None
+    reward: Any = None
+    fuse_ref: bool = False
+    fuse_teacher: bool = False
+    fuse_rm: bool = False
+
+    def groups(self) -> dict[str, Any]:
+        out = {"policy": self.policy, "reference": self.reference, "teacher": self.teacher}
+        out.update({"critic": self.critic, "reward": self.reward})
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def start_role_actors(spec: ExperimentSpec, realized: Any, env: dict[str, str] | None) -> RoleActors:
+    """Create every training-side role's actors in its bundles (nothing loaded yet: constructing a worker touches
+    no device). The run and ``rlhf-plan --rehearse`` both start them here."""
+    from rlhf.workers import ModelWorker, TrainerWorker
+
+    roles = set(realized.plan.roles)
+    fuse_ref = "reference" in roles and realized.can_fuse("policy", "reference")
+    fuse_teacher = "teacher" in roles and realized.can_fuse("policy", "teacher")
+    fused = ("reference",) * fuse_ref + ("teacher",) * fuse_teacher  # frozen models in the policy's processes
+    out = RoleActors(realized.create_group("policy", TrainerWorker, spec, "policy", fused=fused, env=env))
+    out.fuse_ref, out.fuse_teacher = fuse_ref, fuse_teacher
+    if "reference" in roles and not fuse_ref:
+        out.reference = realized.create_group("reference", ModelWorker, spec, "reference", env=env)
+    if "teacher" in roles and not fuse_teacher:
+        out.teacher = realized.create_group("teacher", ModelWorker, spec, "teacher", env=env)
+    out.fuse_rm = "critic" in roles and "reward" in roles and realized.can_fuse("critic", "reward")
+    if "critic" in roles:
+        out.critic = realized.create_group(
+            "critic", TrainerWorker, spec, "critic", fused=("reward",) if out.fuse_rm else (), env=env
+        )
+    if "reward" in roles and not out.fuse_rm:
+        out.reward = realized.create_group("reward", ModelWorker, spec, "reward", env=env)
+    return out
+
+
 class RLWorkers:
     def __init__(self, spec: ExperimentSpec, realized: Any, policy_path: str, total_steps: int) -> None:
-        from rlhf.workers import ModelWorker, TrainerWorker
 
         self.spec = spec
         self.roles = set(realized.plan.roles)
@@ -121,26 +243,17 @@ class RLWorkers:
         self.temperature = spec.rollout.temperature or 1.0
         # Before any actor starts: a teacher whose tokenizer differs would score other tokens than the student's.
         teacher_path = check_teacher_tokenizer(spec, policy_path) if "teacher" in self.roles else ""
-        fuse_ref = "reference" in self.roles and realized.can_fuse("policy", "reference")
-        fuse_teacher = "teacher" in self.roles and realized.can_fuse("policy", "teacher")
-        fused = ("reference",) * fuse_ref + ("teacher",) * fuse_teacher  # frozen models in the policy's processes
-        self.policy = realized.create_group("policy", TrainerWorker, spec, "policy", fused=fused, env=env)
-        self.reference = None
-        if "reference" in self.roles and not fuse_ref:
-            self.reference = realized.create_group("reference", ModelWorker, spec, "reference", env=env)
-        self.teacher = None
-        if "teacher" in self.roles and not fuse_teacher:
-            self.teacher = realized.create_group("teacher", ModelWorker, spec, "teacher", env=env)
-        self.critic = None
-        self.reward = None
-        fuse_rm = "critic" in self.roles and "reward" in self.roles and realized.can_fuse("critic", "reward")
-        if "critic" in self.roles:
-            self.critic = realized.create_group(
-                "critic", TrainerWorker, spec, "critic", fused=("reward",) if fuse_rm else (), env=env
-            )
-        if "reward" in self.roles and not fuse_rm:
-            self.reward = realized.create_group("reward", ModelWorker, spec, "reward", env=env)
+        actors = start_role_actors(spec, realized, env)
+        self.policy, self.reference, self.teacher = actors.policy, actors.reference, actors.teacher
+        self.critic, self.reward = actors.critic, actors.reward
+        fuse_ref, fuse_teacher, fuse_rm = actors.fuse_ref, actors.fuse_teacher, actors.fuse_rm
 
+        self.rollout_colocated = "rollout" in self.roles and realized.colocated("rollout", "policy")
+        self.rollout = None
+        # Without a rollout role (a replay) nothing takes turns: the schedule only records the phases.
+        self.schedule = HybridSchedule(False, None, offload=lambda: None, reload=lambda: None)
+        if "rollout" in self.roles and engines_first(spec, self.rollout_colocated):
+            self._start_engines(spec, realized, policy_path, env)
         # Build every model before waiting on any: the groups initialise in parallel.
         pending = [(self.policy, self.policy.async_run_all("init_trained", kind="causal_lm", total_steps=total_steps))]
         ref_path = spec.reference.model_path or policy_path
@@ -172,8 +285,8 @@ class RLWorkers:
             )
             pending.append((self.reward, refs))
         # A replay (rollout.replay, train-only) has no rollout role: no engines, no weight sync.
-        self.rollout = RolloutEngines(spec, realized, policy_path, env) if "rollout" in self.roles else None
-        self.rollout_colocated = self.rollout is not None and realized.colocated("rollout", "policy")
+        if self.rollout is None and "rollout" in self.roles:
+            self._start_engines(spec, realized, policy_path, env)
         for group, refs in pending:
             infos = group.get(refs, "init")
             if infos and isinstance(infos[0], dict) and "pid" in infos[0]:
@@ -196,25 +309,37 @@ class RLWorkers:
         self.kl_coef = spec.algorithm.kl.coef  # the KL controller's current value, set by the loop
         self.pad_id: int | None = None  # the tokenizer's pad id, set by the loop (probe batches are padded with it)
 
+    def _start_engines(self, spec: ExperimentSpec, realized: Any, policy_path: str, env: Any) -> None:
+        self.rollout = RolloutEngines(spec, realized, policy_path, env)
+        self.schedule = HybridSchedule(
+            takes_turns(spec, self.rollout_colocated),
+            self.rollout,
+            offload=lambda: [g.run_all("offload_states") for g in self.trained_groups().values()],
+            reload=lambda: [g.run_all("reload_states") for g in self.trained_groups().values()],
+        )
+        self.rollout.sleep_after_restart = self.schedule.active
+        self.schedule.engines_started()
+
     # -- hybrid engine ------------------------------------------------------------------------------------------
     @property
     def takes_turns(self) -> bool:
-        """Rollout and training share devices and swap memory (colocated, rollout.enable_sleep, not async)."""
-        ro = self.spec.rollout
-        return ro.enable_sleep and not ro.async_mode and self.rollout_colocated
+        return self.schedule.active
 
     def before_generation(self) -> None:
-        """Training states out of device memory, rollout engines in (where the backends can; no-ops on CPU)."""
-        if self.takes_turns:
-            for group in self.trained_groups().values():
-                group.run_all("offload_states")
-            self.rollout.wake()
+        """Training states out of device memory, rollout engines in (see HybridSchedule; no-ops on CPU)."""
+        self.schedule.begin_generation()
 
-    def after_generation(self) -> None:
-        if self.takes_turns:
-            self.rollout.sleep()
-            for group in self.trained_groups().values():
-                group.run_all("reload_states")
+    def after_generation(self, next_is_sync: bool = True) -> None:
+        self.schedule.end_generation(next_is_sync)
+
+    @contextmanager
+    def generation(self, next_is_sync: bool = False):
+        """A block that generates (an eval, the probe) between other phases: the engines awake around it."""
+        self.before_generation()
+        try:
+            yield
+        finally:
+            self.after_generation(next_is_sync)
 
     def sync_weights(self, probe_prompts: list[list[int]] | None = None, eos_id: int | None = None) -> dict[str, float]:
         """Policy weights (ZeRO-3 gathered bucket by bucket, LoRA merged) into every rollout engine over the
@@ -222,19 +347,26 @@ class RLWorkers:
         ``probe_prompts`` are given). Returns metrics (seconds, bytes, probe differences); none without engines."""
         if self.weight_sync is None:
             return {}
+        self.schedule.begin_sync()
         result = self.weight_sync.sync()
         out = {"timing/broadcast": result.seconds, "rollout/sync_bytes": float(result.bytes)}
         if probe_prompts and self.weight_sync.probe_due():
-            out.update(self.weight_sync.probe(probe_prompts, self.score_rollouts, eos_id))
+            score = partial(self.score_rollouts, temperature=1.0)
+            # the engines score in a generation phase of their own (their KV cache is asleep after a sync)
+            with self.generation(next_is_sync=False):
+                engine_side = self.weight_sync.probe_engines(probe_prompts, eos_id)
+            out.update(self.weight_sync.judge_probe(engine_side, score))
         return out
 
-    def score_rollouts(self, rollouts: list[Any]) -> list[list[float]]:
-        """The policy's log-probs (at the rollout temperature) of each rollout's generated tokens, in order."""
+    def score_rollouts(self, rollouts: list[Any], temperature: float | None = None) -> list[list[float]]:
+        """The policy's log-probs (at the rollout temperature, or ``temperature``) of each rollout's generated
+        tokens, in order."""
         from rlhf.pipelines.experience import from_rollouts
 
         pad = self.spec.model.vocab_size - 1 if self.pad_id is None else self.pad_id
         exp = from_rollouts(rollouts, pad)
-        fn = partial(policy_logprobs_fn, temperature=self.temperature, packing=self.packing)
+        t = self.temperature if temperature is None else temperature
+        fn = partial(policy_logprobs_fn, temperature=t, packing=self.packing)
         lp = self._stitch(self._forward(self.policy, fn, exp, None), exp.action_mask.shape[1])
         mask = exp.action_mask.bool()
         return [lp[i][mask[i]].tolist() for i in range(len(rollouts))]

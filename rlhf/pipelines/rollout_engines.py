@@ -30,6 +30,7 @@ class RolloutEngines:
         self.started = realized.start_rollout(model_path, env)
         self.actors = self.started.actors
         self.info = self.started.info
+        self.sleep_after_restart = False  # hybrid engine: a restarted engine goes to sleep at once (a sync follows)
 
     def __len__(self) -> int:
         return len(self.actors)
@@ -85,6 +86,10 @@ class RolloutEngines:
     def restart(self, i: int) -> None:
         """Start engine ``i`` again in its bundle (what is left of it is killed first)."""
         self.realized.restart_rollout_engine(self.started, i)  # replaces actors[i] and info[i] in place
+        if self.sleep_after_restart:
+            import ray
+
+            ray.get(self.actors[i].sleep.remote(2))
 
     def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
         return self.collect(self.generate_async(prompts, sampling))
@@ -101,15 +106,18 @@ class RolloutEngines:
         packed = ray.put(pack_named_tensors(ray.get(named_ref)))
         ray.get([a.load_weights.remote(packed) for a in self.actors])
 
-    def sleep(self) -> None:
+    def sleep(self, level: int = 1) -> None:
+        """Every engine releases its device memory (level 1: weights backed up to host; 2: dropped, for when a
+        sync overwrites them next) and its workers' cached memory."""
         import ray
 
-        ray.get([a.sleep.remote() for a in self.actors])
+        ray.get([a.sleep.remote(level) for a in self.actors])
 
-    def wake(self) -> None:
+    def wake(self, tags: list[str] | None = None) -> None:
+        """Every engine brings back ``tags`` ("weights", "kv_cache"; None: both)."""
         import ray
 
-        ray.get([a.wake.remote() for a in self.actors])
+        ray.get([a.wake.remote(tags) for a in self.actors])
 
     def kill(self) -> None:
         self.started.kill()

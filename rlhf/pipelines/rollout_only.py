@@ -11,6 +11,8 @@ seed, exactly as an RL run's step would from the same weights; the engines keep 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -21,6 +23,7 @@ from rlhf.pipelines.rl_generation import Generator, PromptStream, Scored, Scorer
 from rlhf.pipelines.rl_losses import reward_model_fn
 from rlhf.pipelines.rl_metrics import group_reward_std, rollout_metrics
 from rlhf.pipelines.rl_roles import _threads, forward_in_ranks
+from rlhf.pipelines.step_count import StepCount
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -44,6 +47,12 @@ class RolloutWorkers:
         self.rollout = RolloutEngines(spec, realized, model_path, env)
         if pending is not None:
             self.reward.get(pending, "init")
+
+    @contextmanager
+    def generation(self, next_is_sync: bool = False) -> Iterator[None]:
+        """Nothing takes turns with the engines (no trainer holds their devices): a block that generates runs as
+        it is (the RL workers' hybrid schedule, rlhf.pipelines.rl_roles.HybridSchedule, has nothing to swap)."""
+        yield
 
     def reward_model_scores(self, exp: Any) -> list[float]:
         import torch
@@ -85,17 +94,21 @@ class RolloutOnlyRecipe:
         self.recorder: Any = None
         self.current: tuple[int, list[dict[str, Any]]] | None = None  # the step under way and its prompts
         self.last_eval: dict[str, float] = {}
+        self.init_origin: dict[str, str] | None = None  # checkpoint.init_from: the tracker's init_from.* params
 
-    def prepare(self) -> int:
+    def prepare(self) -> StepCount:
+        from rlhf.pipelines.init_from import starting_weights
         from rlhf.pipelines.rollout_record import Recorder
 
+        self.spec, self.init_origin = starting_weights(self.spec, self.run_dir)  # the engines sample from them
         spec = self.spec
         self.model_path, self.tokenizer, self.splits = prompt_data(spec)
-        self.total = _total_steps(spec, len(self.splits.train))
+        count = _total_steps(spec, len(self.splits.train))
+        self.total = count.steps
         if spec.rollout.record:
             self.recorder = Recorder(spec, self.tokenizer, self.model_path, "rollout_only")
         self.reset()
-        return self.total
+        return count
 
     def reset(self) -> None:
         self.stream = PromptStream(self.splits.train, self.spec.seed)

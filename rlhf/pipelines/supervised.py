@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlhf.errors import UserError
 from rlhf.pipelines.batching import EvalShards, per_rank_micro_batches, redistribute, throughput
+from rlhf.pipelines.step_count import StepCount, count_steps
 from rlhf.spec.schema import ExperimentSpec
 
 log = logging.getLogger(__name__)
@@ -107,18 +107,12 @@ def step_share(batch_size: int, norm: Any) -> Any:
     return batch_size * norm.dp_size / norm.global_batch_size
 
 
-def _steps(spec: ExperimentSpec, n_train: int) -> tuple[int, int]:
+def _steps(spec: ExperimentSpec, n_train: int, unit: str) -> StepCount:
+    """Optimizer steps: the batches a pass takes, times trainer.epochs, capped by trainer.max_steps."""
     t = spec.trainer
-    per_epoch = n_train // t.global_batch
-    if per_epoch == 0:
-        raise UserError(
-            f"data.train_files: {n_train} training samples cannot fill one trainer.global_batch={t.global_batch}; "
-            f"lower trainer.global_batch or add data"
-        )
-    total = per_epoch * t.epochs
-    if t.max_steps:
-        total = min(total, t.max_steps)
-    return per_epoch, total
+    return count_steps(
+        n_train, t.global_batch, "trainer.global_batch", t.epochs, "trainer.epochs", t.max_steps, unit=unit
+    )
 
 
 class SupervisedRecipe:
@@ -129,23 +123,33 @@ class SupervisedRecipe:
         self.spec, self.run_dir, self.make_task = spec, Path(run_dir), make_task
         self.workers: Workers | None = None
         self.last_eval: dict[str, float] = {}
+        self.init_origin: dict[str, str] | None = None  # checkpoint.init_from: the tracker's init_from.* params
 
-    def prepare(self) -> int:
+    def prepare(self) -> StepCount:
+        from dataclasses import replace
+
         from rlhf.data import build_datasets
         from rlhf.models.loading import tokenizer_for
+        from rlhf.pipelines.init_from import starting_weights, value_head_trained
 
+        # checkpoint.init_from: the spec the ranks load names the starting weights (checked, made loadable here).
+        self.spec, self.init_origin = starting_weights(self.spec, self.run_dir)
         spec = self.spec
         # Data before processes: a bad row stops the job here, naming file, row and key.
         self.tokenizer = tokenizer_for(spec.model)
         self.task = self.make_task(spec, self.tokenizer)
+        if self.init_origin and self.task.init_value_head and value_head_trained(spec.model.path):
+            self.task = replace(self.task, init_value_head=False)  # an RM started from an RM keeps its trained head
         self.family = self.task.family
         self.label = f"{self.task.family} train"
         self.progress_keys = self.task.progress_keys
         self.splits = build_datasets(spec, self.tokenizer, self.task.data_kind)
         print(self.splits.summary(), file=sys.stderr)
-        self.steps_per_epoch, self.total = _steps(spec, len(self.splits.train))
+        unit = {"sft": "samples", "preference": "pairs"}.get(self.task.data_kind, "examples")
+        count = _steps(spec, len(self.splits.train), unit)
+        self.steps_per_epoch, self.total = count.per_pass, count.steps
         self.reset()
-        return self.total
+        return count
 
     def reset(self) -> None:
         from rlhf.data import ResumableSampler

@@ -37,29 +37,85 @@ class WeightSyncError(WorkerFailure):
         self.engine = engine  # died | timeout | checksum | probe | failed
 
 
-def choose_routes(
-    requested: str, sender: dict[str, Any], engines: Sequence[dict[str, Any]], accelerator: str
-) -> list[str]:
-    """The route of each engine: shared memory needs the sender's node (CPU) or the sender's device (GPU)."""
-    routes = []
-    for i, loc in enumerate(engines):
-        local = loc.get("node_ip") == sender.get("node_ip") and (
-            accelerator == "cpu" or (loc.get("gpu_uuid") is not None and loc.get("gpu_uuid") == sender.get("gpu_uuid"))
-        )
-        if requested == "auto":
-            routes.append("shared_memory" if local else "broadcast")
-        elif requested == "shared_memory" and not local:
-            where = "node" if accelerator == "cpu" else "GPU"
-            from rlhf.errors import UserError
+def _same_device(a: dict[str, Any], b: dict[str, Any], accelerator: str) -> bool:
+    """Whether two members share a node (CPU) or a GPU (GPU: same UUID; the rehearsal's simulated GPUs: same node
+    id and physical index)."""
+    if accelerator == "cpu":
+        if a.get("node_id") and b.get("node_id"):
+            return a["node_id"] == b["node_id"]
+        return a.get("node_ip") == b.get("node_ip")
+    if a.get("gpu_uuid") is not None:
+        return a.get("gpu_uuid") == b.get("gpu_uuid")
+    return a.get("device") is not None and (a.get("node_id"), a.get("device")) == (b.get("node_id"), b.get("device"))
 
-            raise UserError(
-                f"rollout.weight_sync=shared_memory: rollout engine {i} is not on the policy rank 0's {where} "
-                f"(engine at {loc.get('node_ip')}, policy at {sender.get('node_ip')}); use rollout.weight_sync=auto "
-                "(shared memory where possible, broadcast elsewhere) or broadcast"
-            )
-        else:
-            routes.append(requested)
+
+def choose_routes(
+    requested: str,
+    sender: dict[str, Any],
+    engines: Sequence[Sequence[dict[str, Any]]],
+    accelerator: str,
+    backend: str = "",
+) -> list[list[str]]:
+    """The route of every worker of every engine (``engines[i][k]``: where worker k of engine i runs), chosen from
+    the worker's own device, since with TP > 1 the engine actor holds no GPU: shared memory needs the sender's node
+    (CPU) or the sender's GPU (GPU), the rest is broadcast. With nccl (GPUs) no communicator may hold two members on
+    one GPU (NCCL refuses it), which a requested broadcast to a worker on the sender's GPU would make."""
+    from rlhf.errors import UserError
+
+    nccl = (backend or ("nccl" if accelerator == "gpu" else "gloo")) == "nccl"
+    routes: list[list[str]] = []
+    members = [("policy rank 0", sender)]
+    for i, workers in enumerate(engines):
+        out = []
+        for k, loc in enumerate(workers):
+            local = _same_device(loc, sender, accelerator)
+            if requested == "auto":
+                route = "shared_memory" if local else "broadcast"
+            elif requested == "shared_memory" and not local:
+                where = "node" if accelerator == "cpu" else "GPU"
+                raise UserError(
+                    f"rollout.weight_sync=shared_memory: rollout engine {i} worker {k} is not on the policy rank 0's "
+                    f"{where} (worker at {loc.get('node_ip')} {loc.get('gpu_uuid') or loc.get('device') or ''}, "
+                    f"policy at {sender.get('node_ip')}); use rollout.weight_sync=auto (shared memory where possible, "
+                    "broadcast elsewhere) or broadcast"
+                )
+            else:
+                route = requested
+            out.append(route)
+            if route == "broadcast":
+                members.append((f"rollout engine {i} worker {k}", loc))
+        routes.append(out)
+    if nccl and accelerator == "gpu":
+        check_one_member_per_device(members)
     return routes
+
+
+def check_one_member_per_device(members: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """An NCCL communicator (the broadcast route's data group) with two members on one GPU is refused by NCCL;
+    name both and the fix."""
+    from rlhf.errors import UserError
+
+    seen: dict[Any, str] = {}
+    for label, loc in members:
+        key = loc.get("gpu_uuid") or (loc.get("node_id"), loc.get("device"))
+        if key in seen:
+            raise UserError(
+                f"weight sync: {label} and {seen[key]} would join one NCCL communicator on the same GPU ({key}), "
+                "which NCCL refuses; use rollout.weight_sync=auto (CUDA IPC to workers on the sender's GPU) or "
+                "rollout.weight_sync_backend=gloo"
+            )
+        seen[key] = label
+
+
+def sync_ranks(routes: Sequence[Sequence[str]]) -> tuple[list[int], list[int], int]:
+    """The group's layout: each engine's first rank, the ranks in the data (broadcast) group, the world size.
+    Rank 0 is the sender; worker k of engine i is ``first[i] + k``."""
+    first, data, rank = [], [0], 1
+    for workers in routes:
+        first.append(rank)
+        data += [rank + k for k, r in enumerate(workers) if r == "broadcast"]
+        rank += len(workers)
+    return first, data, rank
 
 
 @dataclass
@@ -138,11 +194,14 @@ class WeightSync:
         self.measure_memory = measure_memory
         self.version = 0
         self.syncs = 0
-        self.routes: list[str] = []
+        self.probe_batch: list[tuple[list[int], list[int]]] | None = None  # fixed at the first probe
+        self.probe_last: tuple[list[float], list[list[float]]] | None = None  # (trainer, per engine) log-probs
+        self.routes: list[list[str]] = []  # per engine, per worker
+        self.locations: list[list[dict[str, Any]]] = []
         if self.requested != "object_store":
             self.connect()
         else:
-            self.routes = ["object_store"] * len(engines.actors)
+            self.routes = [["object_store"]] * len(engines.actors)
 
     # -- set-up ---------------------------------------------------------------------------------------------------
     def _labels(self) -> list[str]:
@@ -166,21 +225,15 @@ class WeightSync:
             self.timeout_s,
             "weight-sync set-up",
         )
-        self.routes = choose_routes(self.requested, locs[0], locs[1:], hw.accelerator)
-        per_engine = self.engines.started.workers_per_engine
-        ranks, data_ranks = [], [0]
-        for i, route in enumerate(self.routes):
-            base = 1 + i * per_engine
-            ranks.append(base)
-            if route == "broadcast":
-                data_ranks += list(range(base, base + per_engine))
-        world = 1 + per_engine * len(self.routes)
+        self.locations = locs[1:]  # per engine, per worker
+        self.routes = choose_routes(self.requested, locs[0], self.locations, hw.accelerator, ro.weight_sync_backend)
+        ranks, data_ranks, world = sync_ranks(self.routes)
         backend = ro.weight_sync_backend or ("nccl" if hw.accelerator == "gpu" else "gloo")
         host = locs[0]["node_ip"]
         port = ray.get(sender.sync_reserve.remote(host), timeout=self.timeout_s)
         base_cfg = GroupConfig(host, port, world, 0, backend, tuple(data_ranks), self.timeout_s)
         shared = None
-        if "shared_memory" in self.routes:
+        if any("shared_memory" in r for r in self.routes):
             shared = "cuda" if hw.accelerator == "gpu" else "host"
         refs = [
             (
@@ -259,45 +312,115 @@ class WeightSync:
         every = self.spec.rollout.verify_sync_every
         return every > 0 and (self.syncs == 1 or self.syncs % every == 0)
 
-    def probe(
-        self, prompts: list[list[int]], score: Callable[[list[Rollout]], list[list[float]]], eos_id: int | None
-    ) -> dict[str, float]:
-        """A fixed small batch generated by every engine right after a sync, its log-probs recomputed by the
-        trainer (``score``); returns the max and mean absolute difference and raises WeightSyncError naming an
-        engine whose mean exceeds ``rollout.verify_sync_tolerance``. Sampling is plain temperature sampling (no
-        top-k/top-p), so the engine's and the trainer's log-probs mean the same distribution."""
-
-        ro = self.spec.rollout
-        sampling = SamplingSpec(
-            max_new_tokens=min(ro.max_new_tokens, 16),
-            temperature=ro.temperature or 1.0,
-            top_p=1.0,
-            top_k=-1,
-            n=1,
-            stop_token_ids=(eos_id,) if eos_id is not None else (),
-            seed=12345,
-        )
+    def probe_engines(self, prompts: list[list[int]], eos_id: int | None) -> list[list[list[float]]]:
+        """The engine side of the probe (call it while the engines are awake): the first time, engine 0 samples a
+        fixed batch on ``prompts`` (plain temperature-1 sampling, a fixed seed), which every later probe reuses;
+        then every engine scores that batch teacher-forced (temperature 1, deterministic). Returns, per engine,
+        per sequence, the output tokens' log-probs."""
+        if self.probe_batch is None:
+            ro = self.spec.rollout
+            sampling = SamplingSpec(
+                max_new_tokens=min(ro.max_new_tokens, 16),
+                temperature=1.0,
+                top_p=1.0,
+                top_k=-1,
+                n=1,
+                stop_token_ids=(eos_id,) if eos_id is not None else (),
+                seed=12345,
+            )
+            (rollouts,) = wait_named(
+                [(self._labels()[0], 0, self.engines.actors[0].generate.remote(prompts, sampling))],
+                self.timeout_s,
+                "the weight-sync probe",
+            )
+            self.probe_batch = [(list(r.prompt_ids), list(r.output_ids)) for r in rollouts if r.output_ids]
         labels = self._labels()
-        per_engine = wait_named(
-            [(labels[i], i, a.generate.remote(prompts, sampling)) for i, a in enumerate(self.engines.actors)],
+        return wait_named(
+            [(labels[i], i, a.score.remote(self.probe_batch)) for i, a in enumerate(self.engines.actors)],
             self.timeout_s,
             "the weight-sync probe",
         )
-        worst_max, means = 0.0, []
-        for i, rollouts in enumerate(per_engine):
-            trainer = score(rollouts)
-            diffs = [
-                abs(a - b) for r, t in zip(rollouts, trainer, strict=True) for a, b in zip(r.logprobs, t, strict=True)
-            ]
-            mean = sum(diffs) / max(len(diffs), 1)
-            worst_max = max(worst_max, max(diffs, default=0.0))
-            means.append(mean)
-            if mean > ro.verify_sync_tolerance:
+
+    def judge_probe(
+        self, per_engine: list[list[list[float]]], score: Callable[[list[Rollout]], list[list[float]]]
+    ) -> dict[str, float]:
+        """Compare every engine's log-probs on the probe batch with the trainer's (``score``: the policy's
+        log-probs of the same tokens at temperature 1). Raises WeightSyncError naming an engine that is not running
+        the trained weights: its mean difference from the trainer is above ``rollout.verify_sync_tolerance``, or
+        the trainer's log-probs moved since the last probe and the engine's did not move with them (a stale engine:
+        the tolerance alone cannot see a step smaller than itself). See :func:`probe_verdict`."""
+        rollouts = [
+            Rollout(
+                prompt_ids=p, output_ids=o, action_mask=[1] * len(o), logprobs=[0.0] * len(o), finish_reason="length"
+            )
+            for p, o in self.probe_batch
+        ]
+        trainer = [float(x) for seq in score(rollouts) for x in seq]
+        labels = self._labels()
+        previous = self.probe_last
+        worst_max, diffs, moved = 0.0, [], []
+        verdicts = []
+        for i, seqs in enumerate(per_engine):
+            engine = [float(x) for seq in seqs for x in seq]
+            before = previous[1][i] if previous is not None and i < len(previous[1]) else None
+            tol = self.spec.rollout.verify_sync_tolerance
+            v = probe_verdict(engine, trainer, before, previous[0] if previous else None, tol)
+            verdicts.append(v)
+            worst_max = max(worst_max, v["diff_max"])
+            diffs.append(v["diff_mean"])
+            moved.append(v["engine_moved"])
+            if v["stale"] or v["diff_mean"] > self.spec.rollout.verify_sync_tolerance:
+                why = (
+                    f"its log-probs differ from the trainer's by {v['diff_mean']:.3g} on average "
+                    f"(rollout.verify_sync_tolerance={self.spec.rollout.verify_sync_tolerance:g})"
+                    if not v["stale"]
+                    else f"the trainer's log-probs moved by {v['trainer_moved']:.3g} since the last probe and the "
+                    f"engine's by only {v['engine_moved']:.3g}"
+                )
                 raise WeightSyncError(
-                    f"{labels[i]}: after weight sync v{self.version} its log-probs differ from the trainer's by "
-                    f"{mean:.3g} on average (rollout.verify_sync_tolerance={ro.verify_sync_tolerance:g}): the engine "
-                    "is not running the trained weights",
+                    f"{labels[i]}: after weight sync v{self.version} {why}: the engine is not running the trained "
+                    "weights",
                     engine=i,
                     kind="probe",
                 )
-        return {"rollout/sync_logprob_diff_max": worst_max, "rollout/sync_logprob_diff_mean": max(means, default=0.0)}
+        self.probe_last = (trainer, [[float(x) for seq in seqs for x in seq] for seqs in per_engine])
+        out = {"rollout/sync_logprob_diff_max": worst_max, "rollout/sync_logprob_diff_mean": max(diffs, default=0.0)}
+        if previous is not None:
+            out["rollout/sync_logprob_moved"] = min(moved, default=0.0)
+            out["rollout/sync_trainer_moved"] = verdicts[0]["trainer_moved"] if verdicts else 0.0
+        return out
+
+
+def probe_verdict(
+    engine: list[float],
+    trainer: list[float],
+    engine_before: list[float] | None,
+    trainer_before: list[float] | None,
+    tolerance: float,
+) -> dict[str, Any]:
+    """One engine's probe on a fixed batch scored teacher-forced (deterministic, so an engine whose weights did not
+    change gives exactly the numbers it gave before):
+
+        diff           mean |engine - trainer| now (numerics only, for an engine holding the trainer's weights)
+        trainer_moved  mean |trainer - trainer at the last probe|: how far training moved the weights
+        engine_moved   mean |engine - engine at the last probe|
+    Stale: the trainer moved by clearly more than the engine-trainer difference of the last probe (the numeric
+    noise), and the engine moved by less than half of that. A stale engine has engine_moved 0, however small the
+    step; an engine with the new weights moves with the trainer."""
+    n = max(len(engine), 1)
+    diffs = [abs(a - b) for a, b in zip(engine, trainer, strict=True)]
+    out: dict[str, Any] = {
+        "diff_mean": sum(diffs) / n,
+        "diff_max": max(diffs, default=0.0),
+        "trainer_moved": 0.0,
+        "engine_moved": 0.0,
+        "stale": False,
+    }
+    if engine_before is None or trainer_before is None:
+        return out
+    noise = sum(abs(a - b) for a, b in zip(engine_before, trainer_before, strict=True)) / n
+    out["trainer_moved"] = sum(abs(a - b) for a, b in zip(trainer, trainer_before, strict=True)) / n
+    out["engine_moved"] = sum(abs(a - b) for a, b in zip(engine, engine_before, strict=True)) / n
+    conclusive = out["trainer_moved"] > 2 * noise + 1e-7
+    out["stale"] = conclusive and out["engine_moved"] < out["trainer_moved"] / 2
+    return out

@@ -25,7 +25,16 @@ from typing import Any
 from rlhf.compat import openrlhf as openrlhf_compat
 from rlhf.rewards.result import RewardError, RewardResult, coerce_result
 
+# The contract of a reward file, declared here (the loader below) and read by the static check before start-up
+# (rlhf.launch.preflight.python_files), so both name the same function, arguments and fix.
 FUNCTION_NAME = "reward_func"
+#: The positional arguments it is called with, in this order.
+POSITIONAL_ARGS = ("queries", "prompts", "labels")
+#: Keywords passed only when the function takes them (by name or through ``**kwargs``).
+OPTIONAL_KEYWORDS = ("responses",)
+#: How a user writes it, and what it returns (the fix in the messages).
+DEFINITION = f"def {FUNCTION_NAME}({', '.join(POSITIONAL_ARGS)}, **kwargs)"
+RETURNS = 'a list/tensor of rewards or {"rewards": ..., "scores": ..., "extra_logs": {...}}'
 
 
 def load_reward_func(path: str | Path) -> Callable[..., Any]:
@@ -45,18 +54,19 @@ def load_reward_func(path: str | Path) -> Callable[..., Any]:
         raise RewardError(f"reward function file {path} failed to import: {type(e).__name__}: {e}") from e
     fn = getattr(module, FUNCTION_NAME, None)
     if fn is None:
-        raise RewardError(f"reward function file {path} defines no {FUNCTION_NAME}(queries, prompts, labels)")
+        raise RewardError(f"reward function file {path} defines no {FUNCTION_NAME}; add {DEFINITION}")
     if not callable(fn):
         raise RewardError(f"reward function file {path}: {FUNCTION_NAME} is {type(fn).__name__}, not a function")
     return fn
 
 
 def _accepts_responses(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` takes the optional keywords (``responses=``)."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return False
-    return any(p.kind is p.VAR_KEYWORD or p.name == "responses" for p in params)
+    return any(p.kind is p.VAR_KEYWORD or p.name in OPTIONAL_KEYWORDS for p in params)
 
 
 def _run_coroutine(coro: Any) -> Any:

@@ -60,7 +60,6 @@ def gold_answer(label: str) -> str:
 def _math_verify() -> Any:
     try:
         import math_verify
-        from latex2sympy2_extended import NormalizationConfig
     except ImportError as e:
         raise ImportError(
             "reward.verifier=math needs the math-verify package: pip install math-verify (it is a core "
@@ -70,7 +69,7 @@ def _math_verify() -> Any:
     for name in ("math_verify", "math_verify.parser", "math_verify.grader", "latex2sympy2_extended"):
         logging.getLogger(name).setLevel(logging.ERROR)
     # TRL's accuracy reward normalisation, but lenient on \frac12-style operators and boxed already unwrapped.
-    norm = NormalizationConfig(
+    norm = math_verify.LatexNormalizationConfig(  # latex2sympy2_extended.NormalizationConfig, re-exported
         nits=False, malformed_operators=True, basic_latex=True, equations=True, boxed="last", units=True
     )
     latex = math_verify.LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0)

@@ -16,6 +16,7 @@ from rlhf.rewards.function import FunctionReward
 from rlhf.rewards.remote import RemoteReward
 from rlhf.rewards.result import RewardError, RewardResult, coerce_result
 from rlhf.rewards.verifiers import TIMED_VERIFIERS, verify
+from rlhf.spec.derive import REWARD_SOURCE_KEYS_TEXT, reward_keys_set
 from rlhf.spec.schema import ExperimentSpec, RewardSpec
 
 
@@ -59,14 +60,10 @@ def make_reward_source(spec: RewardSpec | ExperimentSpec, model_scorer: ModelSco
     """The source the spec names: reward.function, reward.urls, reward.verifier, or the reward model (which
     needs ``model_scorer`` from the reward worker). Exactly one must be set."""
     r = spec.reward if isinstance(spec, ExperimentSpec) else spec
-    named = [
-        k
-        for k, v in (("model_path", r.model_path), ("function", r.function), ("urls", r.urls), ("verifier", r.verifier))
-        if v
-    ]
+    named = reward_keys_set(r)  # the rule validation checks, for a spec built without it
     if len(named) != 1:
         found = ", ".join(f"reward.{k}" for k in named) or "none"
-        raise RewardError(f"set exactly one reward source (reward.model_path, function, urls or verifier); got {found}")
+        raise RewardError(f"set exactly one reward source ({REWARD_SOURCE_KEYS_TEXT}); got {found}")
     if r.function:
         return FunctionReward(r.function)
     if r.urls:

@@ -10,7 +10,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlhf.spec import names
 from rlhf.spec.reasoning_gym_source import quote_sources
+from rlhf.spec.required import MissingValues, markers_to_missing, missing_keys
 from rlhf.spec.schema import ExperimentSpec
 
 PRIMARY_CONFIG = "config"
@@ -27,6 +29,7 @@ PATH_KEYS = (
     ("reference", "model_path"),
     ("teacher", "model_path"),
     ("agent", "path"),
+    ("checkpoint", "init_from"),
 )
 
 
@@ -53,19 +56,22 @@ def absolute_paths(spec: ExperimentSpec) -> ExperimentSpec:
     warmup = replace(spec.sft_warmup, train_files=[_absolute(f) for f in spec.sft_warmup.train_files])
     spec = replace(spec, sft_warmup=warmup)
     resume = spec.checkpoint.resume
-    if resume not in ("auto", "never"):
+    if resume not in names.RESUME_MODES:
         spec = replace(spec, checkpoint=replace(spec.checkpoint, resume=_absolute(resume)))
     return replace(spec, data=data)
 
 
 def build(cfg: DictConfig) -> ExperimentSpec:
     """Convert a composed config (already type-checked by the schema) into frozen dataclasses, local paths made
-    absolute."""
+    absolute. A ``???`` value still there raises :class:`rlhf.spec.required.MissingValues` (a SpecInvalid)."""
     cfg = cfg.copy()
     with_struct = OmegaConf.is_struct(cfg)
     OmegaConf.set_struct(cfg, False)
     cfg.pop("hydra", None)
     OmegaConf.set_struct(cfg, with_struct)
+    missing = missing_keys(cfg)
+    if missing:  # Hydra's ??? left unfilled: one message naming each key, not OmegaConf's traceback
+        raise MissingValues(missing)
     spec = OmegaConf.to_object(cfg)
     if not isinstance(spec, ExperimentSpec):
         raise TypeError(f"composed config is a {type(spec).__name__}, expected ExperimentSpec")
@@ -134,6 +140,7 @@ def compose(
             config_name=config_name or PRIMARY_CONFIG, overrides=list(overrides), return_hydra_config=True
         )
     with_recipe_name(cfg, cfg.hydra.runtime.choices)
+    markers_to_missing(cfg)
     if not return_hydra_config:
         with_struct = OmegaConf.is_struct(cfg)
         OmegaConf.set_struct(cfg, False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from rlhf.spec import names
-from rlhf.spec.schema import ROLES, ExperimentSpec
+from rlhf.spec.schema import ROLES, ExperimentSpec, RewardSpec
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Derived:
     samples_per_step: int = 0  # RL: prompts_per_step * samples_per_prompt
     optimizer_steps_per_rollout: int = 0  # RL: samples_per_step / global_batch * epochs_per_rollout
     grad_accum: dict[str, int] = field(default_factory=dict)  # per trained role
-    gamma: float = 1.0  # effective discount (1 for group estimators)
+    gamma: float = 1.0  # effective discount (1 for the estimators with a baseline: group or batch)
     max_prompt_len: int = 0
 
     def group_of(self, role: str) -> tuple[str, ...]:
@@ -33,18 +33,23 @@ class Derived:
         return (role,)
 
 
+#: The reward.* keys that name a reward source, each with the source's name (Derived.reward_source), in the order
+#: messages list them. The one-source rule is declared here: validation checks it before anything starts and
+#: rlhf.rewards.source.make_reward_source refuses a spec built without validation by the same rule.
+REWARD_SOURCE_KEYS = {"model_path": "model", "function": "function", "urls": "remote", "verifier": "verifier"}
+_KEYS = [f"reward.{k}" for k in REWARD_SOURCE_KEYS]
+#: The sources as the messages name them: "reward.model_path, reward.function, reward.urls or reward.verifier".
+REWARD_SOURCE_KEYS_TEXT = ", ".join(_KEYS[:-1]) + " or " + _KEYS[-1]
+
+
+def reward_keys_set(reward: RewardSpec) -> list[str]:
+    """The reward.* source keys that are set (an RL run without an agent needs exactly one)."""
+    return [k for k in REWARD_SOURCE_KEYS if getattr(reward, k)]
+
+
 def reward_source(spec: ExperimentSpec) -> list[str]:
     """Every reward source the spec names (validation wants exactly one for RL)."""
-    r = spec.reward
-    found = []
-    if r.model_path:
-        found.append("model")
-    if r.function:
-        found.append("function")
-    if r.urls:
-        found.append("remote")
-    if r.verifier:
-        found.append("verifier")
+    found = [REWARD_SOURCE_KEYS[k] for k in reward_keys_set(spec.reward)]
     if spec.agent.executor != "single_turn" and spec.agent.path and not found:
         found.append("agent")  # an agent may also leave scoring to one of the sources above (reward None)
     return found
@@ -56,8 +61,7 @@ def roles(spec: ExperimentSpec) -> tuple[str, ...]:
     if family in ("sft", "rm"):
         return ("policy",)
     if family == "dpo":
-        # SimPO and ORPO are reference-free.
-        ref = spec.algorithm.preference.loss not in ("simpo", "orpo")
+        ref = spec.algorithm.preference.loss not in names.REFERENCE_FREE_PREFERENCE_LOSSES
         return ("policy", "reference") if ref else ("policy",)
     present = {"policy", "rollout"}
     if spec.algorithm.kl.coef > 0:
@@ -126,12 +130,13 @@ def derive(spec: ExperimentSpec) -> Derived:
     grad_accum = {}
     for r in ("policy", "critic"):
         if r in present:
-            per_step = t.micro_batch_per_device * max(devices.get(r, 1), 1)
+            # max(.., 1): a 0 here is outside its key's domain (validation names it); derive still returns numbers
+            per_step = max(t.micro_batch_per_device, 1) * max(devices.get(r, 1), 1)
             grad_accum[r] = max(t.global_batch // per_step, 1)
     rl = spec.algorithm.family == "rl"
     samples = ro.prompts_per_step * ro.samples_per_prompt if rl else 0
     steps_per_rollout = (samples // t.global_batch) * t.epochs_per_rollout if rl and t.global_batch > 0 else 0
-    group_est = spec.algorithm.advantage.estimator in names.GROUP_ESTIMATORS
+    gamma_one = spec.algorithm.advantage.estimator in names.GAMMA_ONE_ESTIMATORS
     sources = reward_source(spec)
     max_prompt = spec.data.max_prompt_len or max(spec.data.max_len - (ro.max_new_tokens if rl else 0), 1)
     return Derived(
@@ -143,6 +148,6 @@ def derive(spec: ExperimentSpec) -> Derived:
         samples_per_step=samples,
         optimizer_steps_per_rollout=steps_per_rollout,
         grad_accum=grad_accum,
-        gamma=1.0 if group_est else spec.algorithm.advantage.gamma,
+        gamma=1.0 if gamma_one else spec.algorithm.advantage.gamma,
         max_prompt_len=max_prompt,
     )

@@ -85,8 +85,9 @@ class Domain:
             return f"must be {self.describe()}"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
-        if isinstance(value, float) and math.isnan(value):
-            return f"must be a number {self.describe()}".rstrip()
+        if isinstance(value, float) and not math.isfinite(value):
+            # inf passes every bound one side and nan none, and either reaches the plan's arithmetic (int(inf))
+            return f"must be a finite number {self.describe()}".rstrip()
         if (
             (self.gt is not None and not value > self.gt)
             or (self.ge is not None and not value >= self.ge)

@@ -5,29 +5,56 @@ tests/spec/test_names_match_registries.py checks that these equal the keys of rl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rlhf.spec import backends
 
 FAMILIES = ("rl", "sft", "rm", "dpo")
-ADVANTAGE_ESTIMATORS = (
-    "gae",
-    "reinforce",
-    "reinforce_baseline",
-    "rloo",
-    "group_norm",
-    "dr_grpo",
-    "flash_reinforce",
-    "opd",
-)
-# Estimators that compute a baseline over the samples of one prompt: gamma is forced to 1, no critic.
-GROUP_ESTIMATORS = ("reinforce_baseline", "rloo", "group_norm", "dr_grpo")
-# FlashREINFORCE (OpenRLHF 0.11.2): the baseline is the mean reward of the whole rollout batch, so one sample per
-# prompt is enough; gamma is forced to 1 as for the group estimators.
-BATCH_BASELINE_ESTIMATORS = ("flash_reinforce",)
-# gamma is 1 whatever the config says (OpenRLHF forces it, with a warning; validation here asks to remove it).
-GAMMA_ONE_ESTIMATORS = GROUP_ESTIMATORS + BATCH_BASELINE_ESTIMATORS
-CRITIC_ESTIMATORS = ("gae",)
-# On-policy distillation: advantages from a frozen teacher's per-token log-probs (the teacher role exists only here).
-TEACHER_ESTIMATORS = ("opd",)
+
+
+@dataclass(frozen=True)
+class EstimatorTraits:
+    """What an advantage estimator asks of the run. Declared only here: validation and the role list read it without
+    torch, and rlhf.algo.advantages builds its registry on this table (adding the numerics: whitening and the
+    baseline function), so a new estimator is one line here and one entry there.
+
+    Attributes:
+        needs_critic: advantages come from GAE over critic values (the critic role exists); else from returns.
+        is_group: subtracts a baseline computed over the n samples of each prompt (n >= 2, sampling > 0).
+        batch_baseline: the baseline is computed over the whole rollout batch at once (FlashREINFORCE, OpenRLHF
+            0.11.2), so one sample per prompt is enough.
+        teacher: on-policy distillation: the per-token rewards come from a frozen teacher's log-probs (the teacher
+            role exists only here) and the scalar rewards are not used.
+    """
+
+    needs_critic: bool = False
+    is_group: bool = False
+    batch_baseline: bool = False
+    teacher: bool = False
+
+    @property
+    def gamma_one(self) -> bool:
+        """Gamma is 1 whatever is configured (OpenRLHF forces it, with a warning, for every estimator with a
+        baseline; validation here asks to remove the override)."""
+        return self.is_group or self.batch_baseline
+
+
+ESTIMATOR_TRAITS: dict[str, EstimatorTraits] = {
+    "gae": EstimatorTraits(needs_critic=True),
+    "reinforce": EstimatorTraits(),
+    "reinforce_baseline": EstimatorTraits(is_group=True),
+    "rloo": EstimatorTraits(is_group=True),
+    "group_norm": EstimatorTraits(is_group=True),
+    "dr_grpo": EstimatorTraits(is_group=True),
+    "flash_reinforce": EstimatorTraits(batch_baseline=True),
+    "opd": EstimatorTraits(teacher=True),
+}
+ADVANTAGE_ESTIMATORS = tuple(ESTIMATOR_TRAITS)
+# The estimators with each trait, as the messages and the converter name them.
+GROUP_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.is_group)
+GAMMA_ONE_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.gamma_one)
+CRITIC_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.needs_critic)
+TEACHER_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.teacher)
 POLICY_LOSSES = ("ppo", "gspo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 KL_PLACEMENTS = ("reward", "loss")
@@ -98,11 +125,19 @@ def threshold_bounds(threshold: object) -> tuple[float, float]:
 
 
 PREFERENCE_LOSSES = ("dpo", "cdpo", "ipo", "kto", "simpo", "orpo")
+# Preference losses without a reference model (SimPO, ORPO): no reference role, no reference log-probs.
+REFERENCE_FREE_PREFERENCE_LOSSES = ("simpo", "orpo")
 RM_LOSSES = ("sigmoid", "logexp")
 ROLLOUT_BACKENDS = ("vllm", "hf")
+# rollout.weight_sync: auto picks shared_memory beside the policy's rank 0 and broadcast elsewhere.
+WEIGHT_SYNC_ROUTES = ("auto", "broadcast", "shared_memory", "object_store")
 # trainer.backend: the registry lines of rlhf.spec.backends
 TRAIN_BACKENDS = tuple(backends.TRAIN_BACKENDS)
 PRECISIONS = ("bf16", "fp32", "fp16")
+# model.architecture: what the tiny-model factory makes and the plan counts.
+MODEL_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+# checkpoint.resume's words; any other value is a checkpoint path.
+RESUME_MODES = ("auto", "never")
 OPTIMIZERS = ("adamw", "fused_adam", "cpu_adam")
 LR_SCHEDULERS = ("cosine_with_min_lr", "constant_with_warmup", "constant")
 ACCELERATORS = ("cpu", "gpu")

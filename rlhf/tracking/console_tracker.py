@@ -43,6 +43,10 @@ class ConsoleTracker:
     def finish(self, status: Status) -> None:
         """Nothing to close."""
 
+    def end_stale(self, record: dict[str, Any], status: Status, reason: str) -> bool:
+        """Keeps no status: what it printed is in the dead process's output."""
+        return False
+
     def open_group(self, logging: LoggingSpec, group: str) -> None:
         """Nothing to group."""
 

@@ -17,6 +17,7 @@ PARAMS_PER_BATCH = 100  # MLflow's limit on params in one log_batch
 METRICS_PER_BATCH = 1000
 PARENT_TAG = "rlhf.sweep_parent"  # on the parent run of a sweep: the sweep's id
 PARENT_RUN_ID = "mlflow.parentRunId"  # MLflow's own tag for a nested run's parent (mlflow.utils.mlflow_tags)
+END_REASON_TAG = "rlhf.end_reason"  # on a run ended by end_stale: why (its driver died), and who noticed
 
 
 def default_tracking_uri(cwd: Path | None = None) -> str:
@@ -126,6 +127,21 @@ class MlflowTracker:
         if self.run_id and not self._ended:
             self.client.set_terminated(self.run_id, status)
             self._ended = True
+
+    def end_stale(self, record: dict[str, Any], status: Status, reason: str) -> bool:
+        uri, run_id = record.get("tracking_uri"), record.get("run_id")
+        if not uri or not run_id:
+            return False
+        client = _client(str(uri))
+        try:
+            run = client.get_run(str(run_id))
+        except Exception:  # deleted, or the store is gone: nothing to end
+            return False
+        if run.info.status != "RUNNING":
+            return False
+        client.set_tag(run.info.run_id, END_REASON_TAG, reason)
+        client.set_terminated(run.info.run_id, status)
+        return True
 
     def open_group(self, logging: LoggingSpec, group: str) -> None:
         # Once, before any job: jobs that start together would race to create the same sqlite database (MLflow's

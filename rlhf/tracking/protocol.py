@@ -4,7 +4,9 @@ The run lifecycle (``rlhf.pipelines.lifecycle``) talks to trackers only through 
 (``rlhf.tracking.tracker``), which drives each one through this Protocol: ``start`` (a new run, or the one a saved
 record names), ``log_params`` once on a new run, ``log_artifacts``, ``log_metrics`` per step, ``record`` after every
 change (kept in ``<run dir>/tracking.json`` and in every checkpoint), ``finish``. A sweep's own process calls
-``open_group`` before its first job starts and ``close_group`` after its last one ended.
+``open_group`` before its first job starts and ``close_group`` after its last one ended. ``end_stale`` ends, on a
+fresh tracker, a run whose process died without ``finish`` (the next ``rlhf-run`` in the folder or the reaper
+calls it, through ``rlhf.tracking.tracker.end_stale_runs``).
 tests/tracking/test_conformance.py runs every registered tracker through it.
 """
 
@@ -82,6 +84,14 @@ class Tracker(Protocol):
 
     def finish(self, status: Status) -> None:
         """End the run: FINISHED, FAILED, or KILLED (stopped by a signal; resumable). Idempotent."""
+        ...
+
+    def end_stale(self, record: dict[str, Any], status: Status, reason: str) -> bool:
+        """End the run ``record`` names (what :meth:`record` returned) with ``status`` when its store still holds it
+        as running: the process that tracked it died without :meth:`finish` (SIGKILL, the out-of-memory killer, a
+        lost node). Called on a fresh tracker, without :meth:`start`, possibly in another process long after; keeps
+        ``reason`` where the store has room for it. True: the run was open and now holds ``status``; False: it had
+        ended, is gone, or this tracker keeps no status."""
         ...
 
     def open_group(self, logging: LoggingSpec, group: str) -> None:

@@ -51,6 +51,32 @@ def scalar_events(folder: Path) -> Iterator[tuple[str, int, float]]:
             continue
 
 
+def _first_wall_time(path: Path) -> float:
+    """When the file was begun (its first event, the version record every writer starts with): file names order
+    by the second and then by pid, which says nothing about two files begun within one second."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    try:
+        for event in EventFileLoader(str(path)).Load():
+            return float(event.wall_time)
+    except Exception:  # unreadable: by its name's second
+        pass
+    return float(path.name.split(".")[3]) if path.name.count(".") >= 3 else 0.0
+
+
+def _tags(path: Path) -> set[str]:
+    """The tags (text and scalar) one event file holds; what a killed process cut short yields what it holds."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    tags: set[str] = set()
+    try:
+        for event in EventFileLoader(str(path)).Load():
+            tags.update(v.tag.split("/")[0] for v in event.summary.value)
+    except Exception:  # a truncated last record (DataLossError)
+        pass
+    return tags
+
+
 class TensorBoardTracker:
     def __init__(self) -> None:
         self.writer: Any = None
@@ -101,6 +127,23 @@ class TensorBoardTracker:
             self.writer.add_text("status", status, max(self._last, 0))
             self.writer.close()
             self.writer = None
+
+    def end_stale(self, record: dict[str, Any], status: Status, reason: str) -> bool:
+        """Each attempt writes its own event file and ends it with the ``status`` text: a newest file without one was
+        left by a process that died. The status goes into one more file of the same folder."""
+        folder = Path(str(record.get("dir") or ""))
+        found = folder.glob(EVENTS_GLOB) if record.get("dir") and folder.is_dir() else []
+        files = sorted(found, key=_first_wall_time)
+        if not files or "status" in _tags(files[-1]):
+            return False
+        from torch.utils.tensorboard import SummaryWriter
+
+        last = max((step for _, step, _ in scalar_events(folder)), default=0)
+        writer = SummaryWriter(log_dir=str(folder))
+        writer.add_text("status", status, last)
+        writer.add_text("status_reason", reason, last)
+        writer.close()
+        return True
 
     def open_group(self, logging: LoggingSpec, group: str) -> None:
         """Nothing to make: the jobs' sub-folders of one root are the group."""

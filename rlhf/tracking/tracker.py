@@ -53,10 +53,16 @@ class Tracking:
     redone after it) is not sent to it again (``Tracker.last_step``)."""
 
     def __init__(
-        self, spec: ExperimentSpec, run_dir: Path, *, records: dict[str, dict[str, Any]] | None = None
+        self,
+        spec: ExperimentSpec,
+        run_dir: Path,
+        *,
+        records: dict[str, dict[str, Any]] | None = None,
+        params: dict[str, str] | None = None,
     ) -> None:
         """``records``: the trackers' records kept in the checkpoint being resumed; this folder's tracking.json,
-        when it holds one for a tracker, is newer and wins."""
+        when it holds one for a tracker, is newer and wins. ``params``: kept beside the resolved config on a new
+        run (the steps the run trains and why)."""
         self.spec = spec
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -69,7 +75,7 @@ class Tracking:
                 tracker = registry.create(name)
                 self.trackers[name] = tracker  # before start: finish() ends whatever started
                 if not tracker.start(info, earlier.get(name)):
-                    tracker.log_params(flatten(spec))
+                    tracker.log_params({**flatten(spec), **(params or {})})
         except BaseException:
             self.finish("FAILED")
             raise
@@ -91,6 +97,12 @@ class Tracking:
     def previous_steps(self) -> int:
         """Steps a previous attempt in this run folder logged (metrics.jsonl rows with a step above 0)."""
         return len({r.get("step") for r in read_metrics(self.run_dir) if r.get("step", 0) > 0})
+
+    def log_params(self, params: dict[str, str]) -> None:
+        """Params beside the config's, to every tracker (a value a tracker already holds for this run, logged again
+        on a resume, must stay the same: MLflow refuses a changed one)."""
+        for t in self.trackers.values():
+            t.log_params(params)
 
     def log_artifacts(self, paths: list[Path]) -> None:
         for t in self.trackers.values():
@@ -138,6 +150,19 @@ class Tracking:
                 error = error or e
         if error is not None:
             raise error
+
+
+def end_stale_runs(run_dir: Path, status: Status, reason: str) -> list[str]:
+    """End with ``status``, in every tracker of ``run_dir/tracking.json`` that keeps a status, the run a process that
+    died left open (``Tracker.end_stale``); the names of the trackers whose run was ended. A tracker that cannot be
+    made here (its package is gone) is skipped."""
+    ended = []
+    for name, record in saved_records(run_dir).items():
+        if name not in registry.names() or registry.missing_package(name):
+            continue
+        if registry.create(name).end_stale(record, status, reason):
+            ended.append(name)
+    return ended
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:

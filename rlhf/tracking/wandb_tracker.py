@@ -20,6 +20,18 @@ from rlhf.tracking.protocol import RunInfo, Status
 EXIT_CODES = {"FINISHED": 0, "FAILED": 1, "KILLED": 130}  # KILLED: rlhf-run's exit status after a signal
 
 
+def _settings() -> Any:
+    import wandb
+
+    return wandb.Settings(
+        silent=True,
+        console="off",  # rlhf-run's own console (and a sweep job's console.log) stay untouched
+        x_disable_stats=True,  # no system-metrics thread beside the training loop
+        disable_git=True,
+        save_code=False,
+    )
+
+
 class WandbTracker:
     def __init__(self) -> None:
         self.run: Any = None
@@ -27,6 +39,7 @@ class WandbTracker:
         self.project = ""
         self.entity = ""
         self._where = ""
+        self.mode = ""
         self.run_id = ""
         self._last = -1
 
@@ -42,13 +55,7 @@ class WandbTracker:
             from rlhf.tracking.wandb_files import highest_step
 
             self._last = highest_step(self.run_dir / "wandb", run_id)
-        settings = wandb.Settings(
-            silent=True,
-            console="off",  # rlhf-run's own console (and a sweep job's console.log) stay untouched
-            x_disable_stats=True,  # no system-metrics thread beside the training loop
-            disable_git=True,
-            save_code=False,
-        )
+        self.mode = opts.mode
         self.run = wandb.init(
             project=self.project,
             entity=self.entity or None,
@@ -59,7 +66,7 @@ class WandbTracker:
             id=run_id,
             resume="allow" if run_id else None,
             mode=opts.mode,
-            settings=settings,
+            settings=_settings(),
         )
         self.run_id = self.run.id
         sync_dir = self.run.settings.sync_dir
@@ -69,7 +76,10 @@ class WandbTracker:
         return run_id is not None
 
     def record(self) -> dict[str, Any]:
-        return {"id": self.run_id, "project": self.project, "entity": self.entity}
+        return {
+            "id": self.run_id, "project": self.project, "entity": self.entity, "dir": str(self.run_dir),
+            "mode": self.mode,
+        }
 
     def last_step(self) -> int:
         return self._last
@@ -98,6 +108,33 @@ class WandbTracker:
             self.run.finish(exit_code=EXIT_CODES[status])
             self.run = None
             wandb.teardown()  # waits until W&B's core process has written the run's files (finish alone does not)
+
+    def end_stale(self, record: dict[str, Any], status: Status, reason: str) -> bool:
+        """A killed attempt's run file has no exit record: the run is continued once more (one more attempt folder
+        of the same id, which ``wandb sync`` merges) only to end it with the status's exit code."""
+        run_id, folder = record.get("id"), record.get("dir")
+        if not run_id or not folder:
+            return False
+        from rlhf.tracking.wandb_files import run_files
+
+        attempts = run_files(Path(str(folder)) / "wandb", str(run_id))
+        if not attempts or attempts[-1].exit_code is not None:
+            return False
+        import wandb
+
+        run = wandb.init(
+            project=record.get("project") or None,
+            entity=record.get("entity") or None,
+            id=str(run_id),
+            resume="allow",
+            dir=str(folder),
+            mode=record.get("mode") or "offline",
+            settings=_settings(),
+        )
+        run.summary["rlhf/end_reason"] = reason
+        run.finish(exit_code=EXIT_CODES[status])
+        wandb.teardown()
+        return True
 
     def open_group(self, logging: LoggingSpec, group: str) -> None:
         """Nothing to make: W&B groups runs by the group name each job passes."""

@@ -18,20 +18,28 @@ def _quiet() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def physical_device(local_rank: int, cuda_visible: str | None, node_gpus: int) -> int:
+    """The physical GPU a rank computes on: ``torch.cuda.set_device(LOCAL_RANK % device_count)`` (what
+    rlhf.engines.deepspeed_engine.init_distributed does) read through CUDA_VISIBLE_DEVICES (all of the node's GPUs
+    when it is unset, as for colocated ranks that see every GPU)."""
+    visible = [int(x) for x in cuda_visible.split(",") if x.strip()] if cuda_visible else list(range(node_gpus))
+    if not visible:
+        raise RuntimeError(f"LOCAL_RANK {local_rank}: no GPU visible (CUDA_VISIBLE_DEVICES={cuda_visible!r})")
+    return visible[local_rank % len(visible)]
+
+
 class BaseWorker:
-    """One rank of a role. RANK / WORLD_SIZE / MASTER_* come from the role group's environment."""
+    """One rank of a role. RANK / WORLD_SIZE / MASTER_* come from the role group's environment.
+
+    Constructing it touches no device and imports no torch (``rlhf-plan --rehearse`` starts these actors and asks
+    :meth:`placement` where they would compute); the thread pool is sized when the rank joins its group."""
 
     def __init__(self, spec: ExperimentSpec, role: str) -> None:
         _quiet()
-        import torch
-
         self.spec = spec
         self.role = role
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
-        if threads > 0:
-            torch.set_num_threads(threads)
         if spec.hardware.accelerator == "gpu" and os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"):
             import ray
 
@@ -47,15 +55,54 @@ class BaseWorker:
 
         return train_backend(self.spec.trainer.backend)
 
+    def _size_threads(self) -> None:
+        threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+        if threads > 0:
+            import torch
+
+            torch.set_num_threads(threads)
+
     def init_distributed(self) -> None:
         if not self._dist_ready:
+            self._size_threads()
             self.backend.init_distributed(self.spec.hardware.accelerator)
             self._dist_ready = True
 
     def ping(self) -> dict[str, int | str]:
         return {"role": self.role, "rank": self.rank, "world_size": self.world_size, "pid": os.getpid()}
 
+    def placement(self) -> dict[str, object]:
+        """Where this rank would compute, from what Ray and the launcher gave it (no device touched): its node,
+        Ray's GPU ids, CUDA_VISIBLE_DEVICES, LOCAL_RANK, rank and world size of its training group, and the physical
+        GPU :func:`physical_device` picks (None on CPU hardware)."""
+        import ray
+
+        ctx = ray.get_runtime_context()
+        gpu_ids = [int(i) for i in ctx.get_accelerator_ids().get("GPU", [])]
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        device = None
+        if self.spec.hardware.accelerator == "gpu":
+            device = physical_device(local, visible, self.spec.hardware.devices_per_node)
+        return {
+            "role": self.role,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "local_rank": local,
+            "pid": os.getpid(),
+            "node_id": ctx.get_node_id(),
+            "gpu_ids": gpu_ids,
+            "cuda_visible_devices": visible,
+            "noset": bool(os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES")),
+            "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}",
+            "device": device,
+        }
+
     def shutdown(self) -> None:
+        import sys
+
+        if "torch.distributed" not in sys.modules:
+            return  # never joined a group (a rehearsal, or a rank that failed before): nothing to leave
         from rlhf.engines.distributed import shutdown_distributed
 
         shutdown_distributed()

@@ -24,6 +24,7 @@ class HFRolloutWorker:
             torch.set_num_threads(threads)
         device = "cuda" if accelerator == "gpu" else "cpu"
         dtype = "float32" if accelerator == "cpu" else ("bfloat16" if precision == "bf16" else "float32")
+        self.model_path = model_path
         self.engine = HFEngine.from_path(model_path, dtype=dtype, device=device)
 
     def ready(self) -> dict[str, Any]:
@@ -36,6 +37,9 @@ class HFRolloutWorker:
             os._exit(1)  # fault injection: the engine's process dies mid-generate
         return self.engine.generate(prompts, sampling)
 
+    def score(self, sequences: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        return self.engine.score([(list(p), list(o)) for p, o in sequences])
+
     def load_weights(self, named_tensors: list[tuple[str, Any]]) -> None:
         self.engine.load_weights(named_tensors)
 
@@ -47,14 +51,16 @@ class HFRolloutWorker:
         self.engine.load_weights(list(fresh.state_dict().items()))
 
     # -- weight sync: this engine's worker receives -----------------------------------------------------------
-    def sync_location(self) -> dict[str, Any]:
+    def sync_location(self) -> list[dict[str, Any]]:
+        """Where this engine's one worker (this process) runs."""
         from rlhf.engines.weight_sync import member_location
 
-        return member_location()
+        return [member_location()]
 
-    def sync_connect(self, cfg: dict[str, Any], route: str) -> dict[str, Any]:
+    def sync_connect(self, cfg: dict[str, Any], routes: list[str]) -> dict[str, Any]:
         from rlhf.engines.weight_sync import GroupConfig, WeightReceiver
 
+        route = routes[0] if isinstance(routes, (list, tuple)) else routes
         self.sync_close()
         self._receiver = WeightReceiver(GroupConfig.from_dict(cfg), device=self.engine.device, route=route)
         return {"rank": cfg["rank"], "route": route}
@@ -79,11 +85,17 @@ class HFRolloutWorker:
             receiver.close()
             self._receiver = None
 
-    def sleep(self) -> None:
-        self.engine.sleep()
+    def sleep(self, level: int = 1) -> None:
+        self.engine.sleep()  # the whole model to host memory (level has no meaning for transformers)
 
-    def wake(self) -> None:
+    def wake(self, tags: list[str] | None = None) -> None:
         self.engine.wake()
+
+    def empty_cache(self) -> None:
+        return None  # HFEngine.sleep empties the CUDA cache itself
+
+    def memory_state(self) -> list[str]:
+        return [] if self.engine._asleep else ["weights", "kv_cache"]
 
     def shutdown(self) -> None:
         self.sync_close()

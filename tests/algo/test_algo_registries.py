@@ -73,7 +73,10 @@ def test_registry_names_are_the_config_strings(registry: Registry[object], names
     assert set(registry.names()) == names
 
 
-def test_algo_imports_only_torch_and_the_standard_library() -> None:
+def test_algo_imports_only_torch_the_standard_library_and_the_config_vocabulary() -> None:
+    # rlhf.spec.names is the one rlhf module outside algo it may read: the config's names and the estimators'
+    # traits are declared there once (validation reads them without torch). Its own imports are the standard library
+    # and rlhf.spec.backends (pinned below); loading it runs rlhf/spec/__init__ (omegaconf), as every rlhf process does.
     allowed = set(sys.stdlib_module_names) | {"torch", "rlhf", "__future__"}
     for path in Path(algo.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -85,4 +88,17 @@ def test_algo_imports_only_torch_and_the_standard_library() -> None:
                 continue
             assert roots <= allowed, f"{path.name} imports {roots - allowed}"
             if "rlhf" in roots and isinstance(node, ast.ImportFrom):
-                assert node.module.startswith("rlhf.algo"), f"{path.name} imports {node.module}"
+                assert node.module.startswith("rlhf.algo") or node.module == "rlhf.spec.names", (
+                    f"{path.name} imports {node.module}"
+                )
+    spec_dir = Path(algo.__file__).parent.parent / "spec"
+    for name in ("names.py", "backends.py"):
+        for node in ast.walk(ast.parse((spec_dir / name).read_text())):
+            if isinstance(node, ast.Import):
+                modules = {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                modules = {node.module or ""}
+            else:
+                continue
+            allowed_here = {m for m in modules if m.split(".")[0] in sys.stdlib_module_names}
+            assert modules - allowed_here <= {"rlhf.spec", "__future__"}, f"spec/{name} imports {modules}"

@@ -41,7 +41,8 @@ def test_reverse_kl_estimate_is_the_mean_student_minus_teacher_over_generated_to
 
 def test_opd_estimator_entry() -> None:
     e = ADVANTAGE_ESTIMATORS.get("opd")
-    assert (e.teacher, e.needs_critic, e.is_group, e.whiten, e.baseline) == (True, False, False, True, None)
+    t = e.traits
+    assert (t.teacher, t.needs_critic, t.is_group, e.whiten, e.baseline) == (True, False, False, True, None)
 
 
 def opd(rewards: list[float], **kw) -> object:

@@ -41,12 +41,22 @@ def test_run_rejects_bad_override_with_one_message_and_no_traceback(tmp_path, ov
     assert needle in r.stderr
     assert "Traceback" not in r.stderr + r.stdout
     assert not (tmp_path / "mlflow.db").exists()  # nothing started
+    assert not (tmp_path / "outputs").exists()  # and no run folder for a run that never started
 
 
 def test_run_reports_every_problem_of_a_bad_config(tmp_path):
     r = run("rlhf-run", "+recipe=grpo_llama3_8b", "trainer.zero_stage=7", "trainer.global_batch=1000", cwd=tmp_path)
     assert r.returncode == 2
     assert "3 problem(s)" in r.stderr and "trainer.global_batch=1000" in r.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_run_refused_by_the_preflight_leaves_no_run_folder(tmp_path):
+    dead = "reward.urls=['http://127.0.0.1:9/get_reward']"  # the discard port: nothing listens there
+    r = run("rlhf-run", "+recipe=grpo_tiny_cpu", "reward.verifier=", dead, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "reward.urls[0]" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "mlflow.db").exists()
 
 
 def test_multirun_validates_every_job_before_any_starts(tmp_path):
@@ -90,3 +100,31 @@ def test_explain_prints_type_default_domain_and_doc_from_the_schema():
 def test_explain_unknown_key_suggests_close_ones():
     r = run("rlhf-recipes", "explain", "trainer.lrr")
     assert r.returncode == 2 and "did you mean trainer.lr" in r.stderr
+
+
+def test_validate_all_reports_values_left_to_the_command_line_as_needed_not_invalid():
+    v = run("rlhf-recipes", "validate", "all")
+    assert v.returncode == 0, v.stdout
+    line = next(s for s in v.stdout.splitlines() if s.startswith("ok    opd_tiny_cpu"))
+    assert "needs teacher.model_path" in line
+    assert "FAIL" not in v.stdout and "with values to give on the command line" in v.stdout
+
+
+def test_a_value_left_to_the_command_line_is_named_by_run_and_plan_without_a_traceback(tmp_path):
+    for cmd in ("rlhf-plan", "rlhf-run"):
+        r = run(cmd, "+recipe=opd_tiny_cpu", cwd=tmp_path)
+        assert r.returncode == 2, (cmd, r.stderr)
+        assert "teacher.model_path='???': required: give it on the command line" in r.stderr
+        assert "Traceback" not in r.stderr + r.stdout
+    given = run("rlhf-plan", "+recipe=opd_tiny_cpu", f"teacher.model_path={tmp_path}", cwd=tmp_path)
+    assert "teacher.model_path='???'" not in given.stderr  # the command line fills it; other checks then apply
+
+
+def test_a_user_recipe_file_can_leave_a_value_to_the_command_line(tmp_path):
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("# @package _global_\n# mine\ndefaults:\n  - override /algorithm: grpo\n")
+    recipe.write_text(recipe.read_text() + "reward:\n  verifier: ???\n")
+    r = run("rlhf-plan", f"+recipe={recipe}", cwd=tmp_path)
+    assert r.returncode == 2 and "reward.verifier='???'" in r.stderr  # over the schema default "", not lost
+    given = run("rlhf-plan", f"+recipe={recipe}", "reward.verifier=exact", cwd=tmp_path)
+    assert "reward.verifier" not in given.stderr  # given on the command line: no longer missing

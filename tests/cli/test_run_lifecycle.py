@@ -1,7 +1,10 @@
 """rlhf-run as a user meets it when things go wrong, in real subprocesses with their own private Ray clusters:
 Ctrl-C and SIGTERM stop at a step boundary with a checkpoint, one line, exit 130 and an MLflow run marked KILLED,
-and ``--resume`` finishes the run; a SIGKILLed driver leaves no Ray process behind; default settings checkpoint, so
-a crash resumes; every socket of a run listens on loopback only (hf and vllm engines)."""
+and ``--resume`` finishes the run; a SIGTERM to the whole process group (``timeout``, SLURM, Kubernetes) does the
+same and leaves no process of the group, and the same command typed again continues that run; ``--resume`` of a
+finished run says so without importing Ray; a SIGKILLed driver leaves no Ray process behind and its MLflow run
+FAILED; default settings checkpoint, so a crash resumes; every socket of a run listens on loopback only (hf and
+vllm engines); none of the warnings that carry nothing for the user is printed."""
 
 from __future__ import annotations
 
@@ -33,12 +36,17 @@ RUN = [
 ]
 
 
-def _start(tmp_path: Path, run_dir: Path, *overrides: str) -> subprocess.Popen:
+# Printed by Ray, DeepSpeed and the raylet on every run before rlhf silenced them (rlhf.launch.cluster).
+NOISE = ("Token authentication is enabled", "Setting accelerator to CPU", "A worker died or was killed")
+
+
+def _start(tmp_path: Path, run_dir: Path | None, *overrides: str, log_name: str = "") -> subprocess.Popen:
     env = dict(os.environ, HYDRA_FULL_ERROR="0")
     env.pop("RLHF_FAULTS", None)
-    log = open(tmp_path / f"{run_dir.name}.log", "w")  # noqa: SIM115 - closed with the process
+    pinned = [f"hydra.run.dir={run_dir}"] if run_dir is not None else []
+    log = open(tmp_path / f"{log_name or run_dir.name}.log", "w")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
-        [str(BIN / "rlhf-run"), *RUN, *overrides, f"hydra.run.dir={run_dir}"],
+        [str(BIN / "rlhf-run"), *RUN, *overrides, *pinned],
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=tmp_path,
@@ -59,12 +67,36 @@ def _steps_logged(run_dir: Path) -> int:
     return len([r for r in read_metrics(run_dir) if "train/reward" in r])
 
 
-def _mlflow_status(tmp_path: Path) -> str:
+def _mlflow_runs(tmp_path: Path) -> list:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    runs = client.search_runs(client.get_experiment_by_name("rlhf").experiment_id)
-    return runs[0].info.status
+    return client.search_runs(client.get_experiment_by_name("rlhf").experiment_id)
+
+
+def _mlflow_status(tmp_path: Path) -> str:
+    return _mlflow_runs(tmp_path)[0].info.status
+
+
+def _without_ray(tmp_path: Path) -> dict[str, str]:
+    """An environment in which ``import ray`` fails: a command that runs there provably started no Ray."""
+    fake = tmp_path / "no_ray" / "ray"
+    fake.mkdir(parents=True, exist_ok=True)
+    (fake / "__init__.py").write_text("raise ImportError('this command must not import ray')\n")
+    return dict(os.environ, PYTHONPATH=str(fake.parent))
+
+
+def _group_members(pgid: int) -> list:
+    import psutil
+
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (OSError, psutil.Error):
+            continue
+    return out
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -99,6 +131,57 @@ def test_an_interrupt_checkpoints_prints_one_line_exits_130_and_resume_finishes(
     assert _mlflow_status(tmp_path) == "FINISHED"
 
 
+def test_a_group_sigterm_stops_like_a_single_one_and_the_same_command_continues_the_run(tmp_path):
+    # What `timeout`, SLURM and Kubernetes do: SIGTERM to the driver and every Ray process of its group at once.
+    overrides = ("trainer.max_steps=6", "checkpoint.save_steps=0")
+    proc = _start(tmp_path, None, *overrides, log_name="first")  # Hydra's own folder under ./outputs
+    found = lambda: list((tmp_path / "outputs").glob("grpo_tiny_cpu/*/metrics.jsonl"))  # noqa: E731
+    _wait_for(lambda: bool(found()) and _steps_logged(found()[0].parent) >= 2, proc, "two steps")
+    run_dir = found()[0].parent
+    assert any("raylet" in " ".join(p.cmdline()) for p in _group_members(proc.pid))  # Ray's processes are in it
+    os.killpg(proc.pid, signal.SIGTERM)
+    rc = proc.wait(timeout=120)
+    out = (tmp_path / "first.log").read_text()
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert rc == 130, out[-3000:]
+    assert "Traceback" not in out and "Failed to connect to GCS" not in out, out[-3000:]
+    assert len([ln for ln in lines if ln.startswith("SIGTERM:")]) == 1  # one signal seen, not one per process
+    assert lines[-1].startswith("interrupted at step ") and f"resume with: rlhf-run --resume {run_dir}" in lines[-1]
+    step = int(lines[-1].split("interrupted at step ")[1].split(";")[0])
+    assert CheckpointManager.step_of(CheckpointManager(run_dir / "checkpoints").latest()) == step >= 2
+    assert _mlflow_status(tmp_path) == "KILLED"
+    deadline = time.time() + 5
+    while _group_members(proc.pid) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _group_members(proc.pid), [" ".join(p.cmdline())[:80] for p in _group_members(proc.pid)]
+    # the steps before the first step; none of the warnings that say nothing to the user
+    assert "steps: 6, trainer.max_steps=6 (the data would give 62: 500 prompts / 8 per step" in out
+    assert not [n for n in NOISE if n in out], out[-3000:]
+
+    # The same command again (no pinned folder: Hydra would make a new one) continues the interrupted run.
+    again = subprocess.run(
+        [str(BIN / "rlhf-run"), *RUN, *overrides], capture_output=True, text=True, cwd=tmp_path, timeout=600
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"continuing the interrupted run of this command in {run_dir.relative_to(tmp_path)}" in again.stderr
+    assert f"resumed from {run_dir.resolve() / 'checkpoints' / f'step{step:08d}'} at step {step}" in again.stderr
+    assert [r["step"] for r in read_metrics(run_dir) if "train/reward" in r] == list(range(1, 7))
+    assert [r.info.status for r in _mlflow_runs(tmp_path)] == ["FINISHED"]  # one run, continued
+    assert len(list((tmp_path / "outputs").glob("grpo_tiny_cpu/*"))) == 1
+    assert not [n for n in NOISE if n in again.stderr + again.stdout]
+
+    # --resume of the finished run: said at once, and without Ray (it cannot be imported here)
+    t0 = time.monotonic()
+    done = subprocess.run(
+        [str(BIN / "rlhf-run"), "--resume"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env=_without_ray(tmp_path),
+    )
+    elapsed = time.monotonic() - t0
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{run_dir.resolve()} finished all its 6 steps" in done.stderr and "nothing to resume" in done.stderr
+    assert elapsed < 20, elapsed  # about a second on a quiet machine; this one is shared
+
+
 def test_default_settings_checkpoint_so_a_crash_resumes(tmp_path):
     run_dir = tmp_path / "run"
     proc = _start(tmp_path, run_dir, "trainer.max_steps=20", "logging.mlflow=false")  # checkpoints every 2 steps
@@ -115,11 +198,13 @@ def test_default_settings_checkpoint_so_a_crash_resumes(tmp_path):
     assert [r["step"] for r in read_metrics(run_dir) if "train/reward" in r] == list(range(1, 21))
 
 
-def test_a_sigkilled_driver_leaves_no_ray_process_behind(tmp_path):
+def test_a_sigkilled_driver_leaves_no_ray_process_behind_and_its_run_failed(tmp_path):
     import psutil
 
+    from rlhf.pipelines.attempt import read
+
     run_dir = tmp_path / "run"
-    proc = _start(tmp_path, run_dir, "trainer.max_steps=200", "logging.mlflow=false", "checkpoint.save_steps=0")
+    proc = _start(tmp_path, run_dir, "trainer.max_steps=200", "checkpoint.save_steps=0")
     _wait_for(lambda: _steps_logged(run_dir) >= 1, proc, "a step")
     tree = psutil.Process(proc.pid).children(recursive=True)
     assert any("raylet" in " ".join(p.cmdline()) for p in tree if p.is_running())
@@ -131,6 +216,13 @@ def test_a_sigkilled_driver_leaves_no_ray_process_behind(tmp_path):
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         time.sleep(0.5)
     assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
+    # The reaper also ended the run the driver left RUNNING (MLflow's status, and the attempt's)
+    deadline = time.time() + 120
+    while _mlflow_status(tmp_path) == "RUNNING" and time.time() < deadline:
+        time.sleep(0.5)
+    run = _mlflow_runs(tmp_path)[0]
+    assert run.info.status == "FAILED" and "found by the reaper" in run.data.tags["rlhf.end_reason"]
+    assert read(run_dir).status == "FAILED"
 
 
 @pytest.mark.parametrize("rollout", ["hf", "vllm"])

@@ -37,6 +37,7 @@ def test_installed_wheel_plans_a_shipped_recipe(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "rlhf/_conf/config.yaml" in names and "rlhf/_recipes/grpo_llama3_8b.yaml" in names
     assert "rlhf/_examples/agents/arith_env.py" in names and "rlhf/data/builtin/arith.jsonl" in names
+    assert "rlhf/models/__init__.py" in names  # a package of the wheel, not data files beside rlhf
     # rlhf's Hydra plugins, in Hydra's namespace package (which must stay without an __init__.py)
     assert "hydra_plugins/rlhf_plugins/ray_cluster_launcher.py" in names
     assert "hydra_plugins/rlhf_plugins/search_path.py" in names and "hydra_plugins/__init__.py" not in names

@@ -161,13 +161,16 @@ def test_a_real_openrlhf_package_on_the_path_is_used_instead(tmp_path):
     assert out.stdout.split() == ["stub", "[1.0]", "False"]
 
 
-def test_fallback_is_found_last_and_only_for_openrlhf():
+def test_fallback_is_found_last_and_only_for_openrlhf(tmp_path, monkeypatch):
     fallback.install()
     fallback.install()
     finders = [f for f in sys.meta_path if isinstance(f, fallback._FallbackFinder)]
     assert len(finders) == 1 and sys.meta_path[-1] is finders[0]
     assert finders[0].find_spec("json") is None
-    assert importlib.util.find_spec("openrlhf_commands") is not None  # a name that merely starts alike
+    (tmp_path / "openrlhf_alike.py").write_text("")  # a module whose name merely starts alike
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert finders[0].find_spec("openrlhf_alike") is None
+    assert importlib.util.find_spec("openrlhf_alike").origin == str(tmp_path / "openrlhf_alike.py")
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,17 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
+
 from rlhf.data import build_datasets, load_rows
 from rlhf.data.builtin import make_builtin
+from rlhf.pipelines.rl_metrics import clustered_se
 from rlhf.spec.paths import builtin_data_dir, builtin_datasets
 from rlhf.spec.schema import AlgorithmSpec, DataSpec, ExperimentSpec
+
+
+def _rows(name: str) -> list[dict]:
+    return [json.loads(line) for line in (builtin_data_dir() / f"{name}.jsonl").read_text().splitlines()]
 
 
 def test_files_are_exactly_what_the_script_writes(tmp_path):
@@ -18,14 +25,29 @@ def test_files_are_exactly_what_the_script_writes(tmp_path):
         assert p.read_bytes() == (builtin_data_dir() / p.name).read_bytes(), p.name
 
 
-def test_arith_answers_are_single_digits_that_the_prompt_determines():
-    rows = [json.loads(line) for line in (builtin_data_dir() / "arith.jsonl").read_text().splitlines()]
-    assert len(rows) == 500 and {r["datasource"] for r in rows} == {"copy", "add", "next"}
+@pytest.mark.parametrize("name", ["arith", "arith_rl", "arith_eval_large"])
+def test_arith_answers_are_single_digits_that_the_prompt_determines(name):
+    rows = _rows(name)
+    assert {r["datasource"] for r in rows} == {"copy", "add", "next"}
     for r in rows:
         assert len(r["label"]) == 1 and r["label"].isdigit()
         if r["datasource"] == "add":
             a, b = r["input"].rstrip("=").split("+")
             assert int(a) + int(b) == int(r["label"])
+
+
+def test_the_large_eval_set_bounds_every_tasks_standard_error():
+    rows = _rows("arith_eval_large")
+    per_task = {t: [r for r in rows if r["datasource"] == t] for t in make_builtin.TASK_WEIGHTS}
+    assert {t: len(v) for t, v in per_task.items()} == {t: make_builtin.EVAL_PER_TASK for t in per_task}
+    worst = [float(i % 2) for i in range(make_builtin.EVAL_PER_TASK)]  # half right, half wrong: the largest spread
+    assert clustered_se(worst) <= 0.03
+
+
+def test_the_rl_prompts_are_mostly_add():
+    rows = _rows("arith_rl")
+    share = {t: sum(r["datasource"] == t for r in rows) / len(rows) for t in make_builtin.TASK_WEIGHTS}
+    assert share["add"] > 0.6 and min(share["copy"], share["next"]) > 0.1, share
 
 
 def test_every_task_answer_is_consistent():

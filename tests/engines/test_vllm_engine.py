@@ -331,3 +331,22 @@ def test_sleep_wake_round_trip(rollout_actor: Any) -> None:
     assert [r.output_ids for r in engine.generate(PROMPTS, greedy)] == before
     if info["platform"] == "cpu":
         assert info["sleep_supported"] is False
+
+
+@pytest.mark.vllm
+def test_teacher_forced_scores_are_the_models_log_probs(rollout_actor: Any, tiny_models: tuple[Path, Path]) -> None:
+    """What the weight-sync probe reads (issue 17, finding 10): vLLM's prompt log-probs of given tokens, equal to
+    the model's own at temperature 1 and the same on every call (deterministic)."""
+    import ray
+
+    actor, _ = rollout_actor
+    seqs = [(PROMPTS[0], [40, 41, 42, 7]), (PROMPTS[2], [5, 6])]
+    first = ray.get(actor.score.remote(seqs))
+    assert ray.get(actor.score.remote(seqs)) == first
+    model = _hf_model(tiny_models[0])
+    for (prompt, output), got in zip(seqs, first, strict=True):
+        ids = torch.tensor([prompt + output])
+        with torch.no_grad():
+            lp = torch.log_softmax(model(input_ids=ids).logits[0, len(prompt) - 1 : -1], -1)
+        want = lp.gather(-1, ids[0, len(prompt) :].unsqueeze(-1)).squeeze(-1).tolist()
+        assert got == pytest.approx(want, abs=VLLM_ATOL)

@@ -34,7 +34,7 @@ JOBS = {
         "trainer": {"micro_batch_per_device": 8},
     },
     "c_one_bundle_seed_2": {"hardware": {"cpus_per_node": 2}, "seed": 2},
-    # passes validation (the folder exists), fails when the job loads it
+    # passes validation (the folder has a config.json), fails when the job loads it
     "d_no_model_there": {"model": {"make_local": False, "path": "EMPTY"}},
 }
 
@@ -71,8 +71,9 @@ def run_on_two_nodes(workdir: Path, *commands: list[str]) -> dict:
 
 
 def test_sweep_jobs_run_side_by_side_each_with_its_plans_bundles(tmp_path):
-    empty = tmp_path / "empty_model"
+    empty = tmp_path / "empty_model"  # a config.json passes validation; no tokenizer nor weights fails the load
     empty.mkdir()
+    (empty / "config.json").write_text('{"model_type": "llama"}')
     write_recipes(tmp_path / "conf", empty)
     never = ["-m", "hydra/launcher=ray_cluster", "+recipe=a_one_bundle", "-cd", "conf", "hardware.cpus_per_node=2,8"]
     sweep = [

@@ -3,17 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from tiny_shapes import TWO_RANKS  # a module of its own: `conftest` names several files in this suite
 
 from rlhf.spec.build import load_spec
-
-# Two data-parallel ranks on the 2-core machine, gradient accumulation 2, a few steps.
-TWO_RANKS = [
-    "hardware.devices_per_node=2",
-    "trainer.global_batch=32",
-    "trainer.micro_batch_per_device=8",
-    "logging.mlflow=false",
-    "logging.progress=false",
-]
 
 
 def make_tiny_spec(recipe: str, *overrides: str):

@@ -1,11 +1,15 @@
 """Faults injected into real runs (Ray, DeepSpeed, hf engines): a rollout engine killed mid-generate or mid-sync and
 a training rank killed or hung are restarted and the run finishes (with the hf engine, with the per-step metrics of
-an uninterrupted run); exhausted restarts, non-finite numbers and a full disk stop with a message that names what
-failed, the last checkpoint and the command to resume."""
+an uninterrupted run, and ``train/restarts`` the same in metrics.jsonl and MLflow); exhausted restarts, non-finite
+numbers, a full disk and a reward endpoint that dies stop with a message that names what failed, the last
+checkpoint and the command to resume."""
 
 from __future__ import annotations
 
+import json
 import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -40,9 +44,19 @@ def _per_step(run_dir: Path) -> dict[int, tuple]:
     return {int(r["step"]): tuple(r[k] for k in KEYS) for r in read_metrics(run_dir) if "train/reward" in r}
 
 
-def _run(run_dir: Path, *overrides: str) -> dict:
-    spec = load_spec([*BASE, *overrides])
+def _run(run_dir: Path, *overrides: str, mlflow_db: Path | None = None) -> dict:
+    base = BASE if mlflow_db is None else [o for o in BASE if o != "logging.mlflow=false"]
+    tracking = [f"logging.tracking_uri=sqlite:///{mlflow_db}"] if mlflow_db else []
+    spec = load_spec([*base, *tracking, *overrides])
     return run(spec, plan(spec), run_dir)
+
+
+def _mlflow_run(db: Path):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    (found,) = client.search_runs([client.get_experiment_by_name("rlhf").experiment_id])
+    return client, found
 
 
 def _faults(monkeypatch, tmp_path: Path, faults: str) -> None:
@@ -84,10 +98,18 @@ def test_an_engine_killed_mid_sync_is_restarted_and_the_run_matches_an_uninterru
 
 
 def test_a_training_rank_killed_restarts_every_actor_from_the_last_checkpoint(straight, tmp_path, monkeypatch):
-    _faults(monkeypatch, tmp_path, "rank.exit_on_train_step:3")
-    result = _run(tmp_path / "run")
+    # optimizer step 7 is in RL step 4 (two per step); the checkpoint is step 2's, so step 3, logged before the
+    # crash, is done again
+    _faults(monkeypatch, tmp_path, "rank.exit_on_train_step:7")
+    db = tmp_path / "mlflow.db"
+    result = _run(tmp_path / "run", "checkpoint.save_steps=2", mlflow_db=db)
     assert result["restarts"] == 1
-    assert _close(_per_step(tmp_path / "run"), straight)  # resumed from step 2's checkpoint, equal per step
+    assert _close(_per_step(tmp_path / "run"), straight)  # restarted from step 2's checkpoint, equal per step
+    # train/restarts: one number per step everywhere (the redone step 3 keeps the 0 it was first logged with)
+    jsonl = {int(r["step"]): r["train/restarts"] for r in read_metrics(tmp_path / "run") if "train/restarts" in r}
+    client, found = _mlflow_run(db)
+    held = {m.step: m.value for m in client.get_metric_history(found.info.run_id, "train/restarts")}
+    assert jsonl == held == {1: 0.0, 2: 0.0, 3: 0.0, 4: 1.0}
 
 
 def test_a_hung_training_rank_is_restarted_after_the_remote_timeout(straight, tmp_path, monkeypatch):
@@ -107,6 +129,56 @@ def test_exhausted_restarts_stop_naming_the_role_the_checkpoint_and_the_resume_c
     assert "rollout engine 0" in msg and "died during generate" in msg and "trainer.max_restarts" in msg
     assert f"rlhf-run --resume {tmp_path / 'run'}" in msg and "step00000001" in msg
     assert CheckpointManager(tmp_path / "run" / "checkpoints").latest().name == "step00000001"
+
+
+class _RewardsThenDies(BaseHTTPRequestHandler):
+    """Scores the first ``lives`` batches (0.0 each), then the server stops listening, as a crashed one would."""
+
+    lives = 2
+    scored = 0
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = len(body["query"])
+        answer = json.dumps({"rewards": [0.0] * n}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+        if n:
+            type(self).scored += 1
+            if type(self).scored == type(self).lives:
+                threading.Thread(target=lambda: (self.server.shutdown(), self.server.server_close())).start()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_dead_reward_endpoint_stops_with_the_resume_command_and_the_steps_say_why(ray_cluster, tmp_path, capfd):
+    from rlhf.rewards import RewardError
+
+    rows = (Path(__file__).parents[2] / "rlhf" / "data" / "builtin" / "arith.jsonl").read_text().splitlines()
+    (tmp_path / "prompts.jsonl").write_text("\n".join(rows[:40]) + "\n")  # 40 prompts / 8 per step: 5 steps
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RewardsThenDies)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/get_reward"
+    db = tmp_path / "mlflow.db"
+    with pytest.raises(RewardError) as e:
+        _run(
+            tmp_path / "run", "trainer.max_steps=10", f"data.train_files=[{tmp_path / 'prompts.jsonl'}]",
+            "reward.verifier=", f"reward.urls=[{url}]", "reward.retries=0", mlflow_db=db,
+        )
+    msg = str(e.value)
+    assert url in msg and msg.count("\n") == 0, msg
+    ckpt = tmp_path / "run" / "checkpoints" / "step00000002"
+    assert msg.endswith(f"the last checkpoint is {ckpt}; resume with: rlhf-run --resume {tmp_path / 'run'}"), msg
+    # the steps, and why not trainer.max_steps, before the first step and with the MLflow run
+    why = "not trainer.max_steps=10: the data gives only 40 prompts / 8 per step (rollout.prompts_per_step)"
+    assert f"steps: 5, {why}" in capfd.readouterr().err
+    _, found = _mlflow_run(db)
+    assert found.data.params["run.steps"] == "5" and found.data.params["run.steps_why"].startswith(why)
+    assert found.info.status == "FAILED"
 
 
 def test_a_nonfinite_loss_stops_naming_step_role_and_metric_and_keeps_the_last_checkpoint(ray_cluster, tmp_path):

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TWO_RANKS  # tests/pipelines/conftest.py
+from tiny_shapes import TWO_RANKS
 
 from rlhf.launch.job import run
 from rlhf.launch.plan import plan

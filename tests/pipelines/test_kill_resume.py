@@ -1,7 +1,8 @@
 """A job SIGKILLed after a checkpoint and resumed ends with exactly the per-step losses of an uninterrupted run
 with the same seed (model, optimizer, schedule, RNG and data position all restored). The killed job runs through
 the real CLI in its own process group, attached to the test session's Ray cluster (as a job on a shared
-cluster would be: the killed driver's actors and placement groups go with it)."""
+cluster would be: the killed driver's actors and placement groups go with it, and no reaper watches it); the
+resuming rlhf-run finds the MLflow run the killed one left RUNNING, ends it FAILED, then continues it."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ OVERRIDES = [
 
 def _cli(run_dir: Path) -> list[str]:
     import ray
-    from conftest import TWO_RANKS  # tests/pipelines/conftest.py
+    from tiny_shapes import TWO_RANKS
 
     address = ray.get_runtime_context().gcs_address
     return [
@@ -44,6 +45,7 @@ def _cli(run_dir: Path) -> list[str]:
         f"ray.address={address}",
         *TWO_RANKS,
         *OVERRIDES,
+        "logging.mlflow=true",  # a store in the test's folder
     ]
 
 
@@ -93,6 +95,14 @@ def test_sigkill_after_checkpoint_then_resume_matches_uninterrupted(ray_cluster,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "resumed from" in done.stderr
+    assert f"the previous attempt in {killed} ended without finishing" in done.stderr
+    assert "mlflow marked FAILED" in done.stderr
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (found,) = client.search_runs([client.get_experiment_by_name("rlhf").experiment_id])  # the same run, continued
+    assert found.info.status == "FINISHED"
+    assert "found by the next rlhf-run in this folder" in found.data.tags["rlhf.end_reason"]
 
     # The uninterrupted reference run, in this process.
     spec = tiny_spec("sft_tiny_cpu", *OVERRIDES)

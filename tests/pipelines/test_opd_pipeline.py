@@ -25,7 +25,7 @@ SMALL = ["rollout.prompts_per_step=8", "trainer.global_batch=32", "trainer.micro
 def student_folder() -> Path:
     from rlhf.models.tiny import make_tiny_model
 
-    return make_tiny_model(load_spec(["+recipe=opd_tiny_cpu"]).model)
+    return make_tiny_model(load_spec(["+recipe=opd_tiny_cpu", "teacher.model_path="]).model)
 
 
 def perturbed_teacher(out: Path) -> Path:

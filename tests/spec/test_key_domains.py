@@ -3,9 +3,13 @@ with the right type are rejected, each naming the key, the value and the allowed
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
 from rlhf.cli import plan as plan_cli
+from rlhf.launch.plan import plan
 from rlhf.spec import validate
 from rlhf.spec.build import load_spec
 from rlhf.spec.keys import Domain, walk
@@ -54,7 +58,7 @@ IMPOSSIBLE = [
     (CPU_RL, "rollout.gpu_memory_utilization=1.5", "rollout.gpu_memory_utilization", "in (0, 1]"),
     (CPU_RL, "rollout.cpu_kv_cache_gb=0", "rollout.cpu_kv_cache_gb", ">= 1"),
     (CPU_RL, "rollout.max_num_seqs=0", "rollout.max_num_seqs", ">= 1"),
-    (CPU_RL, "hardware.device_memory_gb=0", "hardware.device_memory_gb", "> 0"),
+    (CPU_RL, "hardware.device_memory_gb=0", "hardware.device_memory_gb", "in (0, 1e+06]"),
     (CPU_RL, "hardware.cpus_per_node=0", "hardware.cpus_per_node", ">= 1"),
     (CPU_RL, "hardware.accelerator=tpu", "hardware.accelerator", "one of cpu, gpu"),
     (CPU_RL, "trainer.lr=-1e-6", "trainer.lr", "> 0"),
@@ -84,7 +88,7 @@ IMPOSSIBLE = [
     (CPU_RL, "reward.verifier=maths", "reward.verifier", "one of math"),
     (CPU_RL, "critic.value_clip=0", "critic.value_clip", "> 0"),
     (CPU_RL, "critic.freezing_steps=-1", "critic.freezing_steps", ">= 0"),
-    (CPU_RL, "teacher.params_b=0", "teacher.params_b", "> 0"),
+    (CPU_RL, "teacher.params_b=0", "teacher.params_b", "in (0, 100000]"),
     (CPU_RL, "sft_warmup.steps=-1", "sft_warmup.steps", ">= 0"),
     (CPU_RL, "sft_warmup.lr=0", "sft_warmup.lr", "> 0"),
     (CPU_RL, "eval.samples_per_prompt=0", "eval.samples_per_prompt", ">= 1"),
@@ -145,3 +149,65 @@ def test_domain_describes_itself_in_words():
     assert Domain(ge=0, lt=1).describe() == "in [0, 1)"
     assert Domain(gt=0, le=1).describe() == "in (0, 1]"
     assert Domain(choices=("a", "b"), empty_ok=True).describe() == "empty or one of a, b"
+
+
+# Every key whose value reaches a division (or a modulo) in the spec, the plan or a pipeline, with where: 0 must be
+# outside its domain, so `rlhf-plan` names the key instead of ending in ZeroDivisionError.
+# fmt: off
+DIVISORS = [
+    (CPU_RL, "trainer.micro_batch_per_device"),  # derive: gradient accumulation; validate: batch divisibility
+    (SFT, "trainer.micro_batch_per_device"),
+    (CPU_RL, "trainer.global_batch"),  # derive: optimizer steps per rollout; pipelines/supervised: steps per epoch
+    (CPU_RL, "rollout.prompts_per_step"),  # pipelines/rl: RL steps per episode
+    (CPU_RL, "rollout.samples_per_prompt"),  # algo/advantages: groups of n samples
+    (GPU_RL, "rollout.tensor_parallel_size"),  # launch/memory: weights per engine device
+    (GPU_RL, "rollout.num_engines"),  # launch/memory: sequences per engine
+    (CPU_RL, "hardware.devices_per_node"),  # launch/plan: CPUs per bundle; pipelines/rl_roles: threads per rank
+    (CPU_RL, "hardware.nodes"),  # derive: devices shared out between groups
+    (CPU_RL, "algorithm.kl.target"),  # algo/kl: adaptive controller, current / target
+    (CPU_RL, "algorithm.kl.horizon"),  # algo/kl: n_steps / horizon
+    (CPU_RL, "algorithm.policy_loss.aggregation_norm"),  # algo/aggregation: seq_mean_token_sum_norm constant
+    (CPU_RL, "model.num_heads"),  # head_dim and the plan's attention sizes
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("recipe", "key"), DIVISORS, ids=[f"{k}@{r.split('=')[1]}" for r, k in DIVISORS])
+def test_zero_where_a_value_divides_is_named_by_rlhf_plan_not_a_zero_division(recipe, key, capsys):
+    with pytest.raises(SystemExit) as e:
+        plan_cli.main([recipe, f"{key}=0"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{key}=0" in err and "Traceback" not in err and "ZeroDivision" not in err
+
+
+def _with(spec, path: str, value):
+    head, _, rest = path.partition(".")
+    return dataclasses.replace(spec, **{head: _with(getattr(spec, head), rest, value) if rest else value})
+
+
+def test_no_number_anywhere_in_the_schema_crashes_validation_or_the_plan():
+    """Every int and float key, set to 0, -1 and (floats) inf, nan and 1e300 in RL, PPO, SFT, GPU and OPD recipes:
+    validation reports or accepts each, and an accepted one plans; nothing raises."""
+    bases = [load_spec([r]) for r in (CPU_RL, "+recipe=ppo_tiny_cpu", SFT, GPU_RL)]
+    bases.append(load_spec(["+recipe=opd_tiny_cpu", "teacher.model_path=/"]))
+    numeric = [k for k in walk(ExperimentSpec) if k.type.replace(" | None", "") in ("int", "float")]
+    assert len(numeric) > 80
+    crashed = []
+    for k in numeric:
+        values = [0, -1] if k.type.startswith("int") else [0.0, -1.0, math.inf, math.nan, 1e300]
+        for base in bases:
+            for v in values:
+                spec = _with(base, k.path, v)
+                try:
+                    if not validate(spec):
+                        plan_cli.render(plan(spec))
+                except Exception as e:  # noqa: BLE001 - the point: name every crash at once
+                    crashed.append(f"{k.path}={v} ({spec.recipe}): {type(e).__name__}: {e}")
+    assert crashed == []
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_non_finite_numbers_are_outside_every_domain(value):
+    errors = [e for e in validate(load_spec([CPU_RL, f"trainer.lr={value}"])) if e.key == "trainer.lr"]
+    assert errors and "finite" in errors[0].fix

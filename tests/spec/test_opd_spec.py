@@ -12,6 +12,7 @@ from rlhf.launch.plan import plan
 from rlhf.spec import validate
 from rlhf.spec.build import load_spec
 from rlhf.spec.derive import derive
+from rlhf.spec.required import MissingValues
 from rlhf.spec.tokenizer_files import tokenizer_difference
 
 OPD = ["+recipe=opd_tiny_cpu"]
@@ -49,7 +50,9 @@ def test_teacher_role_exists_only_for_opd(teacher_dir: Path) -> None:
 
 
 def test_missing_teacher_path_is_named_with_the_fix() -> None:
-    errs = errors(OPD)
+    with pytest.raises(MissingValues, match="teacher.model_path"):  # the recipe leaves it to the command line
+        load_spec(OPD)
+    errs = errors(OPD + ["teacher.model_path="])
     assert list(errs) == ["teacher.model_path"]
     assert "sft_tiny_cpu" in errs["teacher.model_path"]
 

@@ -1,7 +1,8 @@
 """Every registered tracker through the Tracker protocol, against its real store (an MLflow sqlite store,
 TensorBoard event files, W&B offline run files, the console), read back from that store: what was sent is held,
-once; a resumed run continues and repeats no step; a killed process loses nothing it held and the resumed one
-repeats nothing; a sweep's jobs share one group."""
+once; a resumed run continues and repeats no step; a killed process loses nothing it held, the run it left open is
+ended FAILED by a fresh tracker (once; a finished run is left alone), and the resumed one repeats nothing; a sweep's
+jobs share one group."""
 
 from __future__ import annotations
 
@@ -86,6 +87,7 @@ def test_a_tracker_holds_each_step_once_across_a_resume_with_params_artifacts_an
     record = json.loads(json.dumps(first.record()))  # it travels through tracking.json and checkpoints
     first.finish("KILLED")
     first.finish("KILLED")  # idempotent
+    assert registry.create(name).end_stale(record, "FAILED", "test") is False  # it ended: nothing to end
 
     again = registry.create(name)
     persistent = READERS[name].persistent
@@ -137,6 +139,11 @@ def test_after_a_killed_process_the_resumed_run_repeats_no_step_and_misses_none(
     )
     assert done.returncode == 9, done.stderr[-3000:]
     record = json.loads((run_dir / "record.json").read_text())
+
+    # what the next rlhf-run in the folder, or the reaper, does: end the run the dead process left open
+    assert registry.create(name).end_stale(record, "FAILED", "its driver died") is True
+    assert read(name, record, run_dir).status == "FAILED"
+    assert registry.create(name).end_stale(record, "FAILED", "its driver died") is False  # once
 
     resumed = registry.create(name)
     assert resumed.start(info_for(db, run_dir), record) is True

@@ -9,6 +9,8 @@ All of them are single-digit tasks a byte-level tiny model can learn on a CPU in
 
 Files (column names are the defaults of DataSpec, so recipes need to name only what differs):
     arith, arith_eval            RL prompts: input, label, datasource (the task name; eval metrics per task)
+    arith_rl                     the same columns, tasks weighted by RL_WEIGHTS (the embedded default's GRPO prompts)
+    arith_eval_large             the same columns, EVAL_PER_TASK rows of every task (the embedded default's eval)
     sft_tiny, sft_tiny_eval      SFT pairs: input, output
     prefs_tiny, prefs_tiny_eval  preference pairs: chosen, rejected, each a two-message conversation whose
                                  user turn is the prompt (no data.prompt_key needed with a chat template);
@@ -33,6 +35,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SEED = 1234
 TASK_WEIGHTS = {"copy": 0.6, "add": 0.2, "next": 0.2}
+# arith_rl: the embedded default's GRPO prompts, mostly add, the task its SFT warm-up (sft_tiny, weighted like arith)
+# leaves weakest; copy and next stay in the mix so that RL keeps them.
+RL_WEIGHTS = {"copy": 0.15, "add": 0.7, "next": 0.15}
+EVAL_PER_TASK = 300  # arith_eval_large: the SE of each task's pass@1 is at most 0.5 / sqrt(299) = 0.029
 NON_ANSWERS = ("x", "?", "no", "I don't know", "maybe", "ten", "a", "idk")
 
 
@@ -51,9 +57,9 @@ def make_task(rng: random.Random, task: str) -> tuple[str, str]:
     raise ValueError(task)
 
 
-def tasks(rng: random.Random, n: int) -> list[tuple[str, str, str]]:
-    names = list(TASK_WEIGHTS)
-    weights = [TASK_WEIGHTS[t] for t in names]
+def tasks(rng: random.Random, n: int, mix: dict[str, float] = TASK_WEIGHTS) -> list[tuple[str, str, str]]:
+    names = list(mix)
+    weights = [mix[t] for t in names]
     out = []
     for _ in range(n):
         task = rng.choices(names, weights)[0]
@@ -70,6 +76,25 @@ def wrong_answer(rng: random.Random, answer: str) -> str:
 
 def arith(rng: random.Random, n: int) -> list[dict]:
     return [{"input": p, "label": a, "datasource": t} for t, p, a in tasks(rng, n)]
+
+
+def arith_rl(rng: random.Random, n: int) -> list[dict]:
+    return [{"input": p, "label": a, "datasource": t} for t, p, a in tasks(rng, n, RL_WEIGHTS)]
+
+
+def arith_per_task(rng: random.Random, n: int) -> list[dict]:
+    """n rows of every task, each an independent draw of make_task.
+
+    Independent draws are what the eval's standard error assumes (rlhf.pipelines.rl_metrics.clustered_se: each
+    row's samples one cluster, the rows independent), and they bound it whatever the model: a mean of n values in
+    [0, 1] has a sample std of at most 0.5 * sqrt(n / (n - 1)), so the SE of a task's pass@1 is at most
+    0.5 / sqrt(n - 1), 0.029 at n = 300. A task has few distinct prompts (copy 10, next 9, add 55), so prompts
+    repeat, as independent draws of them do; the estimate is of the task's pass@1 over the generator's prompts."""
+    return [
+        {"input": p, "label": a, "datasource": t}
+        for t in TASK_WEIGHTS
+        for p, a in (make_task(rng, t) for _ in range(n))
+    ]
 
 
 def sft(rng: random.Random, n: int) -> list[dict]:
@@ -105,6 +130,8 @@ DATASETS = {  # name: (generator, rows); each file has its own seeded stream, so
     "prefs_tiny": (prefs, 1000),
     "prefs_tiny_eval": (prefs, 100),
     "kto_tiny": (kto, 500),
+    "arith_eval_large": (arith_per_task, EVAL_PER_TASK),  # appended: the files above keep their seeds
+    "arith_rl": (arith_rl, 1000),
 }
 
 

@@ -48,12 +48,18 @@ class GroupConfig:
 
 
 def member_location() -> dict[str, Any]:
-    """Where this process runs, for choosing its weight-sync route: node address, GPU UUID, pid."""
+    """Where this process runs, for choosing its weight-sync route: node address and Ray node id, GPU UUID, pid."""
     import os
 
-    import ray
+    loc: dict[str, Any] = {"node_ip": "127.0.0.1", "node_id": None, "pid": os.getpid(), "gpu_uuid": None}
+    try:
+        import ray
 
-    loc: dict[str, Any] = {"node_ip": ray.util.get_node_ip_address(), "pid": os.getpid(), "gpu_uuid": None}
+        loc["node_ip"] = ray.util.get_node_ip_address()
+        if ray.is_initialized():
+            loc["node_id"] = ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - a worker process of vLLM's own (mp executor) has no Ray: the node's address
+        loc["node_ip"] = socket.gethostbyname(socket.gethostname())
     if torch.cuda.is_available():
         loc["gpu_uuid"] = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
     return loc

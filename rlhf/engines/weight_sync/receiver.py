@@ -28,6 +28,29 @@ from rlhf.engines.weight_sync.wire import (
 Destination = Callable[[Entry], "Tensor | None"]
 
 
+class DeviceCopies:
+    """Copies out of the shared buffer into memory the engine keeps. On a GPU ``copy_`` only enqueues the copy on
+    the current stream, so :meth:`settle` waits for the stream before the receiver acknowledges the bucket: after
+    the acknowledgement the sender repacks that half of the buffer. The checksum is taken on the copy (the bytes the
+    engine keeps), so a copy that read a half already being overwritten is caught."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def copy(self, dst: Tensor, src: Tensor, with_checksum: bool) -> str | None:
+        if with_checksum:
+            return copy_with_checksum(dst, src)
+        dst.copy_(src)
+        return None
+
+    def checksum(self, data: Tensor) -> str:
+        return checksum(data)
+
+    def settle(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+
+
 class WeightReceiver:
     """One member of the sync group besides the sender.
 
@@ -46,6 +69,7 @@ class WeightReceiver:
         self._segment: HostSegment | None = None
         self._shared: Tensor | None = None
         self._scratch: Tensor | None = None
+        self.copies = DeviceCopies(device)
         desc = json.loads(bytes(self.group.recv_bytes().numpy().tobytes()).decode() or "{}")
         if route == "shared_memory":
             if desc.get("kind") == "host":
@@ -76,6 +100,13 @@ class WeightReceiver:
         report = self.report = SyncReport(version=version, side="receiver", route=self.route)
         digest = Digest()
         state = {"mismatch": None, "finished": False}
+        if faults.count_hits("sync.drop"):
+            # fault injection: the stream is received, checked and acknowledged, and nothing reaches the engine (a
+            # sync that silently delivers nothing, which only the log-prob probe can notice)
+            for _ in self._stream(version, None, report, digest, state):
+                pass
+            report.seconds = time.perf_counter() - t0
+            return
         try:
             yield from self._stream(version, into, report, digest, state)
         except GeneratorExit:
@@ -106,53 +137,75 @@ class WeightReceiver:
                     state["mismatch"] = "(sync digest)"
                 return
             report.buckets += 1
+            if self._shared is not None and header.shared_offset >= 0:
+                out = self._from_shared(header, into, report, digest, state, corrupt)
+                self.copies.settle()  # every copy out of this half is done before the sender may reuse it
+                self.group.barrier()
+                yield from out
+                continue
             out: list[tuple[str, Tensor]] = []
-            shared = self._shared is not None and header.shared_offset >= 0
-            payload = self._shared[header.shared_offset :] if shared else self._buffer(header.nbytes)
+            payload = self._buffer(header.nbytes)
             for e in header.entries:
                 dest = into(e) if into is not None and state["mismatch"] is None else None
                 data = payload[e.offset : e.offset + e.nbytes]
-                if not shared:
-                    if dest is not None:
-                        data = dest.view(-1).view(torch.uint8)  # straight into the engine's parameter
-                    self.group.broadcast_data(data)
+                if dest is not None:
+                    data = dest.view(-1).view(torch.uint8)  # straight into the engine's parameter
+                self.group.broadcast_data(data)
                 if exit_after and report.buckets >= int(exit_after) and faults.first_time("sync.exit_after_bucket"):
                     os._exit(1)  # fault injection: this process dies mid-sync
                 if corrupt and e.name == corrupt:
-                    if dest is None or shared:
+                    if dest is None:
                         data = data.clone()
                     data[0] ^= 0xFF  # fault injection: one byte flipped in transit
-                if shared and dest is not None:
-                    # from the shared half into the engine's parameter, checked on the way
-                    raw = dest.view(-1).view(torch.uint8)
-                    if e.checksum is not None:
-                        got = copy_with_checksum(raw, data)
-                    else:
-                        raw.copy_(data)
-                        got = None
-                    data = raw
-                else:
-                    got = checksum(data) if e.checksum is not None else None
-                digest.add(Entry(e.name, e.dtype, e.shape, e.offset, e.nbytes, got))
-                if got != e.checksum and state["mismatch"] is None:
-                    state["mismatch"] = f"{e.name} (received checksum {got}, sent {e.checksum})"
-                report.tensors += 1
-                report.bytes += e.nbytes
-                if state["mismatch"] is not None:
-                    continue
-                if dest is not None:
-                    report.in_place += 1
-                    continue
-                out.append((e.name, data.view(getattr(torch, e.dtype)).view(e.shape)))
-            acked = False
-            if header.barrier and (self.stable or not out):
-                if out:
-                    out = [(n, t.clone()) for n, t in out]  # own copies: the shared half is reused next
+                got = self.copies.checksum(data) if e.checksum is not None else None
+                self._take(e, got, data, dest, out, report, digest, state)
+            if header.barrier:
+                # beside shared-memory receivers: acknowledge too (our bytes are our own, so at once)
+                self.copies.settle()
                 self.group.barrier()
-                acked = True
             yield from out
-            if header.barrier and not acked:
-                self.group.barrier()
+
+    def _take(self, e: Entry, got: str | None, kept: Tensor, dest, out: list, report, digest, state) -> None:
+        """Record a received tensor (``got``: the checksum of the bytes kept); yield it later unless it landed in
+        the engine's own parameter or a mismatch was found (from then on nothing is handed to the engine)."""
+        digest.add(Entry(e.name, e.dtype, e.shape, e.offset, e.nbytes, got))
+        if got != e.checksum and state["mismatch"] is None:
+            state["mismatch"] = f"{e.name} (received checksum {got}, sent {e.checksum})"
+        report.tensors += 1
+        report.bytes += e.nbytes
+        if state["mismatch"] is not None:
+            return
+        if dest is not None:
+            report.in_place += 1
+            return
+        out.append((e.name, kept.view(getattr(torch, e.dtype)).view(e.shape)))
+
+    def _from_shared(self, header: Header, into, report, digest, state, corrupt) -> list[tuple[str, Tensor]]:
+        """Copy a bucket out of its shared half into memory this engine keeps (its parameter, or a buffer of its
+        own), checksumming the copy; the caller settles the copies and acknowledges before yielding."""
+        exit_after = faults.fault("sync.exit_after_bucket")
+        shared = self._shared[header.shared_offset :]
+        own = None if self.stable else self._buffer(header.nbytes)
+        out: list[tuple[str, Tensor]] = []
+        for e in header.entries:
+            dest = into(e) if into is not None and state["mismatch"] is None else None
+            src = shared[e.offset : e.offset + e.nbytes]
+            if dest is not None:
+                kept = dest.view(-1).view(torch.uint8)
+            elif own is not None:
+                kept = own[e.offset : e.offset + e.nbytes]
+            else:
+                kept = torch.empty(e.nbytes, dtype=torch.uint8, device=self.device)
+            if exit_after and report.buckets >= int(exit_after) and faults.first_time("sync.exit_after_bucket"):
+                os._exit(1)  # fault injection: this process dies mid-sync
+            if corrupt and e.name == corrupt:
+                self.copies.copy(kept, src, False)
+                kept[0] ^= 0xFF  # fault injection: one byte flipped on the way
+                got = self.copies.checksum(kept) if e.checksum is not None else None
+            else:
+                got = self.copies.copy(kept, src, e.checksum is not None)
+            self._take(e, got, kept, dest, out, report, digest, state)
+        return out
 
     def _drain(self) -> None:
         """Receive and drop the rest of a sync (the consumer stopped early), so the sender is not left waiting."""

@@ -11,7 +11,13 @@ imports neither Ray nor torch and runs none of the user's code. What it checks:
 * ``reward.urls``: each endpoint probed, a dead one fails in about a second, a slow one warns (see urls);
 * ``data.train_files`` / ``data.eval_files``: local JSON Lines, JSON, CSV and parquet files read far enough to
   name an empty file, a malformed line or a missing column (see data_files);
-* ``reward.model_path``: a folder without trained value-head weights, e.g. a policy (see models).
+* ``reward.model_path``: a folder without trained value-head weights, e.g. a policy (see models);
+* ``rollout.backend=vllm``: the engine's interpreter (this one when vllm imports here, $RLHF_VLLM_PYTHON, or
+  .venv-vllm) and a vLLM in the supported range (see engine);
+* hub datasets named without the config they need (``openai/gsm8k`` instead of ``openai/gsm8k:main``; see
+  hub_datasets: the only check that asks the network, a warning when it cannot).
+* ``checkpoint.init_from``: a folder holding a run, a checkpoint or a Hugging Face model that fits model.* and the
+  pipeline (rlhf.pipelines.init_source, which reads the checkpoint layout and config files only).
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from __future__ import annotations
 import time
 
 from rlhf.launch.preflight.data_files import check_data_files
+from rlhf.launch.preflight.engine import check_vllm_engine
 from rlhf.launch.preflight.findings import Finding, PreflightFailed, PreflightReport
+from rlhf.launch.preflight.hub_datasets import check_hub_configs, hub_sources
 from rlhf.launch.preflight.models import check_reward_model
 from rlhf.launch.preflight.python_files import FileFinding, check_agent_file, check_reward_file
 from rlhf.launch.preflight.urls import probe_urls
@@ -59,9 +67,22 @@ def preflight(spec: ExperimentSpec) -> PreflightReport:
     data = check_data_files(spec)
     report.findings += data
     report.checked.append("data files")
+    if spec.rollout.backend == "vllm" and spec.algorithm.family == "rl":
+        report.findings += check_vllm_engine(spec)
+        report.checked.append("vLLM interpreter and version")
+    if hub_sources(spec):
+        found, unasked = check_hub_configs(spec)
+        report.findings += found
+        note = f" (hub unreachable here, not asked: {', '.join(unasked)})" if unasked else ""
+        report.checked.append("hub dataset configs" + note)
     if spec.reward.model_path:
         report.findings += check_reward_model(spec)
         report.checked.append("reward.model_path")
+    if spec.checkpoint.init_from:
+        from rlhf.pipelines.init_source import check as check_init_from
+
+        report.findings += [Finding(p.key, p.value, p.problem, p.fix) for p in check_init_from(spec)]
+        report.checked.append("checkpoint.init_from")
     report.seconds = time.monotonic() - start
     return report
 

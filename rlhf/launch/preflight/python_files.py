@@ -27,10 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlhf.compat import openrlhf as openrlhf_compat
+from rlhf.rewards import function as reward_function
 
-REWARD_FUNC = "reward_func"
-REWARD_ARGS = ("queries", "prompts", "labels")
-_KEYWORDS_PASSED = {"responses"}  # rlhf.rewards.function passes responses= when the function takes it
+# The reward file's contract is the loader's (rlhf.rewards.function); these checks read it from there.
+REWARD_FUNC = reward_function.FUNCTION_NAME
+REWARD_ARGS = reward_function.POSITIONAL_ARGS
+_KEYWORDS_PASSED = set(reward_function.OPTIONAL_KEYWORDS)  # passed only when the function takes them
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,9 @@ def _reward_signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[FileFi
     a = fn.args
     params = _positional(a)
     names = ", ".join(p.arg for p in params) or "none"
-    call = f"it is called as {REWARD_FUNC}({', '.join(REWARD_ARGS)}[, responses=...])"
-    fix = f"define it as def {REWARD_FUNC}(queries, prompts, labels, **kwargs)"
+    optional = "".join(f"[, {k}=...]" for k in reward_function.OPTIONAL_KEYWORDS)
+    call = f"it is called as {REWARD_FUNC}({', '.join(REWARD_ARGS)}{optional})"
+    fix = f"define it as {reward_function.DEFINITION}"
     out = []
     if len(params) < len(REWARD_ARGS) and a.vararg is None:
         out.append(
@@ -202,8 +205,7 @@ def check_reward_file(path: str | Path) -> list[FileFinding]:
         return found + [
             FileFinding(
                 f"defines no {REWARD_FUNC} at module level{_other_functions(names)}",
-                f"add def {REWARD_FUNC}(queries, prompts, labels, **kwargs) returning a list/tensor of rewards or "
-                '{"rewards": ..., "scores": ..., "extra_logs": {...}}',
+                f"add {reward_function.DEFINITION} returning {reward_function.RETURNS}",
             )
         ]
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -6,18 +6,15 @@ Nothing is dropped: a word that is neither a known flag nor one of its values be
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf.compat import openrlhf_flags as vocab
-from rlhf.errors import UserError
+from rlhf.cli.importers.common import ImportProblem
+from rlhf.cli.importers.openrlhf import flags as vocab
 
 _ENTRY = re.compile(r"(?:^|[./])openrlhf[./]cli[./](\w+?)(?:\.py)?$")
-
-
-class ImportProblem(UserError):
-    """The input is not an OpenRLHF training command that can be converted (the message says why)."""
 
 
 @dataclass
@@ -30,6 +27,9 @@ class Flag:
     sets: dict[str, Any] = field(default_factory=dict)  # canonical dotted flag -> typed value
     problem: str = ""  # why it is not understood (unknown flag, wrong number of values, bad value)
     dropped_upstream: bool = False  # removed from OpenRLHF itself before the rename
+    # Pieces of its values this reading cannot know (${SAVE_PATH} set outside the script, $(...), $@): the flag is
+    # then a placeholder; ``sets`` holds OpenRLHF's default for each canonical name, so the mapping can go on.
+    unknown: tuple[str, ...] = ()
 
     @property
     def style(self) -> str:
@@ -61,8 +61,9 @@ def find_entry(words: list[str]) -> tuple[int, str] | None:
     return None
 
 
-def split_command(words: list[str]) -> Command:
-    """Find the entry point in ``words`` and read the flags after it."""
+def split_command(words: list[str], unknown: dict[int, tuple[str, ...]] | None = None) -> Command:
+    """Find the entry point in ``words`` and read the flags after it; ``unknown``: word index -> the pieces of that
+    word the shell reading could not know (rlhf.cli.importers.shell.Command.unknown)."""
     found = find_entry(words)
     if found is None:
         raise ImportProblem(
@@ -73,16 +74,19 @@ def split_command(words: list[str]) -> Command:
     if entry not in vocab.ENTRY_POINTS:
         why = vocab.OTHER_ENTRY_POINTS.get(entry, "not an OpenRLHF trainer this command knows")
         raise ImportProblem(f"openrlhf.cli.{entry}: {why}; import-openrlhf converts {', '.join(vocab.ENTRY_POINTS)}")
-    return Command(entry, words[:i], read_flags(entry, words[i + 1 :]))
+    after = {k - i - 1: v for k, v in (unknown or {}).items() if k > i}
+    return Command(entry, words[:i], read_flags(entry, words[i + 1 :], after))
 
 
-def read_flags(entry: str, words: list[str]) -> list[Flag]:
+def read_flags(entry: str, words: list[str], unknown: dict[int, tuple[str, ...]] | None = None) -> list[Flag]:
+    unknown = unknown or {}
     flags: list[Flag] = []
     i = 0
     while i < len(words):
         w = words[i]
-        if not (w.startswith("--") and len(w) > 2):
-            flags.append(Flag(w, "", [w], problem="a word with no flag before it"))
+        if not (w.startswith("--") and len(w) > 2) or (i in unknown and not w.startswith("--")):
+            flag = Flag(w, "", [w], problem="a word with no flag before it", unknown=unknown.get(i, ()))
+            flags.append(flag)
             i += 1
             continue
         name, eq, inline = w[2:].partition("=")
@@ -97,7 +101,10 @@ def read_flags(entry: str, words: list[str]) -> list[Flag]:
             take = stop - j if n is None or n == vocab.MANY else min(n, stop - j)
             raw = words[j : j + take]
             j += take
-        flags.append(_typed(entry, Flag(" ".join([w, *map(_shown, raw)]), name, raw)))
+        pieces = tuple(dict.fromkeys(s for k in range(i, j if not eq else i + 1) for s in unknown.get(k, ())))
+        if "???" in raw:  # Hydra's own "value to give": never a value to write
+            pieces += ("???",)
+        flags.append(_typed(entry, Flag(" ".join([w, *map(_shown, raw)]), name, raw, unknown=pieces)))
         i = j
     return flags
 
@@ -122,10 +129,22 @@ def _convert(value: str, typ: type, flag: str) -> Any:
                     raise
                 return int(as_float)
         if typ is float:
-            return float(value)
+            number = float(value)
+            if not math.isfinite(number):
+                raise ValueError(value)  # argparse takes inf and nan; no setting here means anything with them
+            return number
     except ValueError:
         raise ValueError(f"{flag} takes a{'n' if typ is int else ''} {typ.__name__}, got {value!r}") from None
     return value
+
+
+def stand_in(d: vocab.FlagDef, raw: list[str]) -> Any:
+    """What an unresolved flag value stands for while mapping: the text as written for a path or name OpenRLHF has
+    no default for (``${WORK_DIR}/reward.py`` still says it is a reward file), else OpenRLHF's default (a number
+    or a choice as written would mean nothing)."""
+    if d.type is str and d.default is None and raw:
+        return list(raw) if d.arity == vocab.MANY else raw[0]
+    return d.default
 
 
 def _typed(entry: str, flag: Flag) -> Flag:
@@ -145,6 +164,9 @@ def _typed(entry: str, flag: Flag) -> Flag:
             flag.sets[canonical] = fixed
             continue
         want = {vocab.BOOL: 0, vocab.ONE: 1, vocab.TWO: 2}.get(d.arity)
+        if flag.unknown and d.arity != vocab.BOOL:
+            flag.sets[canonical] = stand_in(d, flag.raw)
+            continue
         if want is not None and len(flag.raw) != want:
             flag.problem = f"--{flag.name} takes {want} value(s), got {len(flag.raw)}"
             return flag

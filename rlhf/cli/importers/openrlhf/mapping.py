@@ -3,9 +3,9 @@
 The semantics are carried over, not just the names: where the command leaves a flag out, OpenRLHF's default for it
 is what the run would use, so that default is carried (``rollout.batch_size`` 1024, ``data.apply_chat_template``
 off, ``algo.kl.init_coef`` 0.01 in the reward with k1, ``lambd`` 1, ...); the recipe then keeps only the values
-that differ from the options it picks (rlhf.compat.openrlhf_recipe).
+that differ from the options it picks (rlhf.cli.importers.recipe).
 
-Batch vocabulary (OpenRLHF -> ours; derived values are equal, tests/compat pins them):
+Batch vocabulary (OpenRLHF -> ours; derived values are equal, tests/cli/importers pins them):
     rollout.batch_size (prompts per step)        -> rollout.prompts_per_step
     rollout.n_samples_per_prompt                  -> rollout.samples_per_prompt
     train.batch_size (samples per optimizer step) -> trainer.global_batch
@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlhf.compat import openrlhf_flags as vocab
-from rlhf.compat.openrlhf_args import Command
+from rlhf.cli.importers.common import launcher_devices
+from rlhf.cli.importers.openrlhf import flags as vocab
+from rlhf.cli.importers.openrlhf.args import Command
+from rlhf.cli.importers.outcomes import Outcome, OutcomeBook
+from rlhf.cli.importers.recipe import schema_has
 from rlhf.spec import names
 
 
@@ -37,16 +40,6 @@ def openrlhf_steps_per_rollout(rollout_batch: int, n_samples: int, train_batch: 
 
 
 @dataclass
-class Outcome:
-    """What became of one flag as written."""
-
-    keys: list[str] = field(default_factory=list)  # our keys it set (before dropping those equal to the preset)
-    none: str = ""  # no equivalent: "category: reason"
-    note: str = ""  # how it was carried over, when not obvious
-    overridden_by: str = ""  # a later flag set the same thing
-
-
-@dataclass
 class Mapping:
     entry: str
     values: dict[str, Any]  # our dotted key -> value
@@ -57,11 +50,22 @@ class Mapping:
     groups: list[tuple[list[str], int]]  # device groups of the roles that run, with their device counts
     nodes: int
     devices_per_node: int
-    device_groups_keys: list[str] = field(default_factory=list)  # keys naming placement/hardware (for outcomes)
+    # Our keys whose value came from a flag the script could not resolve (${SAVE_PATH} set outside it, $(...)):
+    # key -> (the flags as written, their unknown pieces). The value in ``values`` is then a stand-in (OpenRLHF's
+    # default, or the text as written for a path); the recipe writes a placeholder (rlhf.cli.importers.placeholders).
+    unknown: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+
+    @property
+    def family(self) -> str:
+        return FAMILY[self.entry]
+
+
+FAMILY = {"train_ppo_ray": "rl", "train_sft": "sft", "train_rm": "rm", "train_dpo": "dpo"}
 
 
 # OpenRLHF flag -> our key, where the value carries over as it is. carry: OpenRLHF's default is what the run
-# uses when the flag is absent, so it is carried too (False: a path or a logging detail, ours stands).
+# uses when the flag is absent, so it is carried too (False: a path or a logging detail, ours stands). A row whose
+# key this version's schema lacks yet is reported as coming (one line here is all a new flag needs).
 _DIRECT_RL = {
     "vllm.enable_prefix_caching": ("rollout.enable_prefix_caching", True),
     "vllm.enforce_eager": ("rollout.enforce_eager", True),
@@ -213,7 +217,7 @@ _NONE = {
 _MUON = (UNSUPPORTED, "the Muon optimiser (Adam only here)")
 
 
-class _Mapper:
+class _Mapper(OutcomeBook):
     def __init__(self, cmd: Command, hardware_type: str) -> None:
         self.cmd = cmd
         self.entry = cmd.entry
@@ -229,6 +233,9 @@ class _Mapper:
                     self.outcomes[self.by[c]].overridden_by = f.text
                 self.setting[c] = v
                 self.by[c] = i
+        # canonical -> the flag index, where the flag setting it last has values this reading cannot know
+        self.unknown_c = {c: i for c, i in self.by.items() if cmd.flags[i].unknown}
+        self.unknown: dict[str, tuple[int, ...]] = {}
         self.values: dict[str, Any] = {}
         self.carried: dict[str, str] = {}
         self.notes: list[str] = []
@@ -244,9 +251,6 @@ class _Mapper:
             return self.setting[c]
         return vocab.definition(self.entry, c).default
 
-    def _outcome(self, c: str) -> Outcome | None:
-        return self.outcomes[self.by[c]] if c in self.by else None
-
     def put(self, key: str, value: Any, *cs: str, carry: bool = True) -> None:
         """Our ``key`` = ``value``, from OpenRLHF's flags ``cs`` (given, or when ``carry`` their defaults)."""
         self.handled.update(cs)
@@ -254,6 +258,9 @@ class _Mapper:
         if not given and not carry:
             return
         self.values[key] = value
+        unknown = tuple(self.unknown_c[c] for c in given if c in self.unknown_c)
+        if unknown:
+            self.unknown[key] = tuple(dict.fromkeys(self.unknown.get(key, ()) + unknown))
         for c in given:
             o = self._outcome(c)
             if key not in o.keys:
@@ -261,24 +268,18 @@ class _Mapper:
         if not given and cs:
             self.carried[key] = ", ".join(f"--{c}" for c in cs)
 
-    def none(self, c: str, category: str, reason: str) -> None:
-        self.handled.add(c)
-        o = self._outcome(c)
-        if o is not None:
-            o.none = f"{category}: {reason}"
-
-    def explain(self, c: str, text: str) -> None:
-        self.handled.add(c)
-        o = self._outcome(c)
-        if o is not None:
-            o.note = f"{o.note}; {text}" if o.note else text
-
     # -- the whole mapping ------------------------------------------------------------------------------------------
 
     def run(self) -> Mapping:
         for c, (key, carry) in {**_DIRECT_COMMON, **(_DIRECT_RL if self.rl else _DIRECT_SUPERVISED)}.items():
-            if c in self.defs:
+            if c not in self.defs:
+                continue
+            if schema_has(key):
                 self.put(key, self.eff(c), c, carry=carry)
+            elif self.given(c):  # a row may land before its key (another change adds it): said, never dropped
+                self.none(c, "coming", f"{key}={self.eff(c)} once that key exists here")
+            else:
+                self.handled.add(c)
         self._none_flags()
         self._trainer()
         self._checkpoint_and_eval()
@@ -292,7 +293,12 @@ class _Mapper:
             self._supervised_algorithm()
             groups, nodes, per_node = self._supervised_devices()
         model = "actor.model_name_or_path" if self.rl else "model.model_name_or_path"
-        self.explain(model, "model: the closest conf/model option (rlhf.compat.openrlhf_recipe.choose_model)")
+        self.explain(model, "model: the closest conf/model option (rlhf.cli.importers.recipe.choose_model)")
+        if model in self.unknown_c:
+            self.unknown["model.path"] = (self.unknown_c[model],)
+        unknown = {k: self._as_written(idx) for k, idx in self.unknown.items()}
+        if not self.given(model):  # OpenRLHF requires one; here the recipe must not run on an option's default
+            unknown["model.path"] = (f"no model flag (--pretrain / --{model})", ())
         for c in self.setting:
             if c not in self.handled:  # a flag of the vocabulary nobody maps: say so rather than drop it
                 self.none(c, UNSUPPORTED, "not carried over by this importer")
@@ -306,7 +312,12 @@ class _Mapper:
             groups,
             nodes,
             per_node,
+            unknown,
         )
+
+    def _as_written(self, flags: tuple[int, ...]) -> tuple[str, tuple[str, ...]]:
+        text = " ".join(self.cmd.flags[i].text for i in flags)
+        return text, tuple(dict.fromkeys(s for i in flags for s in self.cmd.flags[i].unknown))
 
     def _none_flags(self) -> None:
         for c, (category, reason, quiet) in _NONE.items():
@@ -678,30 +689,6 @@ def _agent_executor(path: str) -> str:
         return "multi_turn"
     has_class = "class AgentExecutor" in text or "class AgentInstance" in text
     return "openai" if not has_class and "def run_agent" in text else "multi_turn"
-
-
-def launcher_devices(launcher: list[str]) -> tuple[int | None, int | None]:
-    """(nodes, GPUs per node) a deepspeed/torchrun launcher names, None where it does not say."""
-    nodes = per_node = None
-    keys = {
-        "--num_gpus": "g",
-        "--num-gpus": "g",
-        "--nproc_per_node": "g",
-        "--nproc-per-node": "g",
-        "--num_nodes": "n",
-        "--num-nodes": "n",
-        "--nnodes": "n",
-    }
-    for i, w in enumerate(launcher):
-        name, eq, inline = w.partition("=")
-        if name in keys:
-            value = inline if eq else (launcher[i + 1] if i + 1 < len(launcher) else "")
-            if value.isdigit():
-                if keys[name] == "g":
-                    per_node = int(value)
-                else:
-                    nodes = int(value)
-    return nodes, per_node
 
 
 def map_command(cmd: Command, hardware_type: str = "h100") -> Mapping:

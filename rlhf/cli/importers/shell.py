@@ -4,9 +4,10 @@ quoting and variable expansion.
 Understood: line continuations, comments, '...', "...", $'...' (ANSI-C escapes), ``NAME=value``, ``export
 NAME=value``, arrays ``NAME=( ... )`` (comments and newlines inside) and their use as ``${NAME[@]}``, ``$NAME``,
 ``${NAME}``, ``${NAME:-default}``, word splitting of unquoted expansions, heredocs, and ``read -r -d '' NAME <<EOF``
-(OpenRLHF's older scripts keep their command in a variable this way). Not run: command substitution ``$(...)``
-and backquotes stay as text and are listed in :attr:`Command.unexpanded`; control flow (if/for) is read as a
-plain sequence of commands.
+(OpenRLHF's older scripts keep their command in a variable this way). Not run: command substitutions ``$(...)``
+and backquotes, variables the script never sets and its own arguments (``$@``, ``$1``) stay as written and are
+listed per word in :attr:`Command.unknown` (``$HOME`` becomes ``~`` and ``$(pwd)`` ``.``, which mean the same
+where the recipe runs); control flow (if/for) is read as a plain sequence of commands.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class ShellSyntaxError(UserError):
 
 @dataclass
 class _Part:
-    kind: str  # lit | var | sub
+    kind: str  # lit | var | sub | arith
     text: str = ""  # lit: the text; var: the name; sub: the command text
     quoted: bool = False
     index: str | None = None  # var: "@", "*", or an element number
@@ -64,8 +65,16 @@ class Command:
 
     words: list[str]
     line: int  # where it starts, 1-based
-    unexpanded: list[str] = field(default_factory=list)  # $(...) and `...` left as text
+    # Word index -> the pieces of that word this reading cannot know, as written: ${SAVE_PATH} (set outside the
+    # script), $(...) and `...` (command substitutions), $@ / ${1} (the script's own arguments). The word itself
+    # keeps them as written: '${SAVE_PATH}/ckpt'.
+    unknown: dict[int, tuple[str, ...]] = field(default_factory=dict)
     unset: list[str] = field(default_factory=list)  # variables used but never set in the script
+
+
+def _special(c: str) -> bool:
+    """$@, $*, $1 ...: the script's own arguments and bash's special parameters."""
+    return bool(c) and c in "0123456789@*#?$!"
 
 
 class _Lexer:
@@ -239,6 +248,25 @@ class _Lexer:
         self.i = j + 1
         return text
 
+    def _braced(self) -> str:
+        """The body of ``${...}`` up to its own closing brace: ``${A:-"${HOME}/x"}`` nests braces and quotes."""
+        start, depth, quote = self.i, 0, ""
+        while self.i < len(self.s):
+            c = self.take()
+            if c == "\\" and quote != "'" and self.i < len(self.s):
+                self.take()
+            elif quote:
+                quote = "" if c == quote else quote
+            elif c in "'\"":
+                quote = c
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                if depth == 0:
+                    return self.s[start : self.i - 1]
+                depth -= 1
+        raise self.error("unterminated }")
+
     def _ansi_c(self) -> str:
         out = []
         while True:
@@ -275,7 +303,9 @@ class _Lexer:
                 e = self.take()
                 if e != "\n":
                     parts.append(_Part("lit", e, quoted=True))
-            elif c == "$" and (self.peek(1) == "{" or self.peek(1) == "(" or _NAME.match(self.peek(1) or "-")):
+            elif c == "$" and (
+                self.peek(1) in ("{", "(") or _NAME.match(self.peek(1) or "-") or _special(self.peek(1))
+            ):
                 parts.append(self._dollar(quoted=True))
             elif c == "`":
                 self.take()
@@ -293,11 +323,14 @@ class _Lexer:
                 depth += ch == "("
                 depth -= ch == ")"
                 if depth == 0:
-                    return _Part("sub", "$" + self.s[start : self.i], quoted=quoted)
+                    text = "$" + self.s[start : self.i]
+                    if text.startswith("$((") and text.endswith("))"):
+                        return _Part("arith", text, quoted=quoted)  # $(( ... )): arithmetic, evaluated if it can be
+                    return _Part("sub", text, quoted=quoted)
             raise self.error("unterminated $(")
         if c == "{":
             self.take()
-            body = self._until("}")
+            body = self._braced()
             m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])(?:\[([^\]]*)\])?(?::?[-=](.*))?", body, re.S)
             if m is None:
                 return _Part("sub", "${" + body + "}", quoted=quoted)
@@ -312,8 +345,82 @@ class _Lexer:
         return _Part("lit", "$", quoted)
 
 
-class _Opaque(str):
-    """A variable's value that came from a command substitution: kept as one word, reported as unexpanded."""
+class _Unknown(str):
+    """Text this reading cannot know (a command substitution, a variable set outside the script, the script's own
+    arguments), kept as written; ``sources`` are those pieces as written (``${SAVE_PATH}``, ``$(pwd)``, ``$@``).
+
+    Internal to this module: :func:`parse_script` hands out plain ``str`` words and the sources per word
+    (:attr:`Command.unknown`), so nothing downstream (a recipe, OmegaConf) ever sees this class."""
+
+    sources: tuple[str, ...] = ()
+
+
+def _unknown(text: str, sources: tuple[str, ...]) -> str:
+    kept = tuple(dict.fromkeys(s for s in sources if s in text))
+    if not kept:
+        return str(text)
+    u = _Unknown(text)
+    u.sources = kept
+    return u
+
+
+def _sources(*texts: str) -> tuple[str, ...]:
+    return tuple(s for t in texts if isinstance(t, _Unknown) for s in t.sources)
+
+
+def _join(texts: list[str], sep: str = "") -> str:
+    return _unknown(sep.join(texts), _sources(*texts))
+
+
+def _split_outside(text: str) -> list[str]:
+    """Whitespace word splitting that never cuts inside an unknown piece (``$(date +%Y)`` stays one)."""
+    protected = [False] * len(text)
+    for s in _sources(text):
+        start = text.find(s)
+        while start >= 0:
+            for k in range(start, start + len(s)):
+                protected[k] = True
+            start = text.find(s, start + len(s))
+    pieces, cur = [], []
+    for k, ch in enumerate(text):
+        if ch.isspace() and not protected[k]:
+            if cur:
+                pieces.append("".join(cur))
+                cur = []
+        else:
+            cur.append(ch)
+    if cur:
+        pieces.append("".join(cur))
+    return [_unknown(p, _sources(text)) for p in pieces]
+
+
+def _integer_arithmetic(expr: str) -> int | None:
+    """An integer expression of + - * / % and parentheses (bash's division truncates toward zero); None when it is
+    anything else (a name left unset, a comparison, a shift)."""
+    import ast
+    import operator
+
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.BinOp):
+            a, b = ev(node.left), ev(node.right)
+            if type(node.op) in ops:
+                return ops[type(node.op)](a, b)
+            if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and b != 0:
+                q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
+                return q if not isinstance(node.op, ast.Mod) else a - q * b
+        raise ValueError(expr)
+
+    try:
+        return ev(ast.parse(expr.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _literal(word: _Word) -> str | None:
@@ -323,20 +430,32 @@ def _literal(word: _Word) -> str | None:
     return None
 
 
+# What these expand to in the place the recipe runs, rather than where the script ran: paths under the home folder
+# stay under the user's home (~ is expanded by rlhf), and the working directory is the one rlhf-run starts in.
+_PORTABLE = {"HOME": "~", "PWD": "."}
+_PWD_SUBSTITUTIONS = ("$(pwd)", "`pwd`")
+
+
 class _Expander:
     def __init__(self, env: dict[str, str | list[str]]) -> None:
         self.vars: dict[str, str | list[str]] = dict(env)
-        self.unexpanded: list[str] = []
         self.unset: list[str] = []
 
     def value(self, part: _Part) -> str | list[str]:
         v = self.vars.get(part.text)
         if v is None or v == "" or v == []:
             if part.default is not None:
-                return self.string(part.default)
-            if v is None and part.text not in self.unset and not part.text.isdigit():
+                return self.default_word(part.default)
+            if v is not None:
+                return ""  # set to the empty string in the script: bash's empty expansion
+            if part.text in _PORTABLE and part.index is None:
+                return _PORTABLE[part.text]
+            if _NAME.fullmatch(part.text) and part.text not in self.unset:
                 self.unset.append(part.text)
-            return ""
+            written = (
+                f"${part.text}" if part.text in "@*" else f"${{{part.text}{f'[{part.index}]' if part.index else ''}}}"
+            )
+            return _unknown(written, (written,))
         if isinstance(v, list):
             if part.index in ("@", "*"):
                 return list(v)
@@ -349,24 +468,49 @@ class _Expander:
     def string(self, text: str) -> str:
         """Expand $NAME / ${...} inside a heredoc body or a ${VAR:-default}: one string, no word splitting."""
         lexer = _Lexer(text.replace("\\\n", ""))
-        out = []
+        out: list[str] = []
         while lexer.i < len(lexer.s):
             if lexer.peek() == "$" and lexer.peek(1) not in ("", " ", "\n", "'"):
-                part = lexer._dollar(quoted=True)
-                text = self._as_text(part)
-                # Unknown here (a command substitution): keep the reference, one word, reported when used.
-                out.append(f"${{{part.text}}}" if isinstance(text, _Opaque) and part.kind == "var" else text)
+                out.append(self._as_text(lexer._dollar(quoted=True)))
             else:
                 out.append(lexer.take())
-        return "".join(out)
+        return _join(out)
+
+    def default_word(self, text: str) -> str:
+        """The ``word`` of ``${VAR:-word}``: quotes removed and expansions made, as bash does; no word splitting."""
+        lexer = _Lexer(text)
+        out: list[str] = []
+        while lexer.i < len(lexer.s):
+            word = lexer._word()
+            if word is None:
+                out.append(lexer.take())  # a blank or an operator character: kept as it is
+                continue
+            out.extend(self._as_text(p) if p.kind != "lit" else p.text for p in word.parts)
+        return _join(out)
+
+    def arithmetic(self, text: str) -> str:
+        """``$(( expr ))`` as bash computes it (integers), with variables set in the script; else unknown."""
+        expr = text[3:-2]
+
+        def name(m: re.Match[str]) -> str:
+            v = self.vars.get(m.group(1) or m.group(2))
+            return str(v) if isinstance(v, str) and not isinstance(v, _Unknown) and v.strip() else m.group(0)
+
+        expr = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?|\b([A-Za-z_][A-Za-z0-9_]*)\b", name, expr)
+        value = _integer_arithmetic(expr)
+        return str(value) if value is not None else _unknown(text, (text,))
 
     def _as_text(self, part: _Part) -> str:
+        if part.kind == "arith":
+            return self.arithmetic(part.text)
         if part.kind == "sub":
-            return _Opaque(part.text)
+            if part.text in _PWD_SUBSTITUTIONS:
+                return "."
+            return _unknown(part.text, (part.text,))
         if part.kind == "lit":
             return part.text
         v = self.value(part)
-        return " ".join(v) if isinstance(v, list) else v
+        return _join(v, " ") if isinstance(v, list) else v
 
     def fields(self, word: _Word) -> list[str]:
         out: list[str] = []
@@ -374,8 +518,7 @@ class _Expander:
 
         def cat(text: str) -> None:
             nonlocal cur
-            joined = (cur or "") + text
-            cur = _Opaque(joined) if isinstance(cur, _Opaque) or isinstance(text, _Opaque) else joined
+            cur = text if cur is None else _join([cur, text])
 
         def flush() -> None:
             nonlocal cur
@@ -384,10 +527,10 @@ class _Expander:
             cur = None
 
         def add_split(text: str) -> None:
-            if isinstance(text, _Opaque):  # what a command substitution would print: one word, unknown here
-                cat(text)
+            if isinstance(text, _Unknown) and text in text.sources:
+                cat(text)  # what a substitution would print, or a variable set elsewhere: one word, unknown here
                 return
-            pieces = text.split()
+            pieces = _split_outside(text)
             if not pieces:
                 if text:  # only blanks: a field boundary
                     flush()
@@ -404,8 +547,8 @@ class _Expander:
         for part in word.parts:
             if part.kind == "lit":
                 cat(part.text)
-            elif part.kind == "sub":
-                cat(_Opaque(part.text))
+            elif part.kind in ("sub", "arith"):
+                cat(self._as_text(part))
             else:
                 v = self.value(part)
                 if isinstance(v, list):
@@ -421,8 +564,6 @@ class _Expander:
                 else:
                     add_split(v)
         flush()
-        unknown = [f for f in out if isinstance(f, _Opaque) or "$(" in f or "${" in f or "`" in f]
-        self.unexpanded.extend(f for f in unknown if f not in self.unexpanded)
         return out
 
 
@@ -431,7 +572,7 @@ def parse_script(text: str, env: dict[str, str] | None = None) -> list[Command]:
     ex = _Expander(env or {})
     commands: list[Command] = []
     for raw in _Lexer(text).commands():
-        ex.unexpanded, ex.unset = [], []
+        ex.unset = []
         items = list(raw.items)
         words: list[str] = []
         assigning = True
@@ -446,12 +587,11 @@ def parse_script(text: str, env: dict[str, str] | None = None) -> list[Command]:
             m = _ASSIGN.match(lit_head) if assigning and not item.parts[0].quoted else None
             if m:
                 rest = _Word([_Part("lit", lit_head[m.end() :])] + item.parts[1:], item.line)
-                texts = [ex._as_text(p) for p in rest.parts]
-                value = "".join(texts)
+                value = _join([ex._as_text(p) for p in rest.parts])
                 if m.group(2):
-                    value = str(ex.vars.get(m.group(1), "")) + value
-                opaque = any(isinstance(t, _Opaque) for t in texts)
-                ex.vars[m.group(1)] = _Opaque(value) if opaque else value
+                    old = ex.vars.get(m.group(1), "")
+                    value = _join([_join(old, " ") if isinstance(old, list) else old, value])
+                ex.vars[m.group(1)] = value
                 continue
             assigning = False
             words.extend(ex.fields(item))
@@ -461,7 +601,7 @@ def parse_script(text: str, env: dict[str, str] | None = None) -> list[Command]:
             for w in words[1:]:
                 m = _ASSIGN.match(w)
                 if m:
-                    ex.vars[m.group(1)] = w[m.end() :]
+                    ex.vars[m.group(1)] = _unknown(w[m.end() :], _sources(w))
             continue
         if words and words[0] == "read" and raw.heredocs:
             name = next((w for w in reversed(words[1:]) if _NAME.fullmatch(w)), None)
@@ -470,5 +610,6 @@ def parse_script(text: str, env: dict[str, str] | None = None) -> list[Command]:
                 ex.vars[name] = ex.string(body) if expand else body
             continue
         if words:
-            commands.append(Command(words, raw.line, list(ex.unexpanded), list(ex.unset)))
+            unknown = {i: w.sources for i, w in enumerate(words) if isinstance(w, _Unknown)}
+            commands.append(Command([str(w) for w in words], raw.line, unknown, list(ex.unset)))
     return commands

@@ -1,5 +1,5 @@
-"""From mapped values to a recipe: the closest options of conf/ (algorithm, model, placement, rollout, hardware,
-trainer), only the values that differ from them, and the YAML text.
+"""From mapped values to a recipe, for every importer: the closest options of conf/ (algorithm, model, placement,
+rollout, hardware, trainer), only the values that differ from them, and the YAML text.
 
 Choices: the algorithm preset with the same advantage estimator (or preference loss) and the fewest differing
 values; the model option whose path is the command's, else one of the same family and size, else the nearest
@@ -9,19 +9,21 @@ device groups are OpenRLHF's; the hardware option with the GPU type asked for an
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlhf.compat.openrlhf_args import ImportProblem
-from rlhf.compat.openrlhf_convert import Mapping
+from rlhf.cli.importers.common import ImportProblem
+from rlhf.cli.importers.placeholders import UNKNOWN, Placeholder, describe
 from rlhf.spec import schema
 from rlhf.spec.paths import conf_dir
+from rlhf.spec.required import escaped
 
 GROUPS = ("algorithm", "model", "placement", "rollout", "hardware", "trainer")
 _SECTIONS = {
@@ -37,22 +39,41 @@ _ALGORITHM_ORDER = ("ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rlo
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)b(?![a-z])")
 
 
+class Mapped(Protocol):
+    """What an importer's mapping hands to :func:`build_recipe`."""
+
+    values: dict[str, Any]  # our dotted key -> value
+    # key -> (what was written, its unknown pieces[, why it cannot be carried over when no piece is unknown])
+    unknown: dict[str, tuple]
+    model_path: str
+    groups: list[tuple[list[str], int]]  # device groups of the roles that run, with their device counts
+    nodes: int
+    devices_per_node: int
+
+
 @dataclass
 class Recipe:
     choices: dict[str, str]  # group -> option, in GROUPS order
     values: dict[str, Any]  # what the recipe writes: key -> value
     equal: dict[str, Any]  # mapped values the options already have (not written)
     notes: list[str] = field(default_factory=list)
-    spec: Any = None  # the ExperimentSpec the recipe composes to
+    spec: Any = None  # the ExperimentSpec the recipe composes to (placeholders: with their stand-ins)
+    placeholders: dict[str, Placeholder] = field(default_factory=dict)  # keys the script did not say
 
 
 def options(group: str) -> dict[str, dict[str, Any]]:
-    """Each option of a conf/ group as a full section (schema defaults under the option's values)."""
+    """Each option of a conf/ group as a full section (schema defaults under the option's values). Read once per
+    process (the shipped conf/ does not change while a command runs); callers must not modify what they get."""
+    return _options(group, str(conf_dir()))
+
+
+@functools.cache
+def _options(group: str, folder: str) -> dict[str, dict[str, Any]]:
     out = {}
-    for path in sorted((conf_dir() / group).glob("*.yaml")):
-        # As plain data: the frozen dataclasses would give read-only nodes.
-        defaults = OmegaConf.create(OmegaConf.to_container(OmegaConf.structured(_SECTIONS[group])))
-        merged = OmegaConf.merge(defaults, OmegaConf.load(path))
+    # As plain data: the frozen dataclasses would give read-only nodes.
+    defaults = OmegaConf.to_container(OmegaConf.structured(_SECTIONS[group]))
+    for path in sorted((Path(folder) / group).glob("*.yaml")):
+        merged = OmegaConf.merge(OmegaConf.create(defaults), OmegaConf.load(path))
         out[path.stem] = OmegaConf.to_container(merged)
     return out
 
@@ -84,19 +105,20 @@ def _differences(values: dict[str, Any], group: str, section: dict[str, Any]) ->
 # -- the choices -------------------------------------------------------------------------------------------------
 
 
-def choose_algorithm(values: dict[str, Any], entry: str) -> str:
+def choose_algorithm(values: dict[str, Any], family: str) -> str:
+    """The preset of ``family`` (rl, sft, rm, dpo) with the same estimator or loss and the fewest other changes."""
     opts = options("algorithm")
-    if entry == "train_ppo_ray":
+    if family == "rl":
         est = values["algorithm.advantage.estimator"]
         rl = [n for n, o in opts.items() if o["family"] == "rl"]
         # An estimator no preset has is a mistake validation names; any RL preset carries it there.
         pool = [n for n in rl if opts[n]["advantage"]["estimator"] == est] or rl
-    elif entry == "train_dpo":
+    elif family == "dpo":
         loss = values.get("algorithm.preference.loss", "dpo")
         dpo = [n for n, o in opts.items() if o["family"] == "dpo"]
         pool = [n for n in dpo if opts[n]["preference"]["loss"] == loss] or dpo
     else:
-        pool = [entry.removeprefix("train_")]
+        pool = [family]
     order = {n: i for i, n in enumerate(_ALGORITHM_ORDER)}
     return min(pool, key=lambda n: (_differences(values, "algorithm", opts[n]), order.get(n, 99), n))
 
@@ -191,7 +213,7 @@ def _partition(groups: list[list[str]], present: set[str]) -> set[frozenset[str]
     return out | {frozenset([r]) for r in present - seen}
 
 
-def choose_placement(m: Mapping) -> tuple[str, dict[str, Any]]:
+def choose_placement(m: Mapped) -> tuple[str, dict[str, Any]]:
     present = {r for g, _ in m.groups for r in g}
     wanted = {frozenset(g) for g, _ in m.groups}
     opts = options("placement")
@@ -250,15 +272,21 @@ def _plain(v: Any) -> Any:
     return OmegaConf.to_container(v) if isinstance(v, (DictConfig, ListConfig)) else v
 
 
-def build_recipe(m: Mapping, hardware: str | None) -> Recipe:
+def build_recipe(m: Mapped, hardware: str | None, family: str, rollout: str = "vllm") -> Recipe:
     """Choose the options, drop what they already have, and check the devices the plan derives."""
-    from rlhf.spec.build import build, compose
+    from rlhf.spec.build import build
     from rlhf.spec.derive import derive
 
     values = dict(m.values)
     notes: list[str] = []
     model, model_values, note = choose_model(m.model_path)
     values.update(model_values)
+    if "model.path" in m.unknown:
+        values.setdefault("model.path", m.model_path)
+        note = (
+            f"model: the path is {describe(m.unknown['model.path'][1])}; option {model}'s dimensions "
+            "are assumed for the plan (choose another model option, or add one, for an exact plan)"
+        )
     notes += [note] if note else []
     placement, placement_values = choose_placement(m)
     values.update(placement_values)
@@ -267,20 +295,26 @@ def build_recipe(m: Mapping, hardware: str | None) -> Recipe:
     notes += [note] if note else []
     cpu = options("hardware")[hw]["accelerator"] == "cpu"
     choices = {
-        "algorithm": choose_algorithm(values, m.entry),
+        "algorithm": choose_algorithm(values, family),
         "model": model,
         "placement": placement,
-        "rollout": "vllm",
+        "rollout": rollout,
         "hardware": hw,
         "trainer": "cpu" if cpu else "default",
     }
-    if m.entry != "train_ppo_ray":
+    if family != "rl":
         choices.pop("rollout")
-    base = compose([f"{g}={o}" for g, o in choices.items()])
-    written = {k: v for k, v in values.items() if not _same(v, _plain(OmegaConf.select(base, k)))}
+    base = composed(tuple(f"{g}={o}" for g, o in choices.items()))
+    here = {k: _plain(OmegaConf.select(base, k)) for k in values}
+    written = {k: v for k, v in values.items() if k in m.unknown or not _same(v, here[k])}
+    placeholders = {
+        k: Placeholder(k, entry[0], entry[1], values[k], here[k], entry[2] if len(entry) > 2 else "")
+        for k, entry in m.unknown.items()
+        if k in values
+    }
     # Devices per role as OpenRLHF places them: explicit where the plan would derive other counts.
     for _ in range(3):
-        spec = build(OmegaConf.merge(base, _nest(written)))
+        spec = build(OmegaConf.merge(base, _nest(escaped(written))))
         derived = derive(spec)
         missing = [(g, n) for g, n in m.groups if any(derived.devices.get(r) != n for r in g)]
         if not missing:
@@ -288,7 +322,19 @@ def build_recipe(m: Mapping, hardware: str | None) -> Recipe:
         for g, n in missing:
             written[f"placement.devices.{g[0]}"] = n
     equal = {k: v for k, v in values.items() if k not in written}
-    return Recipe(choices, written, equal, notes, spec)
+    return Recipe(choices, written, equal, notes, spec, placeholders)
+
+
+def composed(overrides: tuple[str, ...]) -> DictConfig:
+    """The shipped config with these group options (a copy: Hydra's composition is the slow part of an import)."""
+    return _composed(overrides, str(conf_dir())).copy()
+
+
+@functools.cache
+def _composed(overrides: tuple[str, ...], folder: str) -> DictConfig:
+    from rlhf.spec.build import compose
+
+    return compose(list(overrides))
 
 
 def _scalar(v: Any) -> str:
@@ -313,7 +359,10 @@ def _scalar(v: Any) -> str:
 
 
 def render_yaml(recipe: Recipe, purpose: str, header: list[str], sources: dict[str, str]) -> str:
-    """The recipe file: package header, purpose, defaults list, then the values section by section."""
+    """The recipe file: package header, purpose, defaults list, then the values section by section. A required
+    placeholder is written as ``???`` where its value would be; an optional one is left out of the sections (the
+    default here stands) and shown, commented, at the end."""
+    holders = recipe.placeholders
     lines = ["# @package _global_", f"# {purpose}", *[f"# {h}" for h in header], "", "defaults:"]
     lines += [f"  - override /{g}: {o}" for g, o in recipe.choices.items()]
     order = [f.name for f in schema.ExperimentSpec.__dataclass_fields__.values()]
@@ -324,17 +373,46 @@ def render_yaml(recipe: Recipe, purpose: str, header: list[str], sources: dict[s
             if isinstance(value, dict):
                 lines.append(f"{'  ' * indent}{key}:")
                 emit(value, indent + 1, dotted + ".")
+            elif dotted in holders:
+                lines.append(f"{'  ' * indent}{key}: ???  # {holders[dotted].comment()}")
             else:
                 comment = f"  # {sources[dotted]}" if dotted in sources else ""
                 lines.append(f"{'  ' * indent}{key}: {_scalar(value)}{comment}")
 
-    nested = _nest(recipe.values)
+    kept = {k: v for k, v in recipe.values.items() if not (k in holders and not holders[k].required)}
+    nested = _nest(kept)
     for section in sorted(nested, key=lambda s: order.index(s) if s in order else len(order)):
         lines.append("")
         if isinstance(nested[section], dict):
             lines.append(f"{section}:")
             emit(nested[section], 1, section + ".")
         else:
-            comment = f"  # {sources[section]}" if section in sources else ""
-            lines.append(f"{section}: {_scalar(nested[section])}{comment}")
+            if section in holders:
+                lines.append(f"{section}: ???  # {holders[section].comment()}")
+            else:
+                comment = f"  # {sources[section]}" if section in sources else ""
+                lines.append(f"{section}: {_scalar(nested[section])}{comment}")
+    optional = [h for h in holders.values() if not h.required]
+    if optional:
+        lines += [
+            "",
+            f"# {UNKNOWN} set outside the script, unknown here; the defaults here stand unless you give these:",
+        ]
+        lines += [f"#   {h.key}=...  # {h.comment()} (here: {_scalar(h.default_here)})" for h in optional]
     return "\n".join(lines) + "\n"
+
+
+def schema_has(key: str) -> bool:
+    """Whether this version's schema has ``key``: an importer writes a key only where it exists, and otherwise
+    reports it as coming (another change may be adding it while this one lands)."""
+    from rlhf.spec.keys import find_key
+
+    return find_key(schema.ExperimentSpec, key) is not None
+
+
+def schema_allows(key: str, value: Any) -> bool:
+    """Whether ``key`` exists and its declared choices (if any) include ``value``."""
+    from rlhf.spec.keys import find_key
+
+    info = find_key(schema.ExperimentSpec, key)
+    return info is not None and (info.domain.choices is None or value in info.domain.choices)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from openrlhf_commands import DOTTED, FLAT, REINFORCE_PP_BASELINE
 
+from rlhf.cli.importers.openrlhf.args import ImportProblem, find_entry
+from rlhf.cli.importers.openrlhf.mapping import openrlhf_grad_accum, openrlhf_steps_per_rollout
+from rlhf.cli.importers.openrlhf.report import NONE, UNRECOGNISED, lines
+from rlhf.cli.importers.openrlhf.verb import convert_words, words_from_script
 from rlhf.cli.recipes import main as recipes_main
-from rlhf.compat.openrlhf_args import ImportProblem, find_entry
-from rlhf.compat.openrlhf_cli import convert, words_from_script
-from rlhf.compat.openrlhf_convert import openrlhf_grad_accum, openrlhf_steps_per_rollout
-from rlhf.compat.openrlhf_report import NONE, UNRECOGNISED, lines
 from rlhf.launch.plan import plan
 from rlhf.spec import build, derive, validate
 from rlhf.spec.build import compose
@@ -47,8 +47,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def _convert_script(text: str, **kw):
-    words, notes = words_from_script(text, "test.sh")
-    return convert(words, notes=notes, **kw)
+    return convert_words(words_from_script(text, "test.sh"), **kw)
 
 
 def _written(conv, folder: Path, name: str) -> Path:
@@ -62,7 +61,7 @@ def _problems(path: Path, *overrides: str) -> list:
 
 
 def _flag_words(text: str) -> list[str]:
-    words, _ = words_from_script(text, "test.sh")
+    words = words_from_script(text, "test.sh").words
     return words[find_entry(words)[0] + 1 :]
 
 
@@ -362,7 +361,7 @@ def test_cli_refuses_to_overwrite_without_force(in_tmp, capsys):
 
 
 def _any_value(d) -> list[str]:
-    from rlhf.compat import openrlhf_flags as vocab
+    from rlhf.cli.importers.openrlhf import flags as vocab
 
     one = {int: "2", float: "0.5"}.get(d.type, "x")
     many = ["q_proj", "v_proj"] if one == "x" else [one]  # e.g. target modules; a threshold's HIGH alone
@@ -371,9 +370,9 @@ def _any_value(d) -> list[str]:
 
 @pytest.mark.parametrize("entry", ["train_ppo_ray", "train_sft", "train_rm", "train_dpo"])
 def test_every_flag_of_every_vocabulary_has_a_meaning_or_a_reason(entry):
-    from rlhf.compat import openrlhf_flags as vocab
-    from rlhf.compat.openrlhf_args import split_command
-    from rlhf.compat.openrlhf_convert import map_command
+    from rlhf.cli.importers.openrlhf import flags as vocab
+    from rlhf.cli.importers.openrlhf.args import split_command
+    from rlhf.cli.importers.openrlhf.mapping import map_command
 
     words = ["python", "-m", f"openrlhf.cli.{entry}"]
     for name, d in vocab.VOCABULARY[entry].items():
@@ -386,3 +385,86 @@ def test_every_flag_of_every_vocabulary_has_a_meaning_or_a_reason(entry):
         assert "not carried over by this importer" not in o.none, flag.text
     for flat in vocab.FLAT[entry]:  # every flat name resolves to flags of this entry point
         assert vocab.resolve(entry, flat), flat
+
+
+def test_save_path_set_from_a_substitution_outside_the_script_is_a_placeholder_not_a_crash(in_tmp, capsys):
+    """The crash of issue 20: `--ckpt.output_dir ${SAVE_PATH}` where SAVE_PATH comes from $(...)."""
+    (in_tmp / "prompts.jsonl").write_text('{"input": "1+1=", "label": "2"}\n')
+    (in_tmp / "s.sh").write_text(
+        'WORK_DIR=$(cd "$(dirname "$0")/../.." && pwd)\nSAVE_PATH="${WORK_DIR}/exp/run"\n'
+        "python3 -m openrlhf.cli.train_ppo_ray --actor.model_name_or_path Qwen/Qwen2.5-0.5B-Instruct \\\n"
+        "  --ckpt.output_dir ${SAVE_PATH} --ckpt.path ${SAVE_PATH}/ckpt --train.colocate_all --vllm.num_engines 8 \\\n"
+        "  --reward.remote_url ./reward_func.py --data.prompt_dataset ./prompts.jsonl \\\n"
+        "  --algo.advantage.estimator group_norm --rollout.n_samples_per_prompt 8 --rollout.batch_size 16 \\\n"
+        "  --train.batch_size 128 --logger.wandb.run_name ${RUN_NAME}\n"
+    )
+    with pytest.raises(SystemExit) as done:
+        recipes_main(["import-openrlhf", "s.sh", "-o", "out.yaml", "--check"])
+    out = capsys.readouterr()
+    assert done.value.code == 0, out.out + out.err
+    assert "Traceback" not in out.out + out.err
+    assert "--ckpt.output_dir '$(cd \"$(dirname \"$0\")/../.." in out.out and "?? set from $(cd" in out.out
+    text = (in_tmp / "out.yaml").read_text()
+    assert "#   checkpoint.output_dir=...  # --ckpt.output_dir" in text and "#   logging.run_name=..." in text
+    assert "output_dir: " not in text.split("# ?? set outside the script")[0]  # not written as a value
+    assert "set outside the script, defaults here used (3)" in out.out  # output_dir, dir, run_name
+
+
+def test_a_required_value_set_outside_the_script_is_written_as_hydra_missing(in_tmp):
+    conv = _convert_script(_dotted_ppo("--train.colocate_all --vllm.num_engines 8", "--rollout.batch_size ${RBS}"))
+    assert conv.recipe.placeholders["rollout.prompts_per_step"].required
+    assert "  prompts_per_step: ???  # --rollout.batch_size '${RBS}': set from ${RBS}, unknown here" in conv.yaml()
+    path = _written(conv, in_tmp, "rbs")
+    from rlhf.spec.required import MissingValues
+
+    with pytest.raises(MissingValues) as missing:
+        build(compose([f"+recipe={path}"]))
+    assert missing.value.keys == ["rollout.prompts_per_step"]
+    given = build(compose([f"+recipe={path}", "rollout.prompts_per_step=64"]))
+    assert given.rollout.prompts_per_step == 64
+
+
+# OpenRLHF's examples/scripts, in our words: a short command of each kind (DAPO, ProRL-style correction and stop
+# penalty, an async agent, REINFORCE++-baseline hybrid, DPO, LoRA SFT) and the option it must become.
+EXAMPLE_KINDS = {
+    "dapo": (
+        "--algo.advantage.estimator group_norm --actor.eps_clip_low_high 0.2 0.28 --algo.dynamic_filtering_enable "
+        "--algo.dynamic_filtering_range 0.0 1.0 --reward.overlong_buffer_len 1024 --reward.overlong_penalty_factor 1.0 "
+        "--algo.kl.init_coef 0 --rollout.n_samples_per_prompt 16 --rollout.batch_size 64 --train.batch_size 128",
+        "dapo",
+    ),
+    "prorl": (
+        "--algo.advantage.estimator reinforce_baseline --algo.kl.use_loss --algo.kl.estimator k2 "
+        "--algo.kl.init_coef 1e-4 --algo.advantage.is_correction_enable --algo.advantage.is_correction_type icepop "
+        "--reward.stop_properly_penalty_coef 0.0 --rollout.n_samples_per_prompt 16 --rollout.batch_size 64 "
+        "--train.batch_size 128",
+        "reinforce_pp_baseline",
+    ),
+    "agent_async": (
+        "--algo.advantage.estimator reinforce_baseline --train.agent_func_path ./agent.py --train.async_enable "
+        "--rollout.n_samples_per_prompt 8 --rollout.batch_size 16 --train.batch_size 128",
+        "reinforce_pp_baseline",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(EXAMPLE_KINDS))
+def test_example_kinds_become_their_presets_and_validate(kind, in_tmp):
+    flags, algorithm = EXAMPLE_KINDS[kind]
+    (in_tmp / "agent.py").write_text("class AgentInstance:\n    async def step(self, states):\n        return {}\n")
+    (in_tmp / "prompts.jsonl").write_text('{"input": "1+1=", "label": "2"}\n')
+    reward = "" if "agent" in kind else "--reward.remote_url ./reward_func.py"
+    data = "--data.prompt_dataset ./prompts.jsonl --train.colocate_all --vllm.num_engines 8"
+    conv = _convert_script(_dotted_ppo(data, reward, flags))
+    assert conv.recipe.choices["algorithm"] == algorithm
+    assert validate(build(compose([f"+recipe={_written(conv, in_tmp, kind)}"]))) == []
+
+
+def test_a_flag_table_row_whose_key_has_not_landed_is_reported_as_coming(monkeypatch):
+    from rlhf.cli.importers.openrlhf import mapping as orl_mapping
+
+    monkeypatch.setitem(orl_mapping._DIRECT_RL, "actor.entropy_coef", ("algorithm.no_such_key_yet", True))
+    conv = _convert_script(_dotted_ppo("--train.colocate_all --vllm.num_engines 8", "--actor.entropy_coef 0.01"))
+    row = next(r for r in lines(conv.cmd, conv.mapping, conv.recipe) if r.flag.startswith("--actor.entropy_coef"))
+    assert (row.marker, row.detail) == (NONE, "coming: algorithm.no_such_key_yet=0.01 once that key exists here")
+    assert "algorithm.no_such_key_yet" not in conv.recipe.values

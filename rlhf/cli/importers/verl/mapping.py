@@ -1,0 +1,1048 @@
+"""veRL's settings -> our config keys, with what became of every override.
+
+As for OpenRLHF, the semantics are carried, not the names: a key the command leaves out means veRL's default
+(rlhf.cli.importers.verl.vocab), so that default is carried where ours differs (rollout TP 2, gpu_memory 0.5,
+AdamW betas (0.9, 0.999) and weight decay 0.01, dual-clip c = 3, gradient checkpointing on, ...).
+
+Batch vocabulary (veRL -> ours; the derived values are equal, tests/cli/importers pins them):
+    data.train_batch_size (prompts per step)             -> rollout.prompts_per_step
+    actor_rollout_ref.rollout.n                          -> rollout.samples_per_prompt
+    actor.ppo_mini_batch_size (prompts per optimizer step) x n -> trainer.global_batch (samples per optimizer step)
+    actor.ppo_micro_batch_size_per_gpu (samples)         -> trainer.micro_batch_per_device
+    actor.ppo_epochs                                     -> trainer.epochs_per_rollout
+so optimizer steps per RL step = train_batch_size / ppo_mini_batch_size x ppo_epochs and gradient accumulation =
+ppo_mini_batch_size x n / data-parallel ranks / micro batch, as veRL's trainer computes them (ray_trainer.py
+``_update_actor``: the mini-batch is multiplied by rollout.n, then split over the data-parallel ranks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlhf.cli.importers.common import launcher_devices
+from rlhf.cli.importers.outcomes import Outcome, OutcomeBook
+from rlhf.cli.importers.recipe import schema_allows, schema_has
+from rlhf.cli.importers.verl import vocab
+from rlhf.cli.importers.verl.overrides import Command
+from rlhf.spec import names
+
+UNSUPPORTED, GPU_ONLY, SUPERSEDED, NOT_NEEDED = vocab.UNSUPPORTED, vocab.GPU_ONLY, vocab.SUPERSEDED, vocab.NOT_NEEDED
+COMING = "coming"
+
+_ARA = "actor_rollout_ref"
+_ACTOR, _ROLLOUT, _REF, _MODEL = f"{_ARA}.actor", f"{_ARA}.rollout", f"{_ARA}.ref", f"{_ARA}.model"
+
+
+def verl_steps_per_rollout(train_batch_size: int, ppo_mini_batch_size: int, ppo_epochs: int) -> int:
+    """Optimizer steps per RL step in veRL: the rollout batch is cut into mini-batches of ppo_mini_batch_size
+    prompts (x rollout.n samples), each one optimizer step, ppo_epochs times."""
+    return train_batch_size // ppo_mini_batch_size * ppo_epochs
+
+
+def verl_grad_accum(ppo_mini_batch_size: int, n: int, data_parallel: int, micro_per_gpu: int) -> int:
+    """Micro-batches per optimizer step on each rank in veRL: mini x n samples over the ranks, micro per pass."""
+    return ppo_mini_batch_size * n // data_parallel // micro_per_gpu
+
+
+# veRL's estimator -> ours, where the arithmetic is the same (rlhf.algo.advantages; veRL's core_algos.py).
+ESTIMATORS = {
+    "gae": "gae",
+    "grpo": "group_norm",
+    "grpo_vectorized": "group_norm",
+    "rloo": "rloo",
+    "rloo_vectorized": "rloo",
+    "reinforce_plus_plus": "reinforce",  # discounted returns, KL in the reward, whitened over the batch
+    "reinforce_plus_plus_baseline": "reinforce_baseline",  # group mean subtracted, then whitened over the batch
+}
+# Estimators with no equivalent here: why, and the closest one the recipe uses instead.
+OTHER_ESTIMATORS = {
+    "remax": ("ReMax (the reward of a greedy rollout as the baseline)", "reinforce_baseline"),
+    "gpg": ("GPG (group policy gradient without the PPO ratio)", "dr_grpo"),
+    "opo": ("OPO (a length-weighted optimal baseline)", "reinforce_baseline"),
+    "grpo_passk": ("pass@k GRPO", "group_norm"),
+    "optimal_token_baseline": ("the optimal token baseline", "reinforce_baseline"),
+    "tir_optimal_token_baseline": ("the tool-integrated optimal token baseline", "reinforce_baseline"),
+    "gdpo": ("GDPO (grouped decoupled rewards)", "group_norm"),
+}
+POLICY_LOSSES = {"vanilla": "ppo", "gspo": "gspo"}
+OTHER_POLICY_LOSSES = {
+    "geo_mean": "GMPO (geometric-mean ratio)",
+    "sapo": "SAPO (soft gates instead of clipping)",
+    "cispo": "CISPO (clipped importance weights, no ratio clip)",
+    "gpg": "GPG (no PPO ratio)",
+    "clip_cov": "Clip-Cov",
+    "kl_cov": "KL-Cov",
+}
+# veRL's KL estimator names (core_algos.kl_penalty) -> ours.
+KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
+AGGREGATIONS = {
+    "token-mean": "token_mean",
+    "seq-mean-token-mean": "seq_mean",
+    "seq-mean-token-sum": "seq_mean_token_sum",
+    "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
+}
+TRACKERS = {"console": "console", "wandb": "wandb", "tensorboard": "tensorboard", "mlflow": "mlflow"}
+# Keys whose value is a path or a name: an unresolved one stands in as written (it still says what it is).
+_TEXT_KEYS = {
+    "data.train_files",
+    "data.val_files",
+    f"{_MODEL}.path",
+    "model.partial_pretrain",
+    "model.path",
+    "critic.model.path",
+    "reward_model.model.path",
+    "custom_reward_function.path",
+    "trainer.default_local_dir",
+    "trainer.project_name",
+    "trainer.experiment_name",
+    "trainer.resume_from_path",
+    f"{_MODEL}.tokenizer_path",
+    f"{_MODEL}.custom_chat_template",
+}
+
+
+@dataclass
+class Mapping:
+    entry: str
+    values: dict[str, Any]
+    carried: dict[str, str]  # key -> the veRL keys whose defaults it carries
+    outcomes: list[Outcome]
+    notes: list[str]
+    model_path: str
+    groups: list[tuple[list[str], int]]
+    nodes: int
+    devices_per_node: int
+    unknown: dict[str, tuple] = field(default_factory=dict)  # key -> (written, pieces[, why])
+    rollout_backend: str = "vllm"
+    model_key: str = ""  # the veRL key naming the policy model
+
+    @property
+    def family(self) -> str:
+        return vocab.FAMILY[self.entry]
+
+
+def _optional(key: str) -> bool:
+    """Whether our ``key`` takes null (``int | None``): a null for any other would not compose."""
+    from rlhf.spec.keys import find_key
+    from rlhf.spec.schema import ExperimentSpec
+
+    info = find_key(ExperimentSpec, key)
+    return info is None or "None" in info.type
+
+
+class _Mapper(OutcomeBook):
+    def __init__(self, cmd: Command, hardware_type: str) -> None:
+        self.cmd = cmd
+        self.entry = cmd.entry
+        self.rl = cmd.entry == "main_ppo"
+        self.defaults = vocab.DEFAULTS[cmd.entry]
+        self.cpu = hardware_type == "cpu"
+        self.outcomes = [Outcome() for _ in cmd.overrides]
+        self.setting: dict[str, Any] = {}
+        self.by: dict[str, int] = {}
+        for i, o in enumerate(cmd.overrides):
+            if not o.key or o.problem or o.prefix == "~":
+                continue
+            if o.key in self.by:
+                self.outcomes[self.by[o.key]].overridden_by = o.text
+            self.setting[o.key] = o.value
+            self.by[o.key] = i
+        self.unknown_k = {k: i for k, i in self.by.items() if cmd.overrides[i].unknown}
+        self.values: dict[str, Any] = {}
+        self.carried: dict[str, str] = {}
+        self.notes: list[str] = []
+        self.handled: set[str] = set()
+        self.unknown: dict[str, tuple] = {}
+
+    # -- helpers ----------------------------------------------------------------------------------------------------
+
+    def given(self, k: str) -> bool:
+        return k in self.setting
+
+    def eff(self, k: str, kind: type | tuple[type, ...] | None = None) -> Any:
+        """The value veRL runs with: the command's, else veRL's default; checked against ``kind``."""
+        default = self.defaults.get(k)
+        if k not in self.setting:
+            return default
+        if k in self.unknown_k:
+            raw = self.setting[k]
+            return raw if k in _TEXT_KEYS else default
+        v = self.setting[k]
+        kind = kind or (type(default) if default is not None else None)
+        if kind is None or v is None:
+            return v
+        if kind is float and isinstance(v, int) and not isinstance(v, bool):
+            return float(v)
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(v, bool) and bool not in kinds:
+            ok = False
+        else:
+            ok = isinstance(v, kinds)
+        if not ok:
+            o = self._outcome(k)
+            if o is not None and not o.problem:
+                names_ = "/".join(t.__name__ for t in kinds)
+                o.problem = f"takes {'an' if names_[0] in 'aeiou' else 'a'} {names_}, got {v!r}; veRL's default used"
+            return default
+        return v
+
+    def put(self, key: str, value: Any, *ks: str, carry: bool = True) -> None:
+        """Our ``key`` = ``value``, from veRL's keys ``ks`` (given, or when ``carry`` their defaults)."""
+        self.handled.update(ks)
+        given = [k for k in ks if self.given(k)]
+        if not given and not carry:
+            return
+        if value is None and not _optional(key):  # a malformed value fell back to a null default: ours stands
+            return
+        self.values[key] = value
+        unknown = [k for k in given if k in self.unknown_k]
+        if unknown:
+            o = self.cmd.overrides[self.unknown_k[unknown[0]]]
+            self.unknown[key] = (" ".join(self.cmd.overrides[self.unknown_k[k]].text for k in unknown), o.unknown)
+        for k in given:
+            o = self._outcome(k)
+            if key not in o.keys:
+                o.keys.append(key)
+        if not given and ks:
+            self.carried[key] = ", ".join(ks)
+
+    def need(self, key: str, stand_in: Any, written: str, why: str, by: str = "") -> None:
+        """A value the recipe needs and no veRL key can give (it would mean something else here): ``???``; ``by``:
+        the veRL key whose line in the report says so."""
+        self.values[key] = stand_in
+        self.unknown[key] = (written, (), why)
+        o = self._outcome(by) if by else None
+        if o is not None and key not in o.keys:
+            o.keys.append(key)
+        self.handled.add(by)
+
+    def coming(self, k: str, key: str, value: Any, meanwhile: str) -> None:
+        """``key`` is not in this version's schema yet (another change adds it): say what it will be."""
+        self.none(k, COMING, f"{key}={value} once that key exists here; meanwhile {meanwhile}")
+
+    # -- the whole mapping ------------------------------------------------------------------------------------------
+
+    def run(self) -> Mapping:
+        if self.rl:
+            self._algorithm()
+            self._kl()
+            self._batches()
+            self._policy_loss()
+            self._correction()
+            self._rollout()
+            self._reward()
+            self._data_rl()
+        else:
+            self._sft()
+        self._optimizer()
+        self._engine()
+        self._model()
+        self._trainer()
+        self._logging()
+        nodes, per_node = self._hardware()
+        groups = self._placement(nodes * per_node) if self.rl else [(["policy"], nodes * per_node)]
+        self._config_flags()
+        model_key = (
+            f"{_MODEL}.path" if self.rl else ("model.partial_pretrain" if self.entry != "sft_trainer" else "model.path")
+        )
+        model_path = str(self.eff(model_key, str) or "")
+        if model_key in self.unknown_k:
+            o = self.cmd.overrides[self.unknown_k[model_key]]
+            self.unknown["model.path"] = (o.text, o.unknown)
+        self.explain(model_key, "model: the closest conf/model option (rlhf.cli.importers.recipe.choose_model)")
+        if not self.given(model_key):
+            self.notes.append(f"model: the command does not set {model_key}; veRL's default {model_path} is carried")
+        for i, o in enumerate(self.cmd.overrides):
+            out = self.outcomes[i]
+            if o.key in self.handled and not (out.keys or out.none or out.note or out.problem or o.problem):
+                out.note = "read by veRL only with settings this command does not use; no effect here either"
+            if not o.key or o.problem or out.problem or o.prefix == "~" or o.key in self.handled or out.overridden_by:
+                continue
+            why = vocab.no_equivalent(o.key)
+            if why is not None:
+                self.none(o.key, *why)
+            elif vocab.is_verl_section(o.key):
+                self.none(o.key, UNSUPPORTED, "a veRL setting with no equivalent here")
+            else:
+                out.problem = "not a key of veRL's trainer config"
+        return Mapping(
+            self.entry,
+            self.values,
+            self.carried,
+            self.outcomes,
+            self.notes,
+            model_path,
+            groups,
+            nodes,
+            per_node,
+            self.unknown,
+            getattr(self, "backend", "vllm"),
+            model_key,
+        )
+
+    # -- RL: algorithm ----------------------------------------------------------------------------------------------
+
+    def _algorithm(self) -> None:
+        k = "algorithm.adv_estimator"
+        est = self.eff(k, str)
+        if est in ESTIMATORS:
+            ours = ESTIMATORS[est]
+            if ours == "group_norm" and self.eff("algorithm.norm_adv_by_std_in_grpo", bool) is False:
+                ours = "dr_grpo"
+                self.explain("algorithm.norm_adv_by_std_in_grpo", "GRPO without dividing by the std: dr_grpo here")
+            self.put("algorithm.advantage.estimator", ours, k)
+        else:
+            what, closest = OTHER_ESTIMATORS.get(est, (f"{est!r}", "group_norm"))
+            self.put("algorithm.advantage.estimator", closest, k)
+            self.none(k, UNSUPPORTED, f"{what}; the recipe uses {closest}, the closest estimator here")
+        self.handled.add("algorithm.norm_adv_by_std_in_grpo")
+        self.put("algorithm.advantage.gamma", self.eff("algorithm.gamma", float), "algorithm.gamma")
+        self.put("algorithm.advantage.lambd", self.eff("algorithm.lam", float), "algorithm.lam")
+        if self.given("algorithm.gamma") and self.values["algorithm.advantage.estimator"] in names.GROUP_ESTIMATORS:
+            self.explain("algorithm.gamma", "group estimators use 1 whatever it says, in veRL too")
+        # veRL whitens REINFORCE++ advantages over the batch; GRPO divides by the group's std (no_std_norm: ours).
+        filt = self.eff("algorithm.filter_groups.enable", bool)
+        self.put("algorithm.filters.dynamic_filtering", bool(filt), "algorithm.filter_groups.enable")
+        if filt:
+            self.explain(
+                "algorithm.filter_groups.enable",
+                "DAPO's dynamic sampling: groups whose samples all score alike are dropped and refilled",
+            )
+            rounds = self.eff("algorithm.filter_groups.max_num_gen_batches", int)
+            if rounds and rounds > 0:
+                self.put("algorithm.filters.max_refill_rounds", rounds, "algorithm.filter_groups.max_num_gen_batches")
+            else:
+                self.explain("algorithm.filter_groups.max_num_gen_batches", "0 (no limit) in veRL; a limit here")
+        self.handled.update(("algorithm.filter_groups.metric", "algorithm.filter_groups.max_num_gen_batches"))
+        if self.given("algorithm.filter_groups.metric"):
+            self.explain("algorithm.filter_groups.metric", "the groups' reward decides here (acc and score alike)")
+
+    def _kl(self) -> None:
+        loss, in_reward = self.eff(f"{_ACTOR}.use_kl_loss", bool), self.eff("algorithm.use_kl_in_reward", bool)
+        kinds = (f"{_ACTOR}.kl_loss_type", "algorithm.kl_penalty")
+        self.handled.update(
+            (
+                f"{_ACTOR}.use_kl_loss",
+                "algorithm.use_kl_in_reward",
+                f"{_ACTOR}.kl_loss_coef",
+                "algorithm.kl_ctrl.kl_coef",
+            )
+            + kinds
+            + ("algorithm.kl_ctrl.type", "algorithm.kl_ctrl.target_kl", "algorithm.kl_ctrl.horizon")
+        )
+        if loss:
+            coef, kind_key, coef_key = self.eff(f"{_ACTOR}.kl_loss_coef", float), kinds[0], f"{_ACTOR}.kl_loss_coef"
+            self.put("algorithm.kl.placement", "loss", f"{_ACTOR}.use_kl_loss")
+        elif in_reward:
+            coef, kind_key, coef_key = (
+                self.eff("algorithm.kl_ctrl.kl_coef", float),
+                kinds[1],
+                "algorithm.kl_ctrl.kl_coef",
+            )
+            self.put("algorithm.kl.placement", "reward", "algorithm.use_kl_in_reward")
+            if self.eff("algorithm.kl_ctrl.type", str) == "adaptive":
+                self.put(
+                    "algorithm.kl.target", self.eff("algorithm.kl_ctrl.target_kl", float), "algorithm.kl_ctrl.type"
+                )
+                self.put(
+                    "algorithm.kl.horizon", self.eff("algorithm.kl_ctrl.horizon", int), "algorithm.kl_ctrl.horizon"
+                )
+        else:
+            self.put("algorithm.kl.coef", 0.0, f"{_ACTOR}.use_kl_loss", "algorithm.use_kl_in_reward")
+            for k in (f"{_ACTOR}.kl_loss_coef", "algorithm.kl_ctrl.kl_coef", *kinds):
+                if self.given(k):
+                    self.explain(k, "no effect: veRL uses no KL (neither use_kl_loss nor use_kl_in_reward)")
+            return
+        self.put("algorithm.kl.coef", coef, coef_key, f"{_ACTOR}.use_kl_loss" if loss else "algorithm.use_kl_in_reward")
+        other = "algorithm.use_kl_in_reward" if loss else f"{_ACTOR}.use_kl_loss"
+        if self.given(other) and not self.eff(other, bool):
+            self.explain(other, f"off: the KL is in the {'loss' if loss else 'reward'}")
+        kind = str(self.eff(kind_key, str))
+        straight = kind.endswith("+")
+        base = kind[:-1] if straight else kind
+        if base in KL:
+            self.put("algorithm.kl.estimator", KL[base], kind_key)
+            if base in ("low_var_kl", "k3"):
+                self.explain(kind_key, "k3; veRL clamps each token's value to [-10, 10]")
+            if straight:
+                self.explain(kind_key, "the '+' straight-through k2 gradient is not modelled: the plain estimator")
+        else:
+            self.none(kind_key, UNSUPPORTED, f"the {kind} KL estimator; one of {', '.join(sorted(set(KL)))}")
+        if loss and in_reward:
+            self.explain("algorithm.use_kl_in_reward", "veRL applies both; here the KL is in one place: the loss")
+
+    def _batches(self) -> None:
+        mini_k, micro_k, n_k = (
+            f"{_ACTOR}.ppo_mini_batch_size",
+            f"{_ACTOR}.ppo_micro_batch_size_per_gpu",
+            f"{_ROLLOUT}.n",
+        )
+        n = self.eff(n_k, int)
+        self.put("rollout.prompts_per_step", self.eff("data.train_batch_size", int), "data.train_batch_size")
+        self.put("rollout.samples_per_prompt", n, n_k)
+        mini = self.eff(mini_k, int)
+        self.put("trainer.global_batch", mini * n, mini_k, n_k)
+        self.explain(mini_k, f"prompts per optimizer step x rollout.n ({n}) = samples per optimizer step")
+        micro = self.eff(micro_k, int)
+        if micro is None and self.given(f"{_ACTOR}.ppo_micro_batch_size"):
+            total = self.eff(f"{_ACTOR}.ppo_micro_batch_size", int)
+            world = self.eff("trainer.nnodes", int) * self.eff("trainer.n_gpus_per_node", int)
+            micro = max(total // max(world, 1), 1) if isinstance(total, int) else None
+            if micro is not None:
+                self.put("trainer.micro_batch_per_device", micro, f"{_ACTOR}.ppo_micro_batch_size")
+                self.explain(f"{_ACTOR}.ppo_micro_batch_size", f"a global micro batch: {total} / {world} ranks")
+        elif micro is not None:
+            self.put("trainer.micro_batch_per_device", micro, micro_k)
+        if micro is None:
+            dynamic = self.eff(f"{_ACTOR}.use_dynamic_bsz", bool)
+            self.values["trainer.micro_batch_per_device"] = 1
+            self.notes.append(
+                "trainer.micro_batch_per_device=1: the command sets no ppo_micro_batch_size_per_gpu"
+                + (" (veRL packs micro-batches by tokens: use_dynamic_bsz)" if dynamic else " (veRL requires one)")
+            )
+        self.handled.add(f"{_ACTOR}.ppo_micro_batch_size")
+        self.put("trainer.epochs_per_rollout", self.eff(f"{_ACTOR}.ppo_epochs", int), f"{_ACTOR}.ppo_epochs")
+        for k in (f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu", f"{_REF}.log_prob_micro_batch_size_per_gpu"):
+            if self.given(k) and isinstance(self.eff(k, int), int):
+                self.put("rollout.micro_batch_per_device", self.eff(k, int), k)
+                break
+        for k in (f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu", f"{_REF}.log_prob_micro_batch_size_per_gpu"):
+            if self.given(k) and "rollout.micro_batch_per_device" in self._outcome(k).keys:
+                continue
+            if self.given(k):
+                self.explain(k, "one forward micro-batch here for log-probs, values and rewards: the first one given")
+        self.handled.update(
+            (f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu", f"{_REF}.log_prob_micro_batch_size_per_gpu")
+        )
+        cmicro = "critic.ppo_micro_batch_size_per_gpu"
+        if self.given(cmicro):
+            if self.eff(cmicro, int) == self.values.get("trainer.micro_batch_per_device"):
+                self.explain(cmicro, "the policy's too: trainer.micro_batch_per_device is shared here")
+            else:
+                self.none(cmicro, UNSUPPORTED, "a critic micro batch of its own; shared here, the policy's is kept")
+        cmini = "critic.ppo_mini_batch_size"
+        if self.given(cmini) and self.eff(cmini, int) != mini:
+            self.none(cmini, UNSUPPORTED, "a critic mini-batch of its own; trainer.global_batch is shared here")
+        self.handled.update((cmicro, cmini))
+        if self.eff(f"{_ACTOR}.use_dynamic_bsz", bool):
+            self.none(f"{_ACTOR}.use_dynamic_bsz", *vocab.no_equivalent(f"{_ACTOR}.use_dynamic_bsz"))
+        elif self.given(f"{_ACTOR}.use_dynamic_bsz"):
+            self.explain(f"{_ACTOR}.use_dynamic_bsz", "off, as here")
+
+    def _policy_loss(self) -> None:
+        k = f"{_ACTOR}.policy_loss.loss_mode"
+        mode = self.eff(k, str)
+        if mode in POLICY_LOSSES:
+            self.put("algorithm.policy_loss.type", POLICY_LOSSES[mode], k)
+        else:
+            self.put("algorithm.policy_loss.type", "ppo", k)
+            self.none(k, UNSUPPORTED, f"{OTHER_POLICY_LOSSES.get(mode, repr(mode))}; the recipe uses the PPO clip loss")
+        clip = self.eff(f"{_ACTOR}.clip_ratio", float)
+        low = self.eff(f"{_ACTOR}.clip_ratio_low", float)
+        high = self.eff(f"{_ACTOR}.clip_ratio_high", float)
+        self.put(
+            "algorithm.policy_loss.eps_clip_low",
+            clip if low is None else low,
+            f"{_ACTOR}.clip_ratio",
+            f"{_ACTOR}.clip_ratio_low",
+        )
+        self.put(
+            "algorithm.policy_loss.eps_clip_high",
+            clip if high is None else high,
+            f"{_ACTOR}.clip_ratio",
+            f"{_ACTOR}.clip_ratio_high",
+        )
+        # veRL's vanilla loss always applies dual-clip PPO (c = clip_ratio_c, 3 by default) to negative advantages.
+        self.put("algorithm.policy_loss.dual_clip", self.eff(f"{_ACTOR}.clip_ratio_c", float), f"{_ACTOR}.clip_ratio_c")
+        agg_k = f"{_ACTOR}.loss_agg_mode"
+        agg = self.eff(agg_k, str)
+        if mode == "gspo" and agg != "seq-mean-token-mean":
+            self.put("algorithm.policy_loss.aggregation", "seq_mean", agg_k)
+            self.explain(agg_k, "GSPO is a sequence-level loss here: seq_mean")
+        elif agg in AGGREGATIONS:
+            self.put("algorithm.policy_loss.aggregation", AGGREGATIONS[agg], agg_k)
+        else:
+            self.none(agg_k, UNSUPPORTED, f"{agg}; one of {', '.join(AGGREGATIONS)}")
+        scale = self.eff(f"{_ACTOR}.loss_scale_factor", int)
+        if scale is not None:
+            self.put("algorithm.policy_loss.aggregation_norm", scale, f"{_ACTOR}.loss_scale_factor")
+        self.handled.add(f"{_ACTOR}.loss_scale_factor")
+        ent = self.eff(f"{_ACTOR}.entropy_coeff", float)
+        if ent:
+            self.put("algorithm.policy_loss.entropy_coef", ent, f"{_ACTOR}.entropy_coeff")
+        elif self.given(f"{_ACTOR}.entropy_coeff"):
+            self.explain(f"{_ACTOR}.entropy_coeff", "0: no entropy bonus, as here")
+        self.handled.add(f"{_ACTOR}.entropy_coeff")
+        sp = self.eff(f"{_ACTOR}.ulysses_sequence_parallel_size", int)
+        if sp and sp > 1:
+            self.none(
+                f"{_ACTOR}.ulysses_sequence_parallel_size",
+                UNSUPPORTED,
+                f"sequence parallelism (Ulysses, {sp} ranks per sequence); every rank is data-parallel here, so the "
+                "gradient accumulation differs from veRL's",
+            )
+        elif self.given(f"{_ACTOR}.ulysses_sequence_parallel_size"):
+            self.explain(f"{_ACTOR}.ulysses_sequence_parallel_size", "1: none, as here")
+
+    def _correction(self) -> None:
+        k = "algorithm.rollout_correction.rollout_is"
+        level = self.eff(k, (str, type(None)))
+        thr_k = "algorithm.rollout_correction.rollout_is_threshold"
+        self.handled.update((k, thr_k))
+        if level == "token":
+            high = self.eff(thr_k, (float, str))
+            try:
+                high = float(high)
+            except (TypeError, ValueError):
+                self.none(thr_k, UNSUPPORTED, f"{high!r}: IcePop bounds as a string; the TIS upper bound is a number")
+                high = 2.0
+            self.put("algorithm.is_correction.type", "tis", k)
+            if schema_has("algorithm.is_correction.threshold"):
+                self.put("algorithm.is_correction.threshold", [0.0, high], thr_k)
+            else:
+                self.put("algorithm.is_correction.low", 0.0, k)
+                self.put("algorithm.is_correction.high", high, thr_k)
+            self.explain(k, "truncated IS (TIS): token weights capped at the threshold")
+        elif level is not None:
+            self.none(k, UNSUPPORTED, f"veRL's {level}-level IS weights; token-level TIS is the one carried over")
+        for rest in ("rollout_rs", "rollout_rs_threshold", "bypass_mode", "loss_type", "rollout_is_batch_normalize"):
+            rk = f"algorithm.rollout_correction.{rest}"
+            self.handled.add(rk)
+            if self.given(rk) and self.eff(rk) not in (None, False, "ppo_clip"):
+                self.none(rk, UNSUPPORTED, "veRL's rejection sampling and bypass modes of the rollout correction")
+            elif self.given(rk):
+                self.explain(rk, "off, as here")
+
+    def _rollout(self) -> None:
+        name_k = f"{_ROLLOUT}.name"
+        name = self.eff(name_k, str)
+        self.backend = "vllm"
+        if name in ("vllm", "hf"):
+            self.backend = name
+            self.explain(name_k, f"rollout={name}")
+        elif name is None:
+            self.notes.append(f"rollout: the command does not set {name_k} (veRL requires it); vllm chosen")
+        else:
+            self.none(name_k, UNSUPPORTED, f"{name} as a rollout engine; the recipe uses vllm")
+        self.handled.add(name_k)
+        tp = self.eff(f"{_ROLLOUT}.tensor_model_parallel_size", int)
+        self.put("rollout.tensor_parallel_size", tp, f"{_ROLLOUT}.tensor_model_parallel_size")
+        self.put(
+            "rollout.gpu_memory_utilization",
+            self.eff(f"{_ROLLOUT}.gpu_memory_utilization", float),
+            f"{_ROLLOUT}.gpu_memory_utilization",
+        )
+        greedy = self.eff(f"{_ROLLOUT}.do_sample", bool) is False
+        temp = 0.0 if greedy else self.eff(f"{_ROLLOUT}.temperature", float)
+        self.put("rollout.temperature", temp, f"{_ROLLOUT}.temperature", f"{_ROLLOUT}.do_sample")
+        self.put("rollout.top_p", self.eff(f"{_ROLLOUT}.top_p", float), f"{_ROLLOUT}.top_p")
+        self.put("rollout.top_k", self.eff(f"{_ROLLOUT}.top_k", int), f"{_ROLLOUT}.top_k")
+        self.put("rollout.enforce_eager", self.eff(f"{_ROLLOUT}.enforce_eager", bool), f"{_ROLLOUT}.enforce_eager")
+        self.put(
+            "rollout.enable_prefix_caching",
+            self.eff(f"{_ROLLOUT}.enable_prefix_caching", bool),
+            f"{_ROLLOUT}.enable_prefix_caching",
+        )
+        self.put(
+            "rollout.enable_sleep", self.eff(f"{_ROLLOUT}.free_cache_engine", bool), f"{_ROLLOUT}.free_cache_engine"
+        )
+        if self.given(f"{_ROLLOUT}.max_num_seqs"):
+            self.put("rollout.max_num_seqs", self.eff(f"{_ROLLOUT}.max_num_seqs", int), f"{_ROLLOUT}.max_num_seqs")
+        self.handled.add(f"{_ROLLOUT}.max_num_seqs")
+        vgreedy = self.eff(f"{_ROLLOUT}.val_kwargs.do_sample", bool) is False
+        vtemp = 0.0 if vgreedy else self.eff(f"{_ROLLOUT}.val_kwargs.temperature", float)
+        self.put("eval.temperature", vtemp, f"{_ROLLOUT}.val_kwargs.temperature", f"{_ROLLOUT}.val_kwargs.do_sample")
+        self.put("eval.samples_per_prompt", self.eff(f"{_ROLLOUT}.val_kwargs.n", int), f"{_ROLLOUT}.val_kwargs.n")
+        tools = [f"{_ROLLOUT}.multi_turn.{k}" for k in ("tool_config_path", "interaction_config_path")]
+        config = next((str(o.value) for o in self.cmd.overrides if o.flag in ("--config-name", "-cn")), "")
+        if (
+            self.eff(f"{_ROLLOUT}.multi_turn.enable", bool)
+            or any(self.given(k) for k in tools)
+            or "multiturn" in config
+        ):
+            if self.given(f"{_ROLLOUT}.multi_turn.enable"):
+                self.none(f"{_ROLLOUT}.multi_turn.enable", *vocab.no_equivalent(f"{_ROLLOUT}.multi_turn.enable"))
+            self.notes.append(
+                "multi-turn: veRL's tool-calling rollouts have no equivalent here; the recipe trains single-turn "
+                "(an agent file of OpenRLHF's protocol would be agent.path=FILE)"
+            )
+
+    def _reward(self) -> None:
+        custom, rm = "custom_reward_function.path", "reward_model.enable"
+        self.handled.update((custom, "custom_reward_function.name", rm, "reward_model.model.path"))
+        self.reward_model = False
+        if self.eff(custom, str):
+            self.need(
+                "reward.function",
+                str(self.eff(custom, str)),
+                f"{custom}={self.eff(custom, str)}",
+                "a veRL compute_score(data_source, solution_str, ground_truth, extra_info) file; a reward file here "
+                "defines reward_func(queries, prompts, labels): wrap it and give reward.function=FILE",
+                by=custom,
+            )
+            if self.given("custom_reward_function.name"):
+                self.explain("custom_reward_function.name", "the wrapped file's reward_func calls it")
+        elif self.eff(rm, bool):
+            path = self.eff("reward_model.model.path", str)
+            if path:
+                self.put("reward.model_path", path, "reward_model.model.path", rm)
+            else:
+                self.need("reward.model_path", "", f"{rm}=True", "the reward model's folder (reward_model.model.path)")
+            self.reward_model = True
+        else:
+            self.values["reward.verifier"] = "math"
+            self.carried["reward.verifier"] = "veRL's rule-based scorer (default_compute_score)"
+            self.notes.append(
+                "reward: veRL scores with its built-in rule for each row's data_source (gsm8k, MATH, ...); here the "
+                "math verifier (math-verify) checks the final answer against data.label_key"
+            )
+        buf = "reward_model.reward_kwargs.overlong_buffer_cfg"
+        self.handled.update(f"{buf}.{x}" for x in ("enable", "len", "penalty_factor", "log"))
+        self.handled.add("reward_model.reward_kwargs.max_resp_len")
+        if self.eff(f"{buf}.enable", bool):
+            length = self.eff(f"{buf}.len", int)
+            if isinstance(length, int):
+                self.put("algorithm.filters.overlong_buffer_len", length, f"{buf}.len", f"{buf}.enable")
+            factor = self.eff(f"{buf}.penalty_factor", float)
+            if isinstance(factor, float):
+                self.put("algorithm.filters.overlong_penalty_factor", factor, f"{buf}.penalty_factor")
+            self.explain("reward_model.reward_kwargs.max_resp_len", "rollout.max_new_tokens bounds the buffer here")
+        manager = "reward_model.reward_manager"
+        self.handled.add(manager)
+        if self.given(manager):
+            self.explain(manager, "scores go straight to the policy's advantages here (no reward manager)")
+
+    def _data_rl(self) -> None:
+        self._files()
+        prompt, response = self.eff("data.max_prompt_length", int), self.eff("data.max_response_length", int)
+        self.put("data.max_prompt_len", prompt, "data.max_prompt_length")
+        self.put("rollout.max_new_tokens", response, "data.max_response_length")
+        self.put("data.max_len", prompt + response, "data.max_prompt_length", "data.max_response_length")
+        self.put("data.input_key", self.eff("data.prompt_key", str), "data.prompt_key")
+        self.put("data.datasource_key", self.eff("data.reward_fn_key", str), "data.reward_fn_key")
+        self.put("data.apply_chat_template", True, "data.prompt_key")
+        if self.values.get("reward.verifier") or "reward.function" in self.values:
+            self.need(
+                "data.label_key",
+                "label",
+                "reward_model.ground_truth",
+                "veRL's rows keep the answer in this nested field; name the top-level column that holds it",
+            )
+        self._lengths_policy("data.max_prompt_length")
+
+    def _lengths_policy(self, length_key: str) -> None:
+        drop = self.eff("data.filter_overlong_prompts", bool) if self.rl else False
+        trunc = self.eff("data.truncation", str)
+        if drop:
+            self.put("data.on_too_long", "drop", "data.filter_overlong_prompts")
+        else:
+            self.put("data.on_too_long", "truncate", "data.truncation")
+            if trunc == "error":
+                self.explain("data.truncation", "veRL stops on a row past the limit; here such rows are truncated")
+        if drop and self.given("data.truncation"):
+            self.explain("data.truncation", "overlong rows are dropped before it applies, in veRL too")
+        self.handled.update(("data.filter_overlong_prompts", "data.truncation"))
+        samples = self.eff("data.train_max_samples", int)
+        if isinstance(samples, int) and samples > 0:
+            self.put("data.max_samples", samples, "data.train_max_samples")
+        self.handled.add("data.train_max_samples")
+
+    def _files(self) -> None:
+        def files(k: str) -> list[str]:
+            v = self.eff(k, (str, list))
+            if v is None:
+                return []
+            return [str(x) for x in v] if isinstance(v, list) else [str(v)]
+
+        train = files("data.train_files")
+        self.put("data.train_files", train, "data.train_files")
+        if "" in train and "data.train_files" not in self.unknown_k:
+            self.need("data.train_files", train, "data.train_files=", "empty in the script: the training data to use")
+        val = files("data.val_files")
+        test_freq = self.eff("trainer.test_freq", int)
+        self.handled.add("data.val_files")
+        if val and isinstance(test_freq, int) and test_freq > 0:
+            self.put("data.eval_files", val, "data.val_files")
+            if "" in val and "data.val_files" not in self.unknown_k:
+                self.need("data.eval_files", val, "data.val_files=", "empty in the script: the eval data to use")
+        elif self.given("data.val_files"):
+            self.put("data.eval_files", val, "data.val_files", carry=False)
+            if not self.rl or test_freq is None or test_freq <= 0:
+                self.explain("data.val_files", "evaluated at the end of each epoch (SFT) or never (test_freq -1)")
+
+    # -- SFT --------------------------------------------------------------------------------------------------------
+
+    def _sft(self) -> None:
+        self._files()
+        engine = self.entry == "sft_trainer"
+        if engine or self.eff("data.multiturn.enable", bool):
+            key = "data.messages_key" if engine else "data.multiturn.messages_key"
+            self.put("data.multiturn", True, key if engine else "data.multiturn.enable")
+            self.put("data.input_key", self.eff(key, str), key)
+            self.handled.update(("data.multiturn.enable", key))
+            for k in ("data.prompt_key", "data.response_key", "data.prompt_dict_keys", "data.response_dict_keys"):
+                if self.given(k):
+                    self.explain(k, "multi-turn rows: the conversation column (data.input_key) holds every turn")
+        else:
+            self.put("data.input_key", self.eff("data.prompt_key", str), "data.prompt_key")
+            self.put("data.output_key", self.eff("data.response_key", str), "data.response_key")
+            for side, ours in (("prompt", "data.input_key"), ("response", "data.output_key")):
+                dk = f"data.{side}_dict_keys"
+                keys = self.eff(dk, (list, str))
+                if keys:
+                    column = self.values[ours]
+                    nested = ".".join(map(str, keys)) if isinstance(keys, list) else str(keys)
+                    self.need(
+                        ours,
+                        column,
+                        f"data.{side}_key={column} {dk}={keys}",
+                        f"veRL reads the {side} from a nested field ({column}.{nested}); name the top-level column "
+                        "that holds it",
+                        by=dk,
+                    )
+                self.handled.add(dk)
+        self.put("data.max_len", self.eff("data.max_length", int), "data.max_length")
+        self._lengths_policy("data.max_length")
+        self.put("trainer.global_batch", self.eff("data.train_batch_size", int), "data.train_batch_size")
+        micro = self.eff("data.micro_batch_size_per_gpu", int)
+        self.put("trainer.micro_batch_per_device", micro, "data.micro_batch_size_per_gpu", "data.micro_batch_size")
+        if self.given("data.micro_batch_size"):
+            self.explain("data.micro_batch_size", "deprecated in veRL for micro_batch_size_per_gpu (used instead)")
+        if self.given("data.chat_template"):
+            self.put("model.chat_template", self.eff("data.chat_template", str), "data.chat_template")
+        self.handled.add("data.chat_template")
+        if self.eff("data.use_dynamic_bsz", bool):
+            self.none("data.use_dynamic_bsz", *vocab.no_equivalent("data.use_dynamic_bsz"))
+        self.handled.add("data.use_dynamic_bsz")
+        self.put("data.apply_chat_template", True, "data.prompt_key")
+        sp = self.eff("ulysses_sequence_parallel_size", int)
+        if sp and sp > 1:
+            self.none("ulysses_sequence_parallel_size", UNSUPPORTED, "sequence parallelism (Ulysses)")
+        self.handled.add("ulysses_sequence_parallel_size")
+
+    # -- shared by RL and SFT ---------------------------------------------------------------------------------------
+
+    def _optimizer(self) -> None:
+        p = f"{_ACTOR}.optim." if self.rl else "optim."
+        sched_k = p + ("lr_scheduler_type" if self.rl else "lr_scheduler")
+        self.put("trainer.lr", self.eff(p + "lr", float), p + "lr")
+        if self.rl:
+            self.put("trainer.critic_lr", self.eff("critic.optim.lr", float), "critic.optim.lr")
+        betas = self.eff(p + "betas", list)
+        if isinstance(betas, list) and len(betas) == 2 and all(isinstance(b, (int, float)) for b in betas):
+            self.put("trainer.betas", [float(b) for b in betas], p + "betas")
+        else:
+            self.none(p + "betas", UNSUPPORTED, f"{betas!r}: two numbers")
+        self.put("trainer.weight_decay", self.eff(p + "weight_decay", float), p + "weight_decay")
+        self.put("trainer.max_norm", self.eff(p + "clip_grad", float), p + "clip_grad")
+        ratio = self.eff(p + "lr_warmup_steps_ratio", float)
+        steps = self.eff(p + "lr_warmup_steps", int) if self.rl else None
+        self.put("trainer.warmup_ratio", ratio, p + "lr_warmup_steps_ratio")
+        if isinstance(steps, int) and steps > 0:
+            self.none(p + "lr_warmup_steps", UNSUPPORTED, "a warm-up in steps; trainer.warmup_ratio is a fraction")
+        self.handled.add(p + "lr_warmup_steps")
+        sched = self.eff(sched_k, str)
+        min_ratio = self.eff(p + "min_lr_ratio", float)
+        if sched == "cosine":
+            self.put("trainer.lr_scheduler", "cosine_with_min_lr", sched_k)
+            self.put("trainer.min_lr_ratio", min_ratio, p + "min_lr_ratio", sched_k)
+        elif sched == "constant":
+            self.put("trainer.lr_scheduler", "constant_with_warmup" if ratio else "constant", sched_k)
+        else:
+            self.none(sched_k, UNSUPPORTED, f"the {sched} schedule; constant or cosine")
+        self.handled.add(p + "min_lr_ratio")
+        if self.given(p + "optimizer") and str(self.eff(p + "optimizer", str)).lower() != "adamw":
+            self.none(p + "optimizer", UNSUPPORTED, f"{self.eff(p + 'optimizer')}; AdamW here")
+        elif self.given(p + "optimizer"):
+            self.explain(p + "optimizer", "AdamW, as here")
+        self.handled.add(p + "optimizer")
+        self.values["trainer.precision"] = "fp32" if self.cpu else "bf16"
+        self.carried["trainer.precision"] = "veRL's FSDP mixed precision (bf16 compute, fp32 master weights)"
+
+    def _engine(self) -> None:
+        if self.rl:
+            strat_k, param_k, optim_k = (
+                f"{_ACTOR}.strategy",
+                f"{_ACTOR}.fsdp_config.param_offload",
+                f"{_ACTOR}.fsdp_config.optimizer_offload",
+            )
+            reshard_k = f"{_ACTOR}.fsdp_config.reshard_after_forward"
+        elif self.entry == "sft_trainer":
+            strat_k, param_k, optim_k, reshard_k = (
+                "engine.strategy",
+                "engine.param_offload",
+                "engine.optimizer_offload",
+                "",
+            )
+        else:
+            strat_k, param_k, optim_k, reshard_k = (
+                "model.strategy",
+                "model.fsdp_config.offload_params",
+                "model.fsdp_config.cpu_offload",
+                "",
+            )
+        self.handled.update(k for k in (strat_k, param_k, optim_k, reshard_k) if k)
+        strategy = self.eff(strat_k, str)
+        param_off, optim_off = bool(self.eff(param_k, bool)), bool(self.eff(optim_k, bool))
+        if strategy == "megatron":
+            self.none(
+                strat_k,
+                UNSUPPORTED,
+                "Megatron-LM training (tensor and pipeline parallelism); sharded data "
+                "parallelism instead (FSDP2, or DeepSpeed ZeRO-3)",
+            )
+        fsdp2 = schema_allows("trainer.backend", "fsdp2")
+        if fsdp2:
+            self.put("trainer.backend", "fsdp2", strat_k)
+            if strategy == "fsdp":
+                self.explain(strat_k, "veRL's fsdp is FSDP1; FSDP2 here shards parameters, gradients and states alike")
+            if param_off or optim_off:
+                if schema_has("trainer.fsdp2.cpu_offload"):
+                    self.put("trainer.fsdp2.cpu_offload", True, param_k, optim_k)
+                    if param_off != optim_off:
+                        self.explain(param_k if param_off else optim_k, "FSDP2's CPU offload moves both here")
+            elif self.given(param_k) or self.given(optim_k):
+                for k in (param_k, optim_k):
+                    if self.given(k):
+                        self.explain(k, "off, as here")
+            if reshard_k and self.given(reshard_k) and schema_has("trainer.fsdp2.reshard_after_forward"):
+                self.put("trainer.fsdp2.reshard_after_forward", self.eff(reshard_k, bool), reshard_k)
+        else:
+            # FSDP's full sharding is ZeRO-3's: parameters, gradients and optimizer states split over the ranks.
+            self.put("trainer.zero_stage", 3, strat_k)
+            if strategy in ("fsdp", "fsdp2") or strategy is None:
+                self.coming(strat_k, "trainer.backend", "fsdp2", "DeepSpeed ZeRO-3, which shards the same way")
+                if not self.given(strat_k):
+                    self.notes.append(
+                        f"trainer.zero_stage=3: veRL trains with FSDP ({strat_k}={strategy}); DeepSpeed ZeRO-3 shards "
+                        "parameters, gradients and optimizer states alike; trainer.backend=fsdp2 is coming (import "
+                        "again once this version has it)"
+                    )
+            lora = bool(self.eff(f"{_MODEL}.lora_rank" if self.rl else "model.lora_rank", int))
+            if param_off and lora:
+                # DeepSpeed here cannot offload ZeRO-3 parameters under LoRA (validation refuses it).
+                self.none(
+                    param_k,
+                    UNSUPPORTED,
+                    "parameter offload with LoRA under DeepSpeed ZeRO-3; off (FSDP2's "
+                    "CPU offload carries it once trainer.backend=fsdp2 exists)",
+                )
+                param_off = False
+            self.put("trainer.offload_params", param_off, param_k)
+            self.put("trainer.offload_optimizer", optim_off, optim_k)
+            if optim_off:
+                self.put("trainer.optimizer", "cpu_adam", optim_k)
+        if self.rl:
+            self.put(
+                "reference.offload",
+                bool(self.eff(f"{_REF}.fsdp_config.param_offload", bool)),
+                f"{_REF}.fsdp_config.param_offload",
+            )
+            for k in ("critic.fsdp.param_offload", "critic.fsdp.optimizer_offload"):
+                if self.given(k) and bool(self.eff(k, bool)) != (param_off if "param" in k else optim_off):
+                    self.none(k, UNSUPPORTED, "a critic offload of its own; the training engine's settings are shared")
+                elif self.given(k):
+                    self.explain(k, "the policy's too: shared by every trained role here")
+                self.handled.add(k)
+
+    def _model(self) -> None:
+        p = f"{_MODEL}." if self.rl else "model."
+        self.put(
+            "trainer.gradient_checkpointing",
+            bool(self.eff(p + "enable_gradient_checkpointing", bool)),
+            p + "enable_gradient_checkpointing",
+        )
+        rank_k = p + "lora_rank"
+        if self.rl and self.given(f"{_MODEL}.lora.rank"):
+            rank_k = f"{_MODEL}.lora.rank"
+        rank = self.eff(rank_k, int) or 0
+        self.handled.update(
+            (p + "lora_rank", f"{_MODEL}.lora.rank", p + "lora_alpha", f"{_MODEL}.lora.alpha", p + "target_modules")
+        )
+        if rank:
+            alpha_k = f"{_MODEL}.lora.alpha" if self.rl and self.given(f"{_MODEL}.lora.alpha") else p + "lora_alpha"
+            self.put("model.lora.rank", rank, rank_k)
+            self.put("model.lora.alpha", self.eff(alpha_k, int) or 16, alpha_k)
+            mods = self.eff(p + "target_modules", (str, list))
+            self.put(
+                "model.lora.target_modules",
+                [str(m) for m in mods] if isinstance(mods, list) else [str(mods)],
+                p + "target_modules",
+            )
+        self.put("model.trust_remote_code", bool(self.eff(p + "trust_remote_code", bool)), p + "trust_remote_code")
+        if self.given(p + "custom_chat_template"):
+            self.put("model.chat_template", self.eff(p + "custom_chat_template", str), p + "custom_chat_template")
+        self.handled.add(p + "custom_chat_template")
+        if self.given(f"{_MODEL}.tokenizer_path"):
+            self.put("model.tokenizer_path", self.eff(f"{_MODEL}.tokenizer_path", str), f"{_MODEL}.tokenizer_path")
+        self.handled.add(f"{_MODEL}.tokenizer_path")
+        if self.rl:
+            critic = self.eff("critic.model.path", str)
+            policy = self.eff(f"{_MODEL}.path", str)
+            if critic and critic != policy:
+                self.put("critic.model_path", critic, "critic.model.path")
+            elif critic:
+                self.explain("critic.model.path", "the policy's model: an empty critic.model_path means it here")
+            self.handled.add("critic.model.path")
+            self.put("critic.value_clip", self.eff("critic.cliprange_value", float), "critic.cliprange_value")
+
+    def _trainer(self) -> None:
+        if self.rl:
+            self.put("trainer.num_episodes", self.eff("trainer.total_epochs", int), "trainer.total_epochs")
+        else:
+            self.put("trainer.epochs", self.eff("trainer.total_epochs", int), "trainer.total_epochs")
+        steps = self.eff("trainer.total_training_steps", int)
+        if steps is not None:
+            self.put("trainer.max_steps", steps, "trainer.total_training_steps")
+        self.handled.add("trainer.total_training_steps")
+        save = self.eff("trainer.save_freq", int)
+        self.handled.add("trainer.save_freq")
+        if isinstance(save, int) and save > 0:
+            self.put("checkpoint.save_steps", save, "trainer.save_freq")
+        elif self.given("trainer.save_freq"):
+            self.put("checkpoint.save_steps", 0, "trainer.save_freq")
+            self.explain("trainer.save_freq", "veRL saves none; here one at the end and on an interrupt")
+        test = self.eff("trainer.test_freq", int)
+        self.handled.add("trainer.test_freq")
+        if isinstance(test, int) and test > 0:
+            self.put("eval.steps", test, "trainer.test_freq")
+        elif self.given("trainer.test_freq"):
+            self.put("eval.steps", 0, "trainer.test_freq")
+        if self.given("trainer.val_before_train"):
+            self.explain("trainer.val_before_train", "an evaluating run here evaluates at step 0 too")
+        self.handled.add("trainer.val_before_train")
+        self.put("checkpoint.dir", self.eff("trainer.default_local_dir", str), "trainer.default_local_dir", carry=False)
+        mode = self.eff("trainer.resume_mode", str)
+        resume = {"auto": "auto", "disable": "never"}.get(mode)
+        if mode == "resume_path":
+            resume = self.eff("trainer.resume_from_path", str) or "auto"
+        if resume is None:
+            self.none("trainer.resume_mode", UNSUPPORTED, f"{mode}; auto, disable or resume_path")
+        else:
+            self.put("checkpoint.resume", resume, "trainer.resume_mode", "trainer.resume_from_path", carry=False)
+        self.handled.update(("trainer.resume_mode", "trainer.resume_from_path"))
+        keep = self.eff("trainer.max_actor_ckpt_to_keep", int)
+        if isinstance(keep, int) and keep >= 1:
+            self.put("checkpoint.max_keep", keep, "trainer.max_actor_ckpt_to_keep")
+        self.handled.add("trainer.max_actor_ckpt_to_keep")
+        if self.rl:
+            warm = self.eff("trainer.critic_warmup", int)
+            self.put("critic.freezing_steps", max(warm, 0) if isinstance(warm, int) else 0, "trainer.critic_warmup")
+        seed_k = "data.seed" if self.rl else "trainer.seed"
+        seed = self.eff(seed_k, int)
+        if isinstance(seed, int) and seed >= 0:
+            self.put("seed", seed, seed_k)
+        self.handled.add(seed_k)
+        device = self.eff("trainer.device", str)
+        self.handled.add("trainer.device")
+        if device not in (None, "cuda"):
+            self.none(
+                "trainer.device", GPU_ONLY, f"{device}: NVIDIA GPUs (and CPUs) only here; the recipe targets GPUs"
+            )
+
+    def _logging(self) -> None:
+        k = "trainer.logger"
+        self.put("logging.experiment", self.eff("trainer.project_name", str), "trainer.project_name", carry=False)
+        self.put("logging.run_name", self.eff("trainer.experiment_name", str), "trainer.experiment_name", carry=False)
+        self.handled.add(k)
+        if not self.given(k):
+            return
+        raw = self.eff(k, (list, str))
+        wanted = [str(x) for x in raw] if isinstance(raw, list) else [str(raw)]
+        ours = [TRACKERS[t] for t in wanted if t in TRACKERS]
+        other = [t for t in wanted if t not in TRACKERS]
+        if schema_has("logging.trackers"):
+            self.put("logging.trackers", ours, k)
+            if other:
+                self.explain(k, f"{', '.join(other)}: not trackers here (mlflow, tensorboard, wandb, console)")
+        else:
+            extra = [t for t in ours if t not in ("mlflow", "console")]
+            if extra:
+                self.coming(
+                    k, "logging.trackers", f"[{', '.join(ours)}]", "MLflow logs the run and the console shows progress"
+                )
+            else:
+                self.explain(k, "the console shows progress; MLflow logs the run here")
+            if other:
+                self.explain(k, f"{', '.join(other)}: not trackers here")
+
+    def _hardware(self) -> tuple[int, int]:
+        l_nodes, l_gpus = launcher_devices(self.cmd.launcher)
+        nodes = self.eff("trainer.nnodes", int)
+        per_node = self.eff("trainer.n_gpus_per_node", int)
+        for k in ("trainer.nnodes", "trainer.n_gpus_per_node"):
+            self.handled.add(k)
+        if not self.rl and (l_nodes or l_gpus):  # torchrun decides the SFT world
+            nodes, per_node = l_nodes or nodes, l_gpus or per_node
+            for k in ("trainer.nnodes", "trainer.n_gpus_per_node"):
+                if self.given(k):
+                    self.explain(k, "the launcher's --nnodes / --nproc_per_node decide the devices")
+        nodes = nodes if isinstance(nodes, int) and nodes >= 1 else 1
+        unknown = (
+            not self.rl and any("$" in w for w in self.cmd.launcher)
+        ) or "trainer.n_gpus_per_node" in self.unknown_k
+        if unknown or not (isinstance(per_node, int) and per_node >= 1):
+            per_node = self._devices_the_batch_allows(nodes)
+            self.notes.append(
+                f"devices: the command's device count is unknown here; {nodes} node(s) x {per_node} assumed (the most, "
+                "up to 8, that the batch splits over evenly); pass --hardware to choose"
+            )
+        for k in ("trainer.nnodes", "trainer.n_gpus_per_node"):
+            if self.given(k) and not self._outcome(k).note:
+                self.explain(k, f"hardware: {nodes} node(s) x {per_node} devices")
+        return nodes, per_node
+
+    def _devices_the_batch_allows(self, nodes: int) -> int:
+        """Devices per node when the command does not say: the most (up to 8) over which the global batch splits into
+        whole micro-batches on every data-parallel rank."""
+        batch, micro = self.values.get("trainer.global_batch"), self.values.get("trainer.micro_batch_per_device")
+        if not (isinstance(batch, int) and isinstance(micro, int) and batch > 0 and micro > 0):
+            return 8
+        return next((n for n in range(8, 0, -1) if batch % (micro * n * nodes) == 0), 1)
+
+    def _placement(self, total: int) -> list[tuple[list[str], int]]:
+        """veRL's hybrid engine: every role in one resource pool, the engines on all of it (TP devices each)."""
+        present = ["policy", "rollout"]
+        if self.values.get("algorithm.kl.coef", 0.0) > 0:
+            present.insert(1, "reference")
+        if self.values.get("algorithm.advantage.estimator") in names.CRITIC_ESTIMATORS:
+            present.insert(-1, "critic")
+        if self.reward_model:
+            present.insert(-1, "reward")
+        tp = self.values.get("rollout.tensor_parallel_size") or 1
+        tp = tp if isinstance(tp, int) and tp >= 1 else 1
+        self.put("rollout.num_engines", max(total // tp, 1))
+        self.notes.append(
+            f"rollout.num_engines={max(total // tp, 1)}: veRL runs an engine on every {tp} device(s) of its pool "
+            f"({total} devices)"
+        )
+        if self.eff("reward_model.enable_resource_pool", bool):
+            self.notes.append("reward_model.enable_resource_pool: the reward model shares the pool here (colocated)")
+        self.handled.add("reward_model.enable_resource_pool")
+        return [(present, total)]
+
+    def _config_flags(self) -> None:
+        for i, o in enumerate(self.cmd.overrides):
+            if not o.flag:
+                continue
+            out = self.outcomes[i]
+            base = str(o.value).removesuffix(".yaml")
+            if o.flag in ("--config-name", "-cn") and base == "ppo_megatron_trainer":
+                out.none = (
+                    f"{UNSUPPORTED}: Megatron-LM's trainer config; the recipe trains with sharded data parallelism"
+                )
+            elif o.flag in ("--config-name", "-cn") and base in ("ppo_trainer", "sft_trainer"):
+                out.note = "veRL's own default config, as read here"
+            elif o.flag in ("--config-name", "-cn"):
+                out.none = (
+                    f"{UNSUPPORTED}: a config file of the script's ({base}); what it sets is not read here, only the "
+                    "overrides on the command line (and veRL's defaults)"
+                )
+            else:
+                out.note = "where the config file is; see --config-name"
+
+
+def map_command(cmd: Command, hardware_type: str = "h100") -> Mapping:
+    """Every override of ``cmd`` -> our keys (before choosing presets), with an outcome per override."""
+    return _Mapper(cmd, hardware_type).run()

@@ -1,0 +1,95 @@
+"""The last attempt of a run folder, in ``<run dir>/attempt.json``: the driver that runs it (pid and start time, so a
+recycled pid is told apart), how it ended (RUNNING while it runs, and also after its driver died without a word;
+FINISHED, FAILED or KILLED once the lifecycle ended it), the steps it trains to and where its checkpoints are.
+
+The run lifecycle writes it when an attempt starts (after the data was read: a run refused before that never
+started) and when it ends. The next ``rlhf-run`` in the folder and the reaper (rlhf.launch.reaper) read it to end,
+in every tracker that keeps a status, the run a driver that died left RUNNING (:func:`end_if_dead`);
+``rlhf-run --resume`` reads it to say that a finished run has nothing to resume, and a rerun of the same command to
+find the interrupted one (rlhf.cli.resume).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ATTEMPT_FILE = "attempt.json"
+RUNNING, FINISHED = "RUNNING", "FINISHED"
+# A driver that died without ending its attempt (SIGKILL, the out-of-memory killer, a lost node) leaves its runs
+# FAILED, not KILLED: nothing says it was asked to stop, and MLflow marks a run whose process ended in error FAILED
+# too. KILLED stays what the lifecycle writes when it stopped on a signal with a checkpoint. Either is resumable.
+DEAD_STATUS = "FAILED"
+
+
+@dataclass
+class Attempt:
+    status: str  # RUNNING | FINISHED | FAILED | KILLED
+    pid: int  # the driver's
+    started: float  # the driver's process start time (psutil's create_time)
+    steps: int  # what this attempt trains to
+    checkpoints: str  # the checkpoint root (absolute)
+    reason: str = ""  # why it ended, when not by itself (a dead driver found later)
+
+    def driver_alive(self) -> bool:
+        """The driver is still running (the same process, not a recycled pid)."""
+        import psutil
+
+        try:
+            p = psutil.Process(self.pid)
+            return abs(p.create_time() - self.started) < 0.01 and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    @property
+    def dead(self) -> bool:
+        """It says RUNNING but its driver is gone."""
+        return self.status == RUNNING and not self.driver_alive()
+
+
+def read(run_dir: Path) -> Attempt | None:
+    f = Path(run_dir) / ATTEMPT_FILE
+    try:
+        data: dict[str, Any] = json.loads(f.read_text())
+        return Attempt(**{k: data[k] for k in Attempt.__dataclass_fields__ if k in data})
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _write(run_dir: Path, attempt: Attempt) -> None:
+    tmp = Path(run_dir) / f".{ATTEMPT_FILE}.tmp"
+    tmp.write_text(json.dumps(asdict(attempt), indent=1))
+    tmp.replace(Path(run_dir) / ATTEMPT_FILE)  # a kill mid-write leaves the previous file whole
+
+
+def begin(run_dir: Path, steps: int, checkpoints: Path) -> Attempt:
+    import psutil
+
+    me = psutil.Process(os.getpid())
+    attempt = Attempt(RUNNING, me.pid, me.create_time(), steps, str(Path(checkpoints).resolve()))
+    _write(run_dir, attempt)
+    return attempt
+
+
+def end(run_dir: Path, attempt: Attempt, status: str, reason: str = "") -> None:
+    attempt.status, attempt.reason = status, reason
+    _write(run_dir, attempt)
+
+
+def end_if_dead(run_dir: Path, found_by: str) -> list[str]:
+    """When the folder's last attempt died without ending (RUNNING, its driver gone): its runs in every tracker that
+    keeps a status are ended FAILED, and so is the attempt. The lines to print (none when there was nothing to end).
+    ``found_by``: who noticed ("the next rlhf-run", "the reaper"), kept as the reason."""
+    attempt = read(run_dir)
+    if attempt is None or not attempt.dead:
+        return []
+    from rlhf.tracking.tracker import end_stale_runs
+
+    reason = f"its driver (pid {attempt.pid}) died without finishing; found by {found_by}"
+    ended = end_stale_runs(Path(run_dir), DEAD_STATUS, reason)
+    end(run_dir, attempt, DEAD_STATUS, reason)
+    where = f": {', '.join(ended)} marked {DEAD_STATUS}" if ended else ""
+    return [f"the previous attempt in {run_dir} ended without finishing (driver pid {attempt.pid} is gone){where}"]

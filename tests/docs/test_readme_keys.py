@@ -1,0 +1,97 @@
+"""Every config key the README names exists: each ``section.key`` (or ``section.key=``) in backticks or on a command
+line of a code block, whose first part is a section of the schema (rlhf/spec/schema.py) or ``hydra``, must be a key
+or a section of the schema, or a key of Hydra's own config or of a sweeper or launcher plugin the README describes.
+File names (``data.jsonl``) and dotted names outside the config (``rlhf.atomic_save``, ``signal.alarm``) are not
+keys and are left alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from rlhf.spec.keys import keys_under, walk
+from rlhf.spec.schema import ExperimentSpec
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+SECTIONS = {f.name for f in dataclasses.fields(ExperimentSpec)}
+# A dotted name whose last part is one of these is a file, not a key.
+FILE_SUFFIXES = {"json", "jsonl", "yaml", "yml", "py", "parquet", "csv", "txt", "md", "db", "log", "sh", "pt", "bin",
+                 "safetensors", "sbatch", "toml", "cfg", "gz"}
+# Named on purpose: the README shows what a misspelt key gets.
+DELIBERATE = {"trainer.no_such_key"}
+KEY = re.compile(r"(?<![\w./:-])[+~]?([a-z_][a-z0-9_]*(?:\.(?:[a-z_][a-z0-9_]*|\*))+)")
+COMMAND_LINE = re.compile(r"^\s{4,}(?:\$ )?(rlhf-\w+ .*)$")
+
+
+def named_keys(text: str) -> dict[str, int]:
+    """Dotted names that look like config keys -> the README line that first names them."""
+    spans: list[tuple[int, str]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        spans += [(n, m) for m in re.findall(r"`([^`]+)`", line)]
+        command = COMMAND_LINE.match(line)
+        if command:
+            spans.append((n, command.group(1)))
+    found: dict[str, int] = {}
+    for n, span in spans:
+        for name in KEY.findall(span):
+            first, last = name.split(".")[0], name.split(".")[-1]
+            if (first in SECTIONS or first == "hydra") and last not in FILE_SUFFIXES:
+                found.setdefault(name, n)
+    return found
+
+
+def _dataclass_fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _hydra_key_exists(parts: list[str]) -> bool:
+    from hydra.conf import HydraConf, JobConf, RunDir, SweepDir
+
+    if len(parts) < 2 or parts[1] not in _dataclass_fields(HydraConf):
+        return False
+    nested = {"run": RunDir, "sweep": SweepDir, "job": JobConf}
+    if len(parts) > 2 and parts[1] in nested:
+        return parts[2] in _dataclass_fields(nested[parts[1]])
+    if len(parts) > 2 and parts[1] == "launcher":
+        from hydra_plugins.rlhf_plugins.ray_cluster_launcher import RayClusterLauncherConf
+
+        return parts[2] in _dataclass_fields(RayClusterLauncherConf)
+    if len(parts) > 2 and parts[1] == "sweeper":
+        optuna = pytest.importorskip("hydra_plugins.hydra_optuna_sweeper.config")
+        return parts[2] in _dataclass_fields(optuna.OptunaSweeperConf)
+    return True
+
+
+def _schema_key_exists(name: str) -> bool:
+    path = name.removesuffix(".*")
+    if keys_under(ExperimentSpec, path):
+        return True
+    # below a key typed as a mapping (ray.runtime_env.FOO): any name is a key
+    return any(path.startswith(k.path + ".") and k.type.startswith("dict") for k in walk(ExperimentSpec))
+
+
+def key_exists(name: str) -> bool:
+    parts = name.split(".")
+    return _hydra_key_exists(parts) if parts[0] == "hydra" else _schema_key_exists(name)
+
+
+def test_the_checker_finds_keys_in_backticks_and_commands_and_skips_files_and_modules():
+    text = (
+        "use `reward.url=` or `trainer.lr`; `data.jsonl`, `rlhf.atomic_save` and `signal.alarm` are no keys\n"
+        "    rlhf-run +recipe=x rollout.top_p=0.9 'model=glob(my_*)' hydra.run.dir=/tmp/x.y/z\n"
+    )
+    assert set(named_keys(text)) == {"reward.url", "trainer.lr", "rollout.top_p", "hydra.run.dir"}
+    assert not key_exists("reward.url") and key_exists("reward.urls") and key_exists("trainer")
+    assert key_exists("hydra.run.dir") and not key_exists("hydra.run.folder")
+
+
+def test_every_config_key_the_readme_names_exists():
+    named = named_keys(README.read_text())
+    assert len(named) > 50  # the scan sees the README's keys at all
+    missing = {name: line for name, line in named.items() if name not in DELIBERATE and not key_exists(name)}
+    assert not missing, "README.md names keys the schema does not have: " + ", ".join(
+        f"{name} (line {line})" for name, line in sorted(missing.items(), key=lambda x: x[1])
+    )
