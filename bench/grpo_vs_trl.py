@@ -213,15 +213,20 @@ def prepare_varlen(out: Path, w: dict[str, Any], seed: int) -> dict[str, str]:
     mspec = _model_spec(w["model"])
     src = resolve_model_path(mspec)
     tok = tokenizer_for(mspec, src, padding_side="left")
+
+    def rendered(text: str) -> list[int]:  # the prompt's token ids as both systems render it
+        msgs = [{"role": "user", "content": text}]
+        return tok.apply_chat_template(msgs, add_generation_prompt=True, return_dict=False)
+
     rnd = random.Random(seed)
     lo, hi = w["prompt_tokens"]
     rows, lengths = [], []
     for r in builtin_rows("arith") * 2:
-        base = len(tok.apply_chat_template([{"role": "user", "content": r["input"]}], add_generation_prompt=True))
+        base = len(rendered(r["input"]))
         target = rnd.randint(max(lo, base), hi)
         filler = (VARLEN_FILLER * (hi // len(VARLEN_FILLER) + 1))[: target - base]
         text = filler + r["input"]
-        lengths.append(len(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)))
+        lengths.append(len(rendered(text)))
         rows.append({"input": text, "label": r["label"]})
     data = out / "varlen_prompts.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -253,7 +258,7 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     import rlhf.pipelines.rl as rl
     from rlhf.launch.plan import plan
     from rlhf.spec.build import load_spec
-    from rlhf.tracking.tracker import Tracker, read_metrics
+    from rlhf.tracking.tracker import Tracking, read_metrics
 
     w = cfg["workload"]
     n = w["prompts"] * w["samples"]
@@ -322,7 +327,7 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     begins: list[float] = []
     ends: list[float] = []
     cpu: list[dict] = []
-    start_orig, log_orig = rl.Generator.start, Tracker.log
+    start_orig, log_orig = rl.Generator.start, Tracking.log
 
     def start(self, step):
         if not begins:
@@ -336,10 +341,10 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
             cpu.append(cpu_snapshot())
         return log_orig(self, metrics, step)
 
-    for owner, name in ((rl.Generator, "start"), (Tracker, "log")):
+    for owner, name in ((rl.Generator, "start"), (Tracking, "log")):
         if not callable(getattr(owner, name, None)):
             raise SystemExit(f"bench: rlhf changed: {owner.__qualname__}.{name} is gone; update bench/grpo_vs_trl.py")
-    rl.Generator.start, Tracker.log = start, log
+    rl.Generator.start, Tracking.log = start, log
 
     run_dir = Path(cfg["run_dir"])
     import inspect
@@ -671,7 +676,8 @@ def print_table(name: str, w: dict, cfg: dict, sums: dict[str, dict[str, Any]], 
         f"== GRPO workload '{name}': model {w['model']}, {w['prompts']} prompts x {w['samples']} samples x "
         f"{w['new_tokens']} new tokens ({w['prompts'] * w['samples']} samples/step), {cfg['steps']} steps "
         f"(first {cfg['warmup']} = warm-up), micro-batch {w['micro_batch']}, {cfg['threads']} threads, "
-        f"exact length {'on' if cfg['force_length'] else 'off'}, OMP_WAIT_POLICY {cfg['omp_wait_policy']}"
+        f"exact length {'on' if cfg['force_length'] and 'min_new_tokens' not in w else 'off'}, "
+        f"OMP_WAIT_POLICY {cfg['omp_wait_policy']}"
     )
     if "prompt_tokens" in w:
         lo, hi = w["prompt_tokens"]
