@@ -1,6 +1,7 @@
 """GRPO and SFT end to end on variable-length data with packed rows and token-budget micro-batches, two data-parallel
-ranks: the runs finish (the ranks agree on each step's micro-batch count), and log the padding fraction of their
-training forwards and the real tokens trained per second."""
+ranks, one run on each training backend (GRPO under FSDP2, SFT under DeepSpeed): the runs finish (the ranks agree
+on each step's micro-batch count), and log the padding fraction of their training forwards and the real tokens
+trained per second."""
 
 from __future__ import annotations
 
@@ -33,10 +34,11 @@ def _logged(rows: list[dict], key: str) -> list[float]:
     return [r[key] for r in rows if key in r]
 
 
-def test_grpo_and_sft_on_varied_lengths_log_padding_and_tokens_per_second(ray_cluster, tiny_spec, tmp_path):
+def test_grpo_fsdp2_and_sft_deepspeed_on_varied_lengths_log_padding_and_tokens_per_second(ray_cluster, tiny_spec, tmp_path):
     prompts = _varlen_rows(tmp_path / "prompts.jsonl", 64, "label", seed=1)
     spec = tiny_spec(
         "grpo_tiny_cpu",
+        "trainer.backend=fsdp2",
         f"data.train_files=[{prompts}]",
         "data.eval_files=[]",
         "eval.steps=0",
@@ -56,6 +58,7 @@ def test_grpo_and_sft_on_varied_lengths_log_padding_and_tokens_per_second(ray_cl
     pairs = _varlen_rows(tmp_path / "sft.jsonl", 64, "output", seed=2)
     spec = tiny_spec(
         "sft_tiny_cpu",
+        "trainer.backend=deepspeed",
         f"data.train_files=[{pairs}]",
         "data.eval_files=[]",
         "trainer.max_steps=2",
