@@ -34,7 +34,9 @@ def _logged(rows: list[dict], key: str) -> list[float]:
     return [r[key] for r in rows if key in r]
 
 
-def test_grpo_fsdp2_and_sft_deepspeed_on_varied_lengths_log_padding_and_tokens_per_second(ray_cluster, tiny_spec, tmp_path):
+def test_grpo_fsdp2_and_sft_deepspeed_on_varied_lengths_log_padding_and_tokens_per_second(
+    ray_cluster, tiny_spec, tmp_path
+):
     prompts = _varlen_rows(tmp_path / "prompts.jsonl", 64, "label", seed=1)
     spec = tiny_spec(
         "grpo_tiny_cpu",
