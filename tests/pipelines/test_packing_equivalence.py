@@ -9,7 +9,6 @@ of micro-batches than the fixed-size ones, the engines' ``grad_accum``: the step
 
 from __future__ import annotations
 
-import os
 from functools import partial
 
 import pytest
@@ -42,16 +41,12 @@ def process_group():
 
     env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
     env["MASTER_PORT"] = str(_free_port())
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    train_backend("deepspeed").init_distributed("cpu")  # gloo, adopted by DeepSpeed; FSDP2 meshes over it
-    yield
-    dist.destroy_process_group()
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with pytest.MonkeyPatch.context() as mp:  # the variables restored after the module
+        for k, v in env.items():
+            mp.setenv(k, v)
+        train_backend("deepspeed").init_distributed("cpu")  # gloo, adopted by DeepSpeed; FSDP2 meshes over it
+        yield
+        dist.destroy_process_group()
 
 
 class Engine:

@@ -30,8 +30,16 @@ def _varlen_rows(path, n: int, key: str, seed: int) -> str:
     return str(path)
 
 
-def _logged(rows: list[dict], key: str) -> list[float]:
-    return [r[key] for r in rows if key in r]
+def _run_and_read(spec, run_dir) -> tuple[list[float], list[float], list[dict]]:
+    """The run's logged padding fractions and tokens per second, and all its metric rows."""
+    check(spec)
+    run(spec, plan(spec), run_dir)
+    rows = read_metrics(run_dir)
+    padding = [r["train/padding_fraction"] for r in rows if "train/padding_fraction" in r]
+    speed = [r["train/tokens_per_s"] for r in rows if "train/tokens_per_s" in r]
+    assert len(padding) == len(speed) == 2, rows
+    assert all(0 <= p < 0.5 for p in padding) and all(s > 0 for s in speed), (padding, speed)
+    return padding, speed, rows
 
 
 def test_grpo_fsdp2_and_sft_deepspeed_on_varied_lengths_log_padding_and_tokens_per_second(
@@ -49,12 +57,7 @@ def test_grpo_fsdp2_and_sft_deepspeed_on_varied_lengths_log_padding_and_tokens_p
         "trainer.max_tokens_per_micro_batch=160",
         "trainer.max_tokens_per_forward=200",
     )
-    check(spec)
-    run(spec, plan(spec), tmp_path / "grpo")
-    rows = read_metrics(tmp_path / "grpo")
-    padding, speed = _logged(rows, "train/padding_fraction"), _logged(rows, "train/tokens_per_s")
-    assert len(padding) == len(speed) == 2, rows
-    assert all(0 <= p < 0.5 for p in padding) and all(s > 0 for s in speed), (padding, speed)
+    rows = _run_and_read(spec, tmp_path / "grpo")[2]
     assert not any(k.startswith("train/tokens_") and k != "train/tokens_per_s" for r in rows for k in r)
 
     pairs = _varlen_rows(tmp_path / "sft.jsonl", 64, "output", seed=2)
@@ -66,8 +69,4 @@ def test_grpo_fsdp2_and_sft_deepspeed_on_varied_lengths_log_padding_and_tokens_p
         "trainer.max_steps=2",
         "trainer.max_tokens_per_micro_batch=160",
     )
-    check(spec)
-    run(spec, plan(spec), tmp_path / "sft")
-    rows = read_metrics(tmp_path / "sft")
-    padding, speed = _logged(rows, "train/padding_fraction"), _logged(rows, "train/tokens_per_s")
-    assert len(padding) == len(speed) == 2 and all(0 <= p < 0.5 for p in padding) and all(s > 0 for s in speed)
+    _run_and_read(spec, tmp_path / "sft")
