@@ -1,25 +1,40 @@
 """Ctrl-C and SIGTERM during a run: the first one asks the run to stop at the next step boundary (after saving a
-checkpoint), a second one stops it at once. Only the main thread can install handlers; elsewhere (a launcher's
-worker thread) signals keep their defaults."""
+checkpoint), a second one stops it at once: the teardown that follows gets ``STOP_AT_ONCE_S`` seconds (a wedged
+worker can block Ray's calls for minutes), then the process exits 130 saying what it abandoned; the private
+cluster's reaper ends what is left. Only the main thread can install handlers; elsewhere (a launcher's worker
+thread) signals keep their defaults."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
+
+# After a second signal: the orderly teardown's share of the 5 s a user waits at most (exit and a loaded machine
+# take the rest).
+STOP_AT_ONCE_S = 3.0
 
 
 class Interrupts:
     """``with Interrupts() as stop: ... if stop.requested: ...``."""
 
-    def __init__(self) -> None:
+    def __init__(self, resume_hint: Callable[[], str] = lambda: "") -> None:
         self.requested: str | None = None  # the signal's name once one arrived
         self._previous: dict[int, object] = {}
+        self._resume_hint = resume_hint  # "the last checkpoint is ...; resume with: ..." when the run has one
+        self._at_once: threading.Timer | None = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
+        if self._at_once is not None:  # a third: no more waiting
+            self._exit_now(name)
         if self.requested is not None:
+            self._at_once = threading.Timer(STOP_AT_ONCE_S, self._exit_now, args=(f"second {name}",))
+            self._at_once.daemon = True
+            self._at_once.start()
             raise KeyboardInterrupt(f"second {name}")
         self.requested = name
         print(
@@ -27,6 +42,16 @@ class Interrupts:
             file=sys.stderr,
             flush=True,
         )
+
+    def _exit_now(self, why: str) -> None:
+        hint = self._resume_hint()
+        print(
+            f"\n{why}: stopped at once; abandoned the step under way and the cluster's teardown (the reaper ends its "
+            f"processes; the trackers' runs are marked FAILED){'; ' + hint if hint else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(130)  # noqa: SLF001 - the documented way to leave without waiting on blocked threads
 
     def __enter__(self) -> Interrupts:
         if threading.current_thread() is threading.main_thread():

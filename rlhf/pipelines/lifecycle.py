@@ -340,7 +340,7 @@ class Runner:
         status = "FAILED"
         step = 0
         try:
-            with Interrupts() as interrupts:
+            with Interrupts(self._resume_hint) as interrupts:
                 self.tracker.rewind(int(state["step"]) if state else -1)  # a fresh run: an empty metrics.jsonl
                 self.tracker.log_artifacts(run_artifacts(self.spec, self.plan, self.run_dir))
                 clock.mark("tracking")

@@ -28,7 +28,25 @@ _MAX_BACKOFF_S = 30.0
 
 
 class _Retryable(Exception):
-    pass
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s  # the server's Retry-After, when it gave one
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    """Retry-After as seconds: a number of seconds or an HTTP date (RFC 9110); None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
 
 
 class RemoteReward:
@@ -82,14 +100,14 @@ class RemoteReward:
         return RewardResult.concat(parts)
 
     def _request(self, url: str, payload: dict[str, Any], size: int) -> RewardResult:
-        last = ""
+        last, asked = "", None
         for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(min(self.backoff_s * 2 ** (attempt - 1), _MAX_BACKOFF_S))
+            if attempt:  # the server's Retry-After (a full queue's 503) when longer than our own back-off
+                time.sleep(min(max(self.backoff_s * 2 ** (attempt - 1), asked or 0.0), _MAX_BACKOFF_S))
             try:
                 body = self._post(url, payload)
             except _Retryable as e:
-                last = str(e)
+                last, asked = str(e), e.retry_after_s
                 continue
             return self._parse(url, body, size)
         raise RewardError(
@@ -106,7 +124,7 @@ class RemoteReward:
         except urllib.error.HTTPError as e:
             detail = e.read()[:200].decode(errors="replace")
             if e.code in _RETRY_STATUS:
-                raise _Retryable(f"HTTP {e.code} {detail}") from e
+                raise _Retryable(f"HTTP {e.code} {detail}", _retry_after_s(e.headers.get("Retry-After"))) from e
             raise RewardError(f"reward endpoint {url} answered HTTP {e.code}: {detail}") from e
         except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
             reason = getattr(e, "reason", e)

@@ -173,13 +173,67 @@ def test_a_group_sigterm_stops_like_a_single_one_and_the_same_command_continues_
     # --resume of the finished run: said at once, and without Ray (it cannot be imported here)
     t0 = time.monotonic()
     done = subprocess.run(
-        [str(BIN / "rlhf-run"), "--resume"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        [str(BIN / "rlhf-run"), "--resume"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
         env=_without_ray(tmp_path),
     )
     elapsed = time.monotonic() - t0
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"{run_dir.resolve()} finished all its 6 steps" in done.stderr and "nothing to resume" in done.stderr
     assert elapsed < 20, elapsed  # about a second on a quiet machine; this one is shared
+
+
+def test_a_second_ctrl_c_ends_the_driver_within_5_s_while_every_worker_is_stopped(tmp_path):
+    # SIGSTOP stands for a wedged CUDA kernel or a swapped host: the step, and Ray's calls to those actors, never end.
+    import psutil
+
+    run_dir = tmp_path / "run"
+    proc = _start(tmp_path, run_dir, "trainer.max_steps=200", "checkpoint.save_steps=0")
+    _wait_for(lambda: _steps_logged(run_dir) >= 1, proc, "a step")
+    actors = [p for p in psutil.Process(proc.pid).children(recursive=True) if _is_actor(p)]
+    assert actors, "no Ray actor process found under the driver"
+    try:
+        for p in actors:
+            p.suspend()
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole group, the stopped workers too
+        time.sleep(1.0)
+        second = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=30)
+        took = time.monotonic() - second
+        out = (tmp_path / "run.log").read_text()
+        assert rc == 130, out[-3000:]
+        assert took <= 5.0, f"the driver took {took:.1f} s after the second Ctrl-C"
+        last = [ln for ln in out.splitlines() if ln.strip()][-1]
+        assert "second SIGINT: stopped at once; abandoned the step under way" in last, out[-2000:]
+        # what a stopped worker leaves is the reaper's: nothing of the run's processes stays
+        deadline = time.time() + 30
+        while time.time() < deadline and any(_alive(p) for p in actors):
+            time.sleep(0.5)
+        assert not [p.pid for p in actors if _alive(p)]
+    finally:
+        for p in actors:
+            if _alive(p):
+                p.kill()
+
+
+def _is_actor(p) -> bool:
+    try:
+        return " ".join(p.cmdline()).startswith("ray::") and "IDLE" not in " ".join(p.cmdline())
+    except Exception:  # noqa: BLE001 - gone meanwhile
+        return False
+
+
+def _alive(p) -> bool:
+    import psutil
+
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def test_default_settings_checkpoint_so_a_crash_resumes(tmp_path):
@@ -208,12 +262,15 @@ def test_a_sigkilled_driver_leaves_no_ray_process_behind_and_its_run_failed(tmp_
     _wait_for(lambda: _steps_logged(run_dir) >= 1, proc, "a step")
     tree = psutil.Process(proc.pid).children(recursive=True)
     assert any("raylet" in " ".join(p.cmdline()) for p in tree if p.is_running())
+    # the reaper ends the cluster first, then the run in the trackers (importing MLflow), then itself
+    reaper = [p for p in tree if "rlhf.launch.reaper" in " ".join(p.cmdline())]
+    assert reaper, "no reaper under the driver"
     os.kill(proc.pid, signal.SIGKILL)  # the driver only: nothing of it gets to clean up
     proc.wait()
     deadline = time.time() + 10
-    alive = tree
+    alive = [p for p in tree if p not in reaper]
     while time.time() < deadline and alive:
-        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in alive if _alive(p)]
         time.sleep(0.5)
     assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
     # The reaper also ended the run the driver left RUNNING (MLflow's status, and the attempt's)
@@ -223,6 +280,10 @@ def test_a_sigkilled_driver_leaves_no_ray_process_behind_and_its_run_failed(tmp_
     run = _mlflow_runs(tmp_path)[0]
     assert run.info.status == "FAILED" and "found by the reaper" in run.data.tags["rlhf.end_reason"]
     assert read(run_dir).status == "FAILED"
+    deadline = time.time() + 60
+    while time.time() < deadline and any(_alive(p) for p in reaper):
+        time.sleep(0.5)
+    assert not [p.pid for p in reaper if _alive(p)], "the reaper outlived its work"
 
 
 @pytest.mark.parametrize("rollout", ["hf", "vllm"])

@@ -13,7 +13,8 @@ import pytest
 
 from rlhf.rewards import RemoteReward, RewardError
 
-Behaviour = Callable[[dict, int], tuple[int, bytes]]  # (request JSON, request number) -> (status, body)
+# (request JSON, request number) -> (status, body) or (status, body, extra headers)
+Behaviour = Callable[[dict, int], tuple]
 
 
 def rewards_by_length(request: dict, _: int) -> tuple[int, bytes]:
@@ -32,8 +33,10 @@ class Server:
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests.append(request)
-                status, body = behaviour(request, len(server.requests))
+                status, body, *headers = behaviour(request, len(server.requests))
                 self.send_response(status)
+                for name, value in (headers[0] if headers else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -155,3 +158,19 @@ def test_a_hanging_endpoint_times_out_instead_of_hanging(serve):
 def test_no_samples_sends_nothing(serve):
     srv = serve(rewards_by_length)
     assert len(client([srv.url]).score([], [], [], [])) == 0 and srv.requests == []
+
+
+def test_a_full_server_s_retry_after_is_waited_before_the_next_attempt(serve):
+    # rlhf-serve-rm answers 503 with Retry-After when its queue is full: retrying sooner only fills it again
+    def busy_once(request: dict, n: int) -> tuple:
+        if n == 1:
+            return 503, b'{"error": "queue full"}', {"Retry-After": "1"}
+        return rewards_by_length(request, n)
+
+    server = serve(busy_once)
+    client = RemoteReward([server.url], retries=2, backoff_s=0.01)
+    t0 = time.monotonic()
+    result = client.score(*samples(3))
+    waited = time.monotonic() - t0
+    assert result.rewards == [1.0, 2.0, 3.0] and len(server.requests) == 2
+    assert waited >= 1.0, f"retried after {waited:.2f} s, the server asked for 1 s"

@@ -6,6 +6,7 @@ the dataset if it fails later."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from rlhf.launch.preflight.data_files import data_sources
@@ -14,7 +15,29 @@ from rlhf.spec.hub_source import FORM, parse_hub_source
 from rlhf.spec.schema import ExperimentSpec
 
 
+@functools.cache
+def hub_reachable(timeout_s: float = 2.0) -> bool:
+    """One TCP connect to the hub's endpoint: without it ``get_dataset_config_names`` retries with back-off for
+    about 25 s per dataset on an offline machine before it fails. ``HF_HUB_OFFLINE`` is honoured as the hub's own
+    switch."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
+
+
 def _config_names(path: str) -> list[str]:
+    if not hub_reachable():
+        raise ConnectionError("the hub is not reachable from here")
     import datasets
 
     return list(datasets.get_dataset_config_names(path))

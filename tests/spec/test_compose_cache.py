@@ -1,0 +1,35 @@
+"""Composed configs are reused within a process (Hydra's compose is most of a validation's time), but never stale:
+a changed file in a config folder composes afresh, a caller's edits never reach the next caller, and a recipe named
+by its file is read as the file is now."""
+
+from __future__ import annotations
+
+import os
+
+from rlhf.spec.build import compose, load_spec
+
+RECIPE = "# @package _global_\ndefaults:\n  - /recipe/grpo_tiny_cpu\nseed: {seed}\n"
+
+
+def test_a_caller_editing_its_config_does_not_change_the_next_one():
+    first = compose(["+recipe=grpo_tiny_cpu"])
+    first.trainer.lr = 5.0
+    assert compose(["+recipe=grpo_tiny_cpu"]).trainer.lr != 5.0
+
+
+def test_a_recipe_changed_in_a_config_folder_is_composed_afresh(tmp_path):
+    (tmp_path / "recipe").mkdir()
+    mine = tmp_path / "recipe" / "mine.yaml"
+    mine.write_text(RECIPE.format(seed=1))
+    assert load_spec(["+recipe=mine"], config_dir=tmp_path).seed == 1
+    mine.write_text(RECIPE.format(seed=22))
+    os.utime(mine, ns=(mine.stat().st_atime_ns, mine.stat().st_mtime_ns + 10**9))  # a coarse clock: still newer
+    assert load_spec(["+recipe=mine"], config_dir=tmp_path).seed == 22
+
+
+def test_a_recipe_named_by_its_file_is_read_as_it_is_now(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(RECIPE.format(seed=3))
+    assert load_spec([f"+recipe={mine}"]).seed == 3
+    mine.write_text(RECIPE.format(seed=4))
+    assert load_spec([f"+recipe={mine}"]).seed == 4
