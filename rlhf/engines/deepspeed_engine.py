@@ -149,17 +149,22 @@ class DeepSpeedTrainEngine(_EngineBase):
         mask_key: str | None = "action_mask",
         norm_constant: float | None = None,
     ) -> dict[str, float]:
-        """One optimizer step over exactly ``grad_accum`` micro-batches. ``loss_fn`` gets the step-window normaliser
+        """One optimizer step over the micro-batches given (the same count on every rank; ``grad_accum`` of them
+        unless token-budget micro-batches vary it). ``loss_fn`` gets the step-window normaliser
         built from ``micro_batch[mask_key]`` of every micro-batch on every rank (``None`` when ``mask_key`` is None,
         for sequence-level losses). Returns the metrics averaged over micro-batches and ranks, plus ``grad_norm``
         (before clipping) and the ``lr`` the step used."""
         self.engine.train()
-        batches, norm = step_inputs(micro_batches, self.grad_accum, self.device, mask_key, norm_constant)
+        batches, norm = step_inputs(micro_batches, self.device, mask_key, norm_constant)
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step uses (the scheduler moves on after it)
         metrics = MetricSums()
-        for mb in batches:
+        n = len(batches)
+        for i, mb in enumerate(batches):
+            # The step's own micro-batch count, not the configured gradient_accumulation_steps (token-budget
+            # micro-batches vary it): DeepSpeed's public override of its boundary, and the loss divided by n here.
+            self.engine.set_gradient_accumulation_boundary(i == n - 1)
             loss, m = loss_fn(self.engine, mb, norm)
-            self.engine.backward(loss)
+            self.engine.backward(loss / n, scale_wrt_gas=False)
             self.engine.step()
             metrics.add(m)
         out = metrics.mean(self.device)

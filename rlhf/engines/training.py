@@ -49,7 +49,7 @@ class TrainEngine(Protocol):
     """A trained model on one data-parallel rank. Every method marked *collective* must be called by every rank of
     the role group, in the same order (the worker and the pipelines do)."""
 
-    grad_accum: int  # micro-batches per optimizer step on each rank
+    grad_accum: int  # micro-batches per optimizer step on each rank at a fixed micro-batch size
     global_step: int  # optimizer steps taken (restored by load)
     device: Any  # torch.device of this rank
 
@@ -72,13 +72,15 @@ class TrainEngine(Protocol):
         mask_key: str | None = "action_mask",
         norm_constant: float | None = None,
     ) -> dict[str, float]:
-        """One optimizer step over exactly ``grad_accum`` micro-batches (collective). ``loss_fn`` gets the step-window
+        """One optimizer step over the micro-batches given (collective): the same number on every rank (checked with
+        one all-reduce: a mismatch raises on every rank instead of hanging), ``grad_accum`` of them when micro-batches
+        hold a fixed number of samples, any number with token-budget micro-batches. ``loss_fn`` gets the step-window
         normaliser built from ``micro_batch[mask_key]`` of every micro-batch on every rank (None when ``mask_key`` is
         None), so the gradient is that of one token mean over the whole step; the engine divides each micro-batch's
-        loss by ``grad_accum`` and averages gradients over the ranks. Gradients are clipped to ``trainer.max_norm``
-        (0: not clipped); a step whose gradient norm is not finite changes nothing. Returns the loss metrics averaged
-        over micro-batches and ranks, ``grad_norm`` (before clipping, NaN/inf when the step was dropped) and the
-        ``lr`` the step used; the schedule then moves on."""
+        loss by the step's micro-batch count and averages gradients over the ranks. Gradients are clipped to
+        ``trainer.max_norm`` (0: not clipped); a step whose gradient norm is not finite changes nothing. Returns the
+        loss metrics averaged over micro-batches and ranks, ``grad_norm`` (before clipping, NaN/inf when the step was
+        dropped) and the ``lr`` the step used; the schedule then moves on."""
         ...
 
     def forward_no_grad(self, fn: Callable[[Any, dict[str, Any]], Any], batch: dict[str, Any]) -> Any:

@@ -9,7 +9,9 @@ Model states of the trained roles (policy, critic) and frozen roles (reference, 
     rlhf.engines.deepspeed_backend, FSDP2's in rlhf.engines.fsdp2.memory. LoRA: the adapters are the trained
     parameters. The teacher of on-policy distillation has teacher.params_b billion parameters, or the student's count
     when that is not given.
-Activations (trained roles, per device, one micro-batch of T tokens = micro_batch_per_device x data.max_len):
+Activations (trained roles, per device, one micro-batch of T tokens = micro_batch_per_device x data.max_len, or
+    trainer.max_tokens_per_micro_batch when micro-batches are cut by tokens: packed rows compute about that many,
+    exactly under flash-attention's varlen, plus the rows' tail padding under sdpa):
     no checkpointing: 34*T*h bytes per layer (Korthikanti et al. with flash/sdpa attention), x2 in fp32;
     checkpointing:    2*T*h per layer + one layer's 34*T*h; plus the fp32 logits T*V*4 (log-probs need them).
     trainer.activation_mb_per_token overrides this with a measured figure.
@@ -111,7 +113,7 @@ def _state_bytes(s: ModelStates) -> StateBytes:
 
 def activation_bytes(spec: ExperimentSpec, micro_batch: int) -> float:
     m, t = spec.model, spec.trainer
-    tokens = micro_batch * spec.data.max_len
+    tokens = t.max_tokens_per_micro_batch or micro_batch * spec.data.max_len
     if t.activation_mb_per_token is not None:
         return tokens * t.activation_mb_per_token * 1024**2
     scale = 1 if t.precision in ("bf16", "fp16") else 2

@@ -59,17 +59,17 @@ def value_model_class(base_cls: type, value_head_prefix: str) -> type:
                 self.mean.fill_(float(getattr(self.config, "mean", 0.0)))
                 self.std.fill_(float(getattr(self.config, "std", 1.0)))
 
-        def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs) -> Tensor:
-            """Per-token values ``[B, T]`` (value of the state after token t)."""
-            if attention_mask is None:
-                attention_mask = torch.ones_like(input_ids)
+        def forward(
+            self, input_ids: Tensor, attention_mask: Tensor | None = None, position_ids: Tensor | None = None, **kwargs
+        ) -> Tensor:
+            """Per-token values ``[B, T]`` (value of the state after token t). Packed rows (rlhf.models.packing)
+            pass ``position_ids`` and no mask: the body finds the samples from the positions."""
+            if position_ids is None:
+                if attention_mask is None:
+                    attention_mask = torch.ones_like(input_ids)
+                position_ids = position_ids_from_mask(attention_mask)
             body = getattr(self, self.base_model_prefix)
-            out = body(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids_from_mask(attention_mask),
-                use_cache=False,
-            )
+            out = body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
             head = getattr(self, self.value_head_prefix)
             return head(out.last_hidden_state).squeeze(-1)
 

@@ -15,8 +15,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from rlhf.algo import PREFERENCE_LOSSES, PreferenceInputs, nll_regularizer, preference_accuracy
-from rlhf.models.forward import causal_lm_log_probs
-from rlhf.pipelines.supervised import Task
+from rlhf.models.forward import causal_lm_log_probs, forward_tokens
+from rlhf.pipelines.supervised import PAIR_KEY, Task, pair_tokens, step_share
 from rlhf.spec.names import REFERENCE_FREE_PREFERENCE_LOSSES
 from rlhf.spec.schema import ExperimentSpec, PreferenceSpec
 
@@ -37,14 +37,16 @@ def loss_kwargs(p: PreferenceSpec) -> dict[str, Any]:
     }[p.loss]
 
 
-def _sequence_logps(model, parts: list[tuple[Tensor, Tensor, Tensor]]) -> tuple[list[Tensor], list[Tensor]]:
+def _sequence_logps(
+    model, parts: list[tuple[Tensor, Tensor, Tensor]], packing: bool = False
+) -> tuple[list[Tensor], list[Tensor]]:
     """One forward over the concatenated ``(input_ids, attention_mask, action_mask)`` parts (right-padded to one
-    width); per part: summed response log-probs ``[B]`` and response lengths ``[B]``."""
+    width; packed rows when ``packing``); per part: summed response log-probs ``[B]`` and response lengths ``[B]``."""
     width = max(p[0].shape[1] for p in parts)
     ids = torch.cat([_right_pad(p[0], width) for p in parts])
     mask = torch.cat([_right_pad(p[1], width) for p in parts])
     action = torch.cat([_right_pad(p[2], width - 1) for p in parts]).float()
-    logps = causal_lm_log_probs(model, ids, mask)
+    logps = causal_lm_log_probs(model, ids, mask, packing=packing)
     sums, lengths = (logps * action).sum(-1), action.sum(-1)
     sizes = [p[0].shape[0] for p in parts]
     return list(sums.split(sizes)), list(lengths.split(sizes))
@@ -63,8 +65,8 @@ def _pair_parts(batch: dict[str, Tensor]) -> list[tuple[Tensor, Tensor, Tensor]]
 
 
 # -- paired losses (dpo, cdpo, ipo, simpo, orpo) ---------------------------------------------------------------------
-def pair_reference_fn(model, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    (chosen, rejected), _ = _sequence_logps(model, _pair_parts(batch))
+def pair_reference_fn(model, batch: dict[str, Tensor], *, packing: bool = False) -> dict[str, Tensor]:
+    (chosen, rejected), _ = _sequence_logps(model, _pair_parts(batch), packing)
     return {"ref_chosen": chosen, "ref_rejected": rejected}
 
 
@@ -98,14 +100,23 @@ def _pair_metrics(total: Tensor, out) -> dict[str, Tensor]:
     }
 
 
-def pair_loss_fn(model, batch: dict[str, Tensor], norm, *, loss: str, kwargs: dict[str, Any], nll_coef: float):
-    sums, lengths = _sequence_logps(model, _pair_parts(batch))
+def pair_loss_fn(
+    model, batch: dict[str, Tensor], norm, *, loss: str, kwargs: dict[str, Any], nll_coef: float, packing: bool = False
+):
+    """The pair loss as this micro-batch's share of the step's mean over pairs (supervised.step_share), metrics
+    weighted the same way."""
+    parts = _pair_parts(batch)
+    sums, lengths = _sequence_logps(model, parts, packing)
     total, out = _pair_loss(_pair_inputs(batch, sums, lengths), loss, kwargs, nll_coef)
-    return total, _pair_metrics(total, out)
+    share = step_share(sums[0].shape[0], norm)
+    metrics = {k: v * share for k, v in _pair_metrics(total, out).items()}
+    total = total * share
+    mask = torch.cat([batch["chosen_attention_mask"], batch["rejected_attention_mask"]])
+    return total, {**metrics, **forward_tokens(model, mask, packing=packing)}
 
 
-def pair_eval_fn(model, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    sums, lengths = _sequence_logps(model, _pair_parts(batch))
+def pair_eval_fn(model, batch: dict[str, Tensor], *, packing: bool = False) -> dict[str, Tensor]:
+    sums, lengths = _sequence_logps(model, _pair_parts(batch), packing)
     out = {
         "policy_chosen": sums[0],
         "policy_rejected": sums[1],
@@ -132,8 +143,8 @@ def _kto_parts(batch: dict[str, Tensor]) -> list[tuple[Tensor, Tensor, Tensor]]:
     return [(batch[f"{p}input_ids"], batch[f"{p}attention_mask"], batch[f"{p}action_mask"]) for p in ("", "kl_")]
 
 
-def kto_reference_fn(model, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    (logps, kl), _ = _sequence_logps(model, _kto_parts(batch))
+def kto_reference_fn(model, batch: dict[str, Tensor], *, packing: bool = False) -> dict[str, Tensor]:
+    (logps, kl), _ = _sequence_logps(model, _kto_parts(batch), packing)
     return {"ref_logps": logps, "ref_kl": kl}
 
 
@@ -160,13 +171,13 @@ def _kto(batch: dict[str, Tensor], logps: Tensor, kl: Tensor, kwargs: dict[str, 
     return out.loss, metrics
 
 
-def kto_loss_fn(model, batch: dict[str, Tensor], norm, *, kwargs: dict[str, Any]):
-    (logps, kl), _ = _sequence_logps(model, _kto_parts(batch))
+def kto_loss_fn(model, batch: dict[str, Tensor], norm, *, kwargs: dict[str, Any], packing: bool = False):
+    (logps, kl), _ = _sequence_logps(model, _kto_parts(batch), packing)
     return _kto(batch, logps, kl, kwargs, distributed=True)
 
 
-def kto_eval_fn(model, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    (logps, kl), _ = _sequence_logps(model, _kto_parts(batch))
+def kto_eval_fn(model, batch: dict[str, Tensor], *, packing: bool = False) -> dict[str, Tensor]:
+    (logps, kl), _ = _sequence_logps(model, _kto_parts(batch), packing)
     return {
         "logps": logps,
         "kl": kl,
@@ -192,18 +203,19 @@ def make_task(spec: ExperimentSpec, tokenizer: Any) -> Task:
     p = spec.algorithm.preference
     kwargs = loss_kwargs(p)
     pad_id = pad_token_id(tokenizer)
-    if p.loss == "kto":
+    packing = spec.trainer.packing
+    if p.loss == "kto":  # micro-batches of a fixed size: KTO's KL term pairs samples within one
         return Task(
             family="dpo",
             data_kind="kto",
             model_kind="causal_lm",
             collate=partial(collate_kto, pad_id=pad_id),
-            loss_fn=partial(kto_loss_fn, kwargs=kwargs),
+            loss_fn=partial(kto_loss_fn, kwargs=kwargs, packing=packing),
             mask_key=None,
-            eval_fn=kto_eval_fn,
+            eval_fn=partial(kto_eval_fn, packing=packing),
             eval_metrics=partial(kto_eval_metrics, kwargs=kwargs),
             progress_keys=("train/loss", "train/kl"),
-            reference_fn=kto_reference_fn,
+            reference_fn=partial(kto_reference_fn, packing=packing),
         )
     opts = {"loss": p.loss, "kwargs": kwargs, "nll_coef": p.nll_coef}
     return Task(
@@ -211,10 +223,13 @@ def make_task(spec: ExperimentSpec, tokenizer: Any) -> Task:
         data_kind="preference",
         model_kind="causal_lm",
         collate=partial(collate_preference, pad_id=pad_id),
-        loss_fn=partial(pair_loss_fn, **opts),
-        mask_key=None,
-        eval_fn=pair_eval_fn,
+        loss_fn=partial(pair_loss_fn, **opts, packing=packing),
+        mask_key=PAIR_KEY,
+        eval_fn=partial(pair_eval_fn, packing=packing),
         eval_metrics=partial(pair_eval_metrics, **opts),
         progress_keys=("train/loss", "train/acc"),
-        reference_fn=None if p.loss in REFERENCE_FREE_PREFERENCE_LOSSES else pair_reference_fn,
+        reference_fn=(
+            None if p.loss in REFERENCE_FREE_PREFERENCE_LOSSES else partial(pair_reference_fn, packing=packing)
+        ),
+        row_tokens=pair_tokens,
     )

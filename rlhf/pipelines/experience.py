@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from rlhf.engines.protocol import Rollout
+from rlhf.pipelines.batching import chunks, token_budget_plan
 
 TENSOR_FIELDS = (
     "sequences",
@@ -115,6 +116,26 @@ def micro_batches(batch: ExperienceBatch, size: int) -> list[ExperienceBatch]:
     """Consecutive micro-batches of at most ``size`` samples, each trimmed to its own longest sequence."""
     n = len(batch)
     return [batch.select(range(i, min(i + size, n))).trimmed() for i in range(0, n, size)]
+
+
+def rank_micro_batches(
+    batch: ExperienceBatch, ranks: int, micro: int, max_tokens: int = 0
+) -> list[list[ExperienceBatch]]:
+    """rank -> micro-batches of ``batch``, each trimmed to its longest sequence: contiguous equal shares in
+    micro-batches of ``micro`` samples, or with ``max_tokens`` the token-budget plan of rlhf.pipelines.batching
+    (equal sample counts per rank, the same number of micro-batches on every rank)."""
+    return [[batch.select(mb).trimmed() for mb in rank] for rank in micro_batch_plan(batch, ranks, micro, max_tokens)]
+
+
+def micro_batch_plan(batch: ExperienceBatch, ranks: int, micro: int, max_tokens: int = 0) -> list[list[list[int]]]:
+    """rank -> micro-batch -> sample indices (see :func:`rank_micro_batches`)."""
+    n = len(batch)
+    if ranks < 1 or n % ranks:
+        raise ValueError(f"cannot split {n} samples into {ranks} equal shards")
+    if max_tokens:
+        return token_budget_plan(batch.attention_mask.sum(dim=1).tolist(), ranks, max_tokens)
+    share = n // ranks
+    return [chunks(list(range(r * share, (r + 1) * share)), micro) for r in range(ranks)]
 
 
 def concat(batches: Sequence[ExperienceBatch], pad_id: int) -> ExperienceBatch:

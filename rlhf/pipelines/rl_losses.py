@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from rlhf.algo import ISCorrection, compute_approx_kl, entropy_bonus, kl_loss, masked_mean, policy_loss, value_loss
-from rlhf.models.forward import causal_lm_log_probs, value_model_rewards, value_model_values
+from rlhf.models.forward import causal_lm_log_probs, forward_tokens, value_model_rewards, value_model_values
 from rlhf.spec import names
 from rlhf.spec.schema import ExperimentSpec
 
@@ -35,6 +35,7 @@ class ActorLossSettings:
     kl_estimator: str
     is_correction: ISCorrection
     kl_unbiased_gradient: bool = False
+    packing: bool = False  # trainer.packing: packed rows in the training forward (rlhf.models.packing)
 
     @classmethod
     def from_spec(cls, spec: ExperimentSpec) -> ActorLossSettings:
@@ -52,22 +53,25 @@ class ActorLossSettings:
             kl_estimator=a.kl.estimator,
             is_correction=ISCorrection(*isc.axes(), *isc.bounds()),
             kl_unbiased_gradient=a.kl.unbiased_gradient,
+            packing=spec.trainer.packing,
         )
 
 
-def policy_logprobs_fn(model, batch: dict[str, Tensor], *, temperature: float) -> Tensor:
+def policy_logprobs_fn(model, batch: dict[str, Tensor], *, temperature: float, packing: bool = False) -> Tensor:
     """``[B, T-1]`` log-probs of the sequence under the policy (old log-probs) or the reference: log-softmax(logits /
     temperature) over the full vocabulary, no top-k/top-p (OpenRLHF), which is what the rollout engines report
     (rlhf.engines.logprob_meaning)."""
-    return causal_lm_log_probs(model, batch["sequences"], batch["attention_mask"], temperature=temperature)
+    return causal_lm_log_probs(
+        model, batch["sequences"], batch["attention_mask"], temperature=temperature, packing=packing
+    )
 
 
-def critic_values_fn(model, batch: dict[str, Tensor]) -> Tensor:
-    return value_model_values(model, batch["sequences"], batch["attention_mask"]).float()
+def critic_values_fn(model, batch: dict[str, Tensor], *, packing: bool = False) -> Tensor:
+    return value_model_values(model, batch["sequences"], batch["attention_mask"], packing=packing).float()
 
 
-def reward_model_fn(model, batch: dict[str, Tensor]) -> Tensor:
-    return value_model_rewards(model, batch["sequences"], batch["attention_mask"]).float()
+def reward_model_fn(model, batch: dict[str, Tensor], *, packing: bool = False) -> Tensor:
+    return value_model_rewards(model, batch["sequences"], batch["attention_mask"], packing=packing).float()
 
 
 def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -> tuple[Tensor, dict[str, Tensor]]:
@@ -76,10 +80,15 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
     mask = mb["action_mask"]
     want_entropy = s.entropy_coef is not None
     out = causal_lm_log_probs(
-        model, mb["sequences"], mb["attention_mask"], temperature=s.temperature, return_entropy=want_entropy
+        model,
+        mb["sequences"],
+        mb["attention_mask"],
+        temperature=s.temperature,
+        return_entropy=want_entropy,
+        packing=s.packing,
     )
     log_probs, entropy = out if want_entropy else (out, None)
-    metrics: dict[str, Tensor] = {}
+    metrics: dict[str, Tensor | float] = dict(forward_tokens(model, mb["attention_mask"], packing=s.packing))
     old = mb.get("old_logprobs")
     if old is None:
         # One optimizer step per rollout (RLWorkers.reuses_current_logprobs): the weights that would recompute the
@@ -134,9 +143,15 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
     return loss, metrics
 
 
-def critic_loss_fn(model, mb: dict[str, Tensor], norm, *, clip: float | None) -> tuple[Tensor, dict[str, Tensor]]:
-    values = value_model_values(model, mb["sequences"], mb["attention_mask"]).float()
+def critic_loss_fn(
+    model, mb: dict[str, Tensor], norm, *, clip: float | None, packing: bool = False
+) -> tuple[Tensor, dict[str, Tensor | float]]:
+    values = value_model_values(model, mb["sequences"], mb["attention_mask"], packing=packing).float()
     loss = value_loss(values, mb["values"], mb["returns"], mb["action_mask"], clip_eps=clip, norm=norm)
     with torch.no_grad():
         v = masked_mean(values, mb["action_mask"])
-    return loss, {"critic_loss": loss.detach(), "values": v}
+    return loss, {
+        "critic_loss": loss.detach(),
+        "values": v,
+        **forward_tokens(model, mb["attention_mask"], packing=packing),
+    }

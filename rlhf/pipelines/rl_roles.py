@@ -23,7 +23,8 @@ from functools import partial
 from typing import Any
 
 from rlhf.errors import UserError
-from rlhf.pipelines.experience import ExperienceBatch, micro_batches, split
+from rlhf.pipelines.batching import throughput
+from rlhf.pipelines.experience import ExperienceBatch, micro_batch_plan, rank_micro_batches
 from rlhf.pipelines.rl_losses import (
     ActorLossSettings,
     actor_loss_fn,
@@ -86,12 +87,31 @@ def reuses_current_logprobs(spec: ExperimentSpec) -> bool:
     return d.optimizer_steps_per_rollout == 1 and not kl_in_reward and "teacher" not in d.roles
 
 
-def forward_in_ranks(group: Any, fn: Any, exp: ExperienceBatch, name: str | None, micro_batch: int) -> list[Any]:
-    """``fn`` over the batch on ``group``: equal contiguous shares per rank, in micro-batches; results in sample
-    order."""
-    per_rank = [[m.tensors() for m in micro_batches(shard, micro_batch)] for shard in split(exp, len(group))]
+def forward_in_ranks(
+    group: Any, fn: Any, exp: ExperienceBatch, name: str | None, micro_batch: int, max_tokens: int = 0
+) -> list[Any]:
+    """``fn`` over the batch on ``group``: equal shares per rank, in micro-batches of ``micro_batch`` samples or,
+    with ``max_tokens``, token-budget micro-batches (the same count on every rank); the results, concatenated, are
+    in sample order (2-D results right-padded to a common width)."""
+    plan = micro_batch_plan(exp, len(group), micro_batch, max_tokens)
+    per_rank = [[exp.select(mb).trimmed().tensors() for mb in rank] for rank in plan]
     results = group.run_per_rank("forward", [(fn, batches, name) for batches in per_rank])
-    return [x for rank in results for x in rank]
+    flat = [x for rank in results for x in rank]
+    order = [i for rank in plan for mb in rank for i in mb]
+    if order == list(range(len(exp))):
+        return flat
+    return [_in_sample_order(flat, order)]
+
+
+def _in_sample_order(parts: list[Any], order: list[int]) -> Any:
+    """One tensor of the parts' rows put back in sample order (``order[j]``: the sample of the j-th row)."""
+    import torch
+
+    width = max(p.shape[1] for p in parts) if parts[0].dim() > 1 else None
+    rows = torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) if width else p for p in parts])
+    out = torch.empty_like(rows)
+    out[torch.as_tensor(order)] = rows
+    return out
 
 
 def takes_turns(spec: ExperimentSpec, rollout_colocated: bool) -> bool:
@@ -284,6 +304,7 @@ class RLWorkers:
             self.reward = self.critic
         self.weight_sync = WeightSync(spec, self.policy, self.rollout) if self.rollout is not None else None
         self.actor_settings = ActorLossSettings.from_spec(spec)
+        self.packing = spec.trainer.packing
         self.reuses_current_logprobs = reuses_current_logprobs(spec)
         self.kl_coef = spec.algorithm.kl.coef  # the KL controller's current value, set by the loop
         self.pad_id: int | None = None  # the tokenizer's pad id, set by the loop (probe batches are padded with it)
@@ -344,7 +365,8 @@ class RLWorkers:
 
         pad = self.spec.model.vocab_size - 1 if self.pad_id is None else self.pad_id
         exp = from_rollouts(rollouts, pad)
-        fn = partial(policy_logprobs_fn, temperature=self.temperature if temperature is None else temperature)
+        t = self.temperature if temperature is None else temperature
+        fn = partial(policy_logprobs_fn, temperature=t, packing=self.packing)
         lp = self._stitch(self._forward(self.policy, fn, exp, None), exp.action_mask.shape[1])
         mask = exp.action_mask.bool()
         return [lp[i][mask[i]].tolist() for i in range(len(rollouts))]
@@ -358,7 +380,9 @@ class RLWorkers:
 
     # -- experience ----------------------------------------------------------------------------------------------
     def _forward(self, group: Any, fn: Any, exp: ExperienceBatch, name: str | None) -> list[Any]:
-        return forward_in_ranks(group, fn, exp, name, self.spec.rollout.micro_batch_per_device)
+        t = self.spec.trainer
+        budget = t.max_tokens_per_forward or t.max_tokens_per_micro_batch
+        return forward_in_ranks(group, fn, exp, name, self.spec.rollout.micro_batch_per_device, budget)
 
     def _stitch(self, parts: list[Any], width: int) -> Any:
         import torch
@@ -370,7 +394,7 @@ class RLWorkers:
         width = exp.action_mask.shape[1]
         timing = {}
         t0 = time.perf_counter()
-        fn = partial(policy_logprobs_fn, temperature=self.temperature)
+        fn = partial(policy_logprobs_fn, temperature=self.temperature, packing=self.packing)
         if not self.reuses_current_logprobs:
             exp.old_logprobs = self._stitch(self._forward(self.policy, fn, exp, None), width) * exp.action_mask
         if self.reference is not None:
@@ -380,20 +404,22 @@ class RLWorkers:
             teacher = self._stitch(self._forward(self.teacher, fn, exp, "teacher"), width)
             exp.teacher_logprobs = teacher * exp.action_mask
         if self.critic is not None:
-            exp.values = self._stitch(self._forward(self.critic, critic_values_fn, exp, None), width) * exp.action_mask
+            values_fn = partial(critic_values_fn, packing=self.packing)
+            exp.values = self._stitch(self._forward(self.critic, values_fn, exp, None), width) * exp.action_mask
         timing["timing/logprobs"] = time.perf_counter() - t0
         return timing
 
     def reward_model_scores(self, exp: ExperienceBatch) -> list[float]:
         import torch
 
-        parts = self._forward(self.reward, reward_model_fn, exp, "reward")
+        parts = self._forward(self.reward, partial(reward_model_fn, packing=self.packing), exp, "reward")
         return torch.cat(parts).tolist()
 
     # -- training ------------------------------------------------------------------------------------------------
     def _steps(self, group: Any, exp: ExperienceBatch, fields: tuple[str, ...], seed: int) -> list[list[list[dict]]]:
         """Optimizer steps of one epoch: a seeded shuffle, cut into global batches, each split over the ranks and
-        into micro-batches. Returns step -> rank -> micro-batches."""
+        into micro-batches (of trainer.micro_batch_per_device samples, or by trainer.max_tokens_per_micro_batch).
+        Returns step -> rank -> micro-batches."""
         import torch
 
         t = self.spec.trainer
@@ -404,9 +430,9 @@ class RLWorkers:
         for start in range(0, len(exp) - t.global_batch + 1, t.global_batch):
             batch = exp.select(order[start : start + t.global_batch])
             per_rank = []
-            for shard in split(batch, ranks):
+            for rank in rank_micro_batches(batch, ranks, t.micro_batch_per_device, t.max_tokens_per_micro_batch):
                 mbs = []
-                for m in micro_batches(shard, t.micro_batch_per_device):
+                for m in rank:
                     tensors = {k: v for k, v in m.tensors().items() if k in fields}
                     tensors["kl_coef"] = torch.tensor([self.kl_coef])
                     mbs.append(tensors)
@@ -416,7 +442,7 @@ class RLWorkers:
 
     def train_critic(self, exp: ExperienceBatch, step: int) -> dict[str, float]:
         fields = ("sequences", "attention_mask", "action_mask", "values", "returns")
-        fn = partial(critic_loss_fn, clip=self.spec.critic.value_clip)
+        fn = partial(critic_loss_fn, clip=self.spec.critic.value_clip, packing=self.packing)
         return self._train(self.critic, exp, fields, fn, step, "critic")
 
     def train_actor(self, exp: ExperienceBatch, step: int) -> dict[str, float]:
@@ -439,6 +465,7 @@ class RLWorkers:
             norm_constant = float(pl.aggregation_norm or self.spec.rollout.max_new_tokens)
         sums: dict[str, float] = {}
         count = 0
+        t0 = time.perf_counter()
         for epoch in range(self.spec.trainer.epochs_per_rollout):
             for per_rank in self._steps(group, exp, fields, seed=self.spec.seed * 1000003 + step * 101 + epoch):
                 args = [(mbs, fn, "action_mask", norm_constant) for mbs in per_rank]
@@ -446,10 +473,14 @@ class RLWorkers:
                 for k, v in result.items():
                     sums[k] = sums.get(k, 0.0) + float(v)
                 count += 1
+        seconds = time.perf_counter() - t0
         out = {}
         for k, v in sums.items():
             key = {"grad_norm": f"{prefix}_grad_norm", "lr": f"{prefix}_lr"}.get(k, k)
             out[key] = v / max(count, 1)
+        own = "" if prefix == "actor" else f"{prefix}_"  # the policy's keys as OpenRLHF logs them, bare
+        real_tokens = float(exp.attention_mask.sum()) * self.spec.trainer.epochs_per_rollout if count else 0.0
+        out.update(throughput(out, real_tokens, seconds, own))
         return out
 
     # -- checkpoints ----------------------------------------------------------------------------------------------

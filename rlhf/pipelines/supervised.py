@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlhf.pipelines.batching import EvalShards, per_rank_micro_batches, redistribute
+from rlhf.pipelines.batching import EvalShards, per_rank_micro_batches, redistribute, throughput
 from rlhf.pipelines.step_count import StepCount, count_steps
 from rlhf.spec.schema import ExperimentSpec
 
@@ -38,6 +39,8 @@ class Task:
     init_value_head: bool = False
     reference_fn: Callable | None = None  # (model, batch) -> {name: per-sample tensor} merged into each batch
     final_config: Callable[[dict[str, float]], dict[str, Any]] | None = None  # config.json updates (RM mean/std)
+    # a row's tokens, for token-budget micro-batches (trainer.max_tokens_per_micro_batch); None: fixed-size only
+    row_tokens: Callable[[dict[str, Any]], int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -83,6 +86,25 @@ class Workers:
         split, back = (per_rank, lambda r: r) if len(group) == len(per_rank) else redistribute(per_rank, len(group))
         results = back(group.run_per_rank("forward", [(fn, batches, "reference") for batches in split]))
         return [[{**b, **r} for b, r in zip(bs, rs, strict=True)] for bs, rs in zip(per_rank, results, strict=True)]
+
+
+# One non-empty row per pair: the step-window normaliser of this key counts the step's pairs (step_share).
+PAIR_KEY = "chosen_attention_mask"
+
+
+def pair_tokens(row: dict[str, Any]) -> int:
+    """A preference row's tokens: chosen and rejected stay in one micro-batch (one forward over both)."""
+    return len(row["chosen_ids"]) + len(row["rejected_ids"])
+
+
+def step_share(batch_size: int, norm: Any) -> Any:
+    """The factor that turns a micro-batch's mean over its ``batch_size`` samples into its share of the whole
+    step's mean: ``batch_size x ranks / (samples in the step / micro-batches)``, with the step-window normaliser of a
+    task whose ``mask_key`` has one non-empty row per sample. 1 when every micro-batch holds the same number of
+    samples; with token-budget micro-batches (different sizes) the gradient stays that of the step's mean."""
+    if norm is None or norm.global_batch_size is None:
+        return 1.0
+    return batch_size * norm.dp_size / norm.global_batch_size
 
 
 def _steps(spec: ExperimentSpec, n_train: int, unit: str) -> StepCount:
@@ -169,11 +191,23 @@ class SupervisedRecipe:
     def step(self, step: int) -> dict[str, float]:
         t, task, workers, train = self.spec.trainer, self.task, self.workers, self.splits.train
         rows = train.rows(self.sampler.next_indices())
-        per_rank = per_rank_micro_batches(rows, workers.dp, t.micro_batch_per_device, task.collate)
+        t0 = time.perf_counter()
+        per_rank = per_rank_micro_batches(
+            rows,
+            workers.dp,
+            t.micro_batch_per_device,
+            task.collate,
+            max_tokens=t.max_tokens_per_micro_batch,
+            row_tokens=task.row_tokens,
+        )
         if task.reference_fn is not None:
             per_rank = workers.attach_reference(task.reference_fn, per_rank)
-        result = workers.policy.run_per_rank("train_step", [(mbs, task.loss_fn, task.mask_key) for mbs in per_rank])
-        metrics = {f"train/{k}": v for k, v in result[0].items()}
+        result = dict(
+            workers.policy.run_per_rank("train_step", [(mbs, task.loss_fn, task.mask_key) for mbs in per_rank])[0]
+        )
+        real = float(sum(task.row_tokens(r) for r in rows)) if task.row_tokens is not None else 0.0
+        result.update(throughput(result, real, time.perf_counter() - t0))
+        metrics = {f"train/{k}": v for k, v in result.items()}
         metrics["train/epoch"] = self.sampler.epoch + self.sampler.position / len(train)
         eval_every = self.spec.eval.steps if self.spec.eval.steps > 0 else self.steps_per_epoch
         if step % eval_every == 0 or step == self.total:

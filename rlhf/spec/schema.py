@@ -452,7 +452,29 @@ class TrainerSpec:
     )
     fsdp2: FSDP2Spec = field(default_factory=FSDP2Spec)
     global_batch: int = key(128, "samples per optimizer step, across all data-parallel ranks", ge=1)
-    micro_batch_per_device: int = key(1, "samples per forward/backward on one device", ge=1)
+    micro_batch_per_device: int = key(
+        1, "samples per forward/backward on one device (unless trainer.max_tokens_per_micro_batch is set)", ge=1
+    )
+    packing: bool = key(
+        True,
+        "pack each forward's samples back to back into rows, position ids restarting per sample (transformers' "
+        "packed-sequence masks keep samples apart; flash-attention: varlen), so padding is not computed; a model off "
+        "transformers' attention interface runs padded (OpenRLHF --ds.packing_samples, veRL use_remove_padding)",
+    )
+    max_tokens_per_micro_batch: int = key(
+        0,
+        "training micro-batches by tokens: about this many real tokens per forward/backward on one device, the same "
+        "number of micro-batches on every rank, the loss that of the whole step; 0: micro_batch_per_device samples "
+        "(OpenRLHF --train.dynamic_batch_enable + --train.max_tokens_per_gpu, veRL ppo_max_token_len_per_gpu)",
+        ge=0,
+    )
+    max_tokens_per_forward: int = key(
+        0,
+        "the same for passes without gradients (old/reference/teacher log-probs, values, rewards); 0: "
+        "max_tokens_per_micro_batch, or rollout.micro_batch_per_device samples when that is 0 too (OpenRLHF "
+        "--rollout.max_tokens_per_gpu, veRL log_prob_max_token_len_per_gpu)",
+        ge=0,
+    )
     epochs_per_rollout: int = key(1, "RL: optimizer passes over each rollout batch (OpenRLHF train.max_epochs)", ge=1)
     num_episodes: int = key(1, "RL: passes over the prompt set", ge=1)
     epochs: int = key(1, "SFT/RM/DPO: passes over the dataset", ge=1)
@@ -534,7 +556,9 @@ class DataSpec:
     on_too_long: str = key(
         "truncate", "rows longer than max_len: truncate, or drop (counted)", choices=names.TOO_LONG_POLICIES
     )
-    packing: bool = key(False, "SFT: pack several samples per row")
+    packing: bool = key(
+        False, "SFT: pack several samples into each dataset row of data.max_len (a row is then one sample of the batch)"
+    )
     multiturn: bool = key(False, "SFT: loss on every assistant turn")
     pretrain_mode: bool = key(False, "SFT: loss on all tokens")
 
@@ -691,8 +715,9 @@ class LoggingSpec:
         items=items(nonempty=True),
     )
     mlflow: bool | None = key(
-        None, "shorthand kept for command lines: false leaves mlflow out of logging.trackers, true adds it; null: "
-        "as logging.trackers says"
+        None,
+        "shorthand kept for command lines: false leaves mlflow out of logging.trackers, true adds it; null: "
+        "as logging.trackers says",
     )
     tracking_uri: str = key("", "MLflow store; empty: sqlite:///mlflow.db in the directory rlhf-run was started from")
     experiment: str = key("rlhf", "MLflow experiment and W&B project", nonempty=True)
@@ -717,8 +742,10 @@ class SFTWarmupSpec:
     in one command: one cluster, one set of actors, one MLflow run with sft/* and train/* metrics)."""
 
     steps: int = key(
-        0, "SFT optimizer steps (trainer.global_batch samples each) before the first RL step, on top of "
-        "trainer.max_steps (which counts RL steps); 0: none", ge=0
+        0,
+        "SFT optimizer steps (trainer.global_batch samples each) before the first RL step, on top of "
+        "trainer.max_steps (which counts RL steps); 0: none",
+        ge=0,
     )
     train_files: list[str] = key(factory=list, doc="SFT pairs (same forms as data.train_files)")
     input_key: str = key("input", "column of the prompt", nonempty=True)

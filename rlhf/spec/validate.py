@@ -120,6 +120,31 @@ def _check_batches(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
         )
 
 
+def _check_token_budget(spec: ExperimentSpec, c: _Collector) -> None:
+    """A token budget must hold the longest sample (a pair for RM and DPO, kept in one micro-batch), and KTO's KL
+    estimate pairs samples within a micro-batch, so its micro-batches keep a fixed size."""
+    t, a = spec.trainer, spec.algorithm
+    pair = a.family in ("rm", "dpo")
+    longest = spec.data.max_len * (2 if pair else 1)
+    what = "a chosen + rejected pair of data.max_len tokens each" if pair else "one sample of data.max_len tokens"
+    for key in ("max_tokens_per_micro_batch", "max_tokens_per_forward"):
+        budget = getattr(t, key)
+        c.require(
+            budget == 0 or budget >= longest,
+            f"trainer.{key}",
+            budget,
+            f"must hold {what} ({longest}), or be 0 (micro-batches of a fixed number of samples)",
+        )
+    if a.family == "dpo" and a.preference.loss == "kto":
+        c.require(
+            t.max_tokens_per_micro_batch == 0,
+            "trainer.max_tokens_per_micro_batch",
+            t.max_tokens_per_micro_batch,
+            "must be 0 with algorithm.preference.loss=kto (its KL term pairs each prompt with the next sample's "
+            "response inside a micro-batch, so token-budget micro-batches would change the loss)",
+        )
+
+
 def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
     a, ro = spec.algorithm, spec.rollout
     if a.family != "rl":
@@ -621,6 +646,7 @@ def validate(spec: ExperimentSpec) -> list[SpecError]:
     _check_domains(spec, c)
     d = derive(spec)
     _check_batches(spec, d, c)
+    _check_token_budget(spec, c)
     _check_algorithm(spec, d, c)
     _check_teacher(spec, d, c)
     _check_resources(spec, d, c)

@@ -178,6 +178,19 @@ def run_case(backend_name: str, case: str, overrides: list[str], out: Path) -> N
     m = engine.step(batches(4, rank), loss_fn)
     assert math.isclose(m["lr"], 5e-4), m["lr"]
 
+    # Token-budget micro-batches: a step of another count than grad_accum (the same on both ranks) is still one token
+    # mean over the step; ranks given different counts both raise instead of hanging in the collectives.
+    uneven = batches(6, rank) + batches(7, rank)[:1]
+    expected = token_mean_loss(engine, uneven)
+    m = engine.step(uneven, loss_fn)
+    assert math.isclose(m["loss"], expected, rel_tol=tol), (m["loss"], expected)
+    try:
+        engine.step(batches(8, rank)[: rank + 1], loss_fn)
+    except ValueError as e:
+        assert "different numbers of micro-batches" in str(e), e
+    else:
+        raise AssertionError("ranks with different micro-batch counts must raise")
+
     # A step whose gradient is not finite changes nothing (trainer.on_nonfinite: the run decides what follows).
     before = dict(engine.named_weights(keep=rank == 0))
     m = engine.step(batches(5, rank), nan_loss_fn)

@@ -160,14 +160,14 @@ class FSDP2TrainEngine:
         mask_key: str | None = "action_mask",
         norm_constant: float | None = None,
     ) -> dict[str, float]:
-        """One optimizer step over exactly ``grad_accum`` micro-batches (see TrainEngine.step)."""
+        """One optimizer step over the micro-batches given, the same count on every rank (see TrainEngine.step)."""
         self.model.train()
-        batches, norm = step_inputs(micro_batches, self.grad_accum, self.device, mask_key, norm_constant)
+        batches, norm = step_inputs(micro_batches, self.device, mask_key, norm_constant)
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step uses (the scheduler moves on after it)
         metrics = MetricSums()
         for mb in batches:
             loss, m = loss_fn(self.model, mb, norm)
-            (loss / self.grad_accum).backward()  # DeepSpeed's engine.backward divides the same way
+            (loss / len(batches)).backward()  # the step's micro-batch count, as the DeepSpeed engine divides
             metrics.add(m)
         grad_norm = self._clip()
         if math.isfinite(grad_norm):  # a non-finite norm drops the update (and the schedule's step), as DeepSpeed does
