@@ -26,7 +26,11 @@ def _rollout(c: Candidate) -> str:
         return "-"
     ro = c.spec.rollout
     turns = any(sleeps(c.spec, g.roles) for g in c.plan.groups)
-    util = f" {ro.gpu_memory_utilization:.2f}" if ro.backend == "vllm" and c.spec.hardware.accelerator == "gpu" else ""
+    util = (
+        f" {ro.vllm.gpu_memory_utilization:.2f}"
+        if ro.backend == "vllm" and c.spec.hardware.accelerator == "gpu"
+        else ""
+    )
     return f"{ro.num_engines}xTP{ro.tensor_parallel_size}{util}{' turns' if turns else ''}"
 
 
@@ -85,8 +89,10 @@ def render(result: SearchResult, spec: ExperimentSpec) -> str:
         lines.append(_row(str(i), c))
     if r.base is not None:
         lines.append(_row("given", r.base) + ("" if r.base.plan.fits else f"  ({r.base.plan.verdict()})"))
-    lines.append(f"  (ranked by estimated time, each key changed from the recipe counting {TIE_PER_CHANGE:.1%} "
-                 "against a layout: near-ties keep the recipe's choices)")
+    lines.append(
+        f"  (ranked by estimated time, each key changed from the recipe counting {TIE_PER_CHANGE:.1%} "
+        "against a layout: near-ties keep the recipe's choices)"
+    )
     lines += ["", "estimated seconds per phase"]
     lines.append("  " + f"{'#':>5} " + "".join(f"{p:>11}" for p in PHASES) + f"{'total':>9}")
     rows = [(str(i), c) for i, c in enumerate(r.ranked, 1)] + ([("given", r.base)] if r.base else [])
@@ -135,8 +141,10 @@ def larger_hardware(spec: ExperimentSpec) -> list[tuple[str, float]]:
 def nothing_fits(result: SearchResult, spec: ExperimentSpec) -> str:
     """The error when no layout fits: why the closest one does not, and what to change."""
     hw = spec.hardware
-    lines = [f"no layout of {spec.recipe or 'this config'} fits hardware={hw.name} ({hw.nodes} x {hw.devices_per_node} "
-             f"{hw.device_type}, {hw.device_memory_gb:.0f} GB each)"]
+    lines = [
+        f"no layout of {spec.recipe or 'this config'} fits hardware={hw.name} ({hw.nodes} x {hw.devices_per_node} "
+        f"{hw.device_type}, {hw.device_memory_gb:.0f} GB each)"
+    ]
     if result.invalid:
         values, errors = result.invalid[0]
         lines.append(f"  the layouts that fit memory are refused by validation, e.g.: {errors[0]}")
@@ -158,8 +166,15 @@ def _value(v: object) -> str:
     return "null" if v is None else str(v).replace("'", "").replace(" ", "")
 
 
-def run(spec: ExperimentSpec, overrides: Sequence[str], *, top: int, out: str | None, config_dir: str | None,
-        config_name: str | None) -> None:
+def run(
+    spec: ExperimentSpec,
+    overrides: Sequence[str],
+    *,
+    top: int,
+    out: str | None,
+    config_dir: str | None,
+    config_name: str | None,
+) -> None:
     """Search, print, and write the best as a recipe when ``out`` is given (exit 1 when nothing fits)."""
     from rlhf.launch.auto_recipe import header_lines, write_recipe
 
@@ -171,6 +186,7 @@ def run(spec: ExperimentSpec, overrides: Sequence[str], *, top: int, out: str | 
         command = "rlhf-plan --auto " + " ".join(shlex.quote(o) for o in overrides) + f" -o {shlex.quote(out)}"
         given = result.base.seconds if result.base is not None and result.base.plan.fits else None
         header = header_lines(spec.recipe or "(no recipe)", spec.hardware.name, result.ranked[0], given, command)
-        write_recipe(Path(out), overrides, result.ranked[0], header=header, config_dir=config_dir,
-                     config_name=config_name)
+        write_recipe(
+            Path(out), overrides, result.ranked[0], header=header, config_dir=config_dir, config_name=config_name
+        )
         print(f"\nwrote the best layout to {out}: rlhf-run +recipe={out}  (rlhf-plan +recipe={out} shows its plan)")

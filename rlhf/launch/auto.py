@@ -19,7 +19,7 @@ one more entry):
       turns            rollout.enable_sleep where the engines share the policy's devices (GPUs)
     scan (ordered from the most memory to the least; the cost model's time never rises along them)
       micro-batch      trainer.micro_batch_per_device: the powers of two dividing the per-rank optimizer batch
-      vLLM memory      rollout.gpu_memory_utilization 0.9 down to 0.3 (vLLM on GPUs)
+      vLLM memory      rollout.vllm.gpu_memory_utilization 0.9 down to 0.3 (vLLM on GPUs)
     derived (:data:`DERIVED_DIMENSIONS`, one value computed from the chosen point)
       forward micro-batch  rollout.micro_batch_per_device: the largest power of two whose no-grad forward (fp32
                        logits and their log-softmax, T x V x 8 bytes, plus one layer's activations) needs no more than
@@ -144,8 +144,9 @@ def _tp_options(spec: ExperimentSpec, group_size: int) -> list[int]:
     hw, m = spec.hardware, spec.model
     if spec.rollout.backend != "vllm" or hw.accelerator != "gpu":
         return [1]
-    return [tp for tp in _pow2_upto(min(group_size, hw.devices_per_node))
-            if group_size % tp == 0 and m.num_heads % tp == 0]
+    return [
+        tp for tp in _pow2_upto(min(group_size, hw.devices_per_node)) if group_size % tp == 0 and m.num_heads % tp == 0
+    ]
 
 
 def _placements(spec: ExperimentSpec) -> list[Overrides]:
@@ -162,7 +163,8 @@ def _placements(spec: ExperimentSpec) -> list[Overrides]:
         probe = with_values(spec, {"placement.colocate": [list(g) for g in colocate]})
         groups = device_groups(probe, present)
         splits = [
-            split for split in itertools.product(sizes, repeat=len(groups))
+            split
+            for split in itertools.product(sizes, repeat=len(groups))
             if sum(split) <= total
             # trainer.global_batch must split evenly over the trained roles' ranks
             and not any(batch % n for g, n in zip(groups, split, strict=True) if "policy" in g or "critic" in g)
@@ -178,8 +180,12 @@ def _placements(spec: ExperimentSpec) -> list[Overrides]:
                     continue
                 seen.add(key)
                 values: Overrides = {"placement.name": name, "placement.colocate": [list(g) for g in colocate]}
-                values.update({f"placement.devices.{r}": None for r in ("policy", "reference", "teacher", "critic",
-                                                                        "reward", "rollout")})
+                values.update(
+                    {
+                        f"placement.devices.{r}": None
+                        for r in ("policy", "reference", "teacher", "critic", "reward", "rollout")
+                    }
+                )
                 if len(groups) > 1 or used < total:
                     values.update({f"placement.devices.{g[0]}": n for g, n in zip(groups, split, strict=True)})
                 if ro is not None:
@@ -207,8 +213,15 @@ def _engines(spec: ExperimentSpec) -> list[Overrides]:
         if gpu and not turns and stage >= 1:
             out.append({**ds, **reset_fs, "trainer.zero_stage": stage, "trainer.offload_optimizer": True})
         if gpu and not turns and stage == 3 and not lora:
-            out.append({**ds, **reset_fs, "trainer.zero_stage": 3, "trainer.offload_optimizer": True,
-                        "trainer.offload_params": True})
+            out.append(
+                {
+                    **ds,
+                    **reset_fs,
+                    "trainer.zero_stage": 3,
+                    "trainer.offload_optimizer": True,
+                    "trainer.offload_params": True,
+                }
+            )
     if spec.trainer.precision != "fp16" and spec.trainer.optimizer != "cpu_adam":
         keep = {"trainer.zero_stage": spec.trainer.zero_stage}
         out.append({**fs, **reset_ds, **keep})
@@ -261,7 +274,7 @@ def _micro_batches(spec: ExperimentSpec) -> list[Overrides]:
 
 
 def _utilization(spec: ExperimentSpec) -> list[Overrides]:
-    return [{"rollout.gpu_memory_utilization": u} for u in VLLM_UTILIZATION]
+    return [{"rollout.vllm.gpu_memory_utilization": u} for u in VLLM_UTILIZATION]
 
 
 def _vllm_on_gpu(spec: ExperimentSpec) -> bool:
@@ -394,9 +407,14 @@ class _Searcher:
         if not _fits(p):
             over = max((m.peak_gb / m.capacity_gb for m in p.memory), default=0.0)
             if self.closest is None or over < self.closest[0]:
-                why = p.verdict() if p.fits is False else (
-                    f"spills: {p.warnings[0]}" if p.warnings
-                    else f"fits the plan but leaves less than {MEMORY_HEADROOM:.0%} of a device free"
+                why = (
+                    p.verdict()
+                    if p.fits is False
+                    else (
+                        f"spills: {p.warnings[0]}"
+                        if p.warnings
+                        else f"fits the plan but leaves less than {MEMORY_HEADROOM:.0%} of a device free"
+                    )
                 )
                 self.closest = (over, why)
         return p
@@ -579,11 +597,14 @@ def _distinct(cands: list[Candidate]) -> list[Candidate]:
     return out
 
 
-_SCAN_KEYS = {"trainer.micro_batch_per_device", "trainer.max_tokens_per_micro_batch", "rollout.gpu_memory_utilization",
-              "rollout.micro_batch_per_device"}
+_SCAN_KEYS = {
+    "trainer.micro_batch_per_device",
+    "trainer.max_tokens_per_micro_batch",
+    "rollout.vllm.gpu_memory_utilization",
+    "rollout.micro_batch_per_device",
+}
 
 
 def search(spec: ExperimentSpec, top: int = 5) -> SearchResult:
     """The ``top`` fastest layouts of ``spec`` that fit and validate, best first (see the module docstring)."""
     return _Searcher(spec, max(top, 1)).run()
-

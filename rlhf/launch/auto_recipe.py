@@ -60,9 +60,15 @@ _SAME = object()
 _GROUP_ORDER = ("algorithm", "model", "hardware", "placement", "rollout", "trainer", "data", "logging")
 # Layout keys the recipe always spells out (when the candidate sets them), so a reader sees the whole layout.
 _SHOWN = (
-    "rollout.num_engines", "rollout.tensor_parallel_size", "rollout.gpu_memory_utilization", "rollout.enable_sleep",
-    "rollout.micro_batch_per_device", "trainer.backend", "trainer.micro_batch_per_device",
-    "trainer.gradient_checkpointing", "trainer.max_tokens_per_micro_batch",
+    "rollout.num_engines",
+    "rollout.tensor_parallel_size",
+    "rollout.vllm.gpu_memory_utilization",
+    "rollout.enable_sleep",
+    "rollout.micro_batch_per_device",
+    "trainer.backend",
+    "trainer.micro_batch_per_device",
+    "trainer.gradient_checkpointing",
+    "trainer.max_tokens_per_micro_batch",
 )
 
 
@@ -81,7 +87,11 @@ def shown_keys(chosen: Candidate) -> list[str]:
 
 
 def recipe_text(
-    overrides: Sequence[str], chosen: Candidate, *, header: Sequence[str] = (), config_dir: str | None = None,
+    overrides: Sequence[str],
+    chosen: Candidate,
+    *,
+    header: Sequence[str] = (),
+    config_dir: str | None = None,
     config_name: str | None = None,
 ) -> str:
     """The recipe of ``chosen`` (a candidate of the search run on the spec ``overrides`` compose to)."""
@@ -118,8 +128,13 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 
 def write_recipe(
-    path: Path, overrides: Sequence[str], chosen: Candidate, *, header: Sequence[str] = (),
-    config_dir: str | None = None, config_name: str | None = None,
+    path: Path,
+    overrides: Sequence[str],
+    chosen: Candidate,
+    *,
+    header: Sequence[str] = (),
+    config_dir: str | None = None,
+    config_name: str | None = None,
 ) -> None:
     """Write the recipe of ``chosen`` to ``path``, then check that it composes to the chosen spec, validates and
     fits (a RuntimeError naming the keys that differ otherwise: a bug of this module, never the user's)."""

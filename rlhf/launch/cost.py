@@ -33,7 +33,7 @@ Time of a compute phase: micro-batches x (MICRO_BATCH_S or FORWARD_S) + FLOPs / 
 Decode, per engine of TP devices, per step of b sequences at mean context c (prompt + half the response):
     max( (2 P/TP + b c k_bytes/TP) / (B x DECODE_BW_EFF),  2 P' b / TP / (F x DECODE_FLOP_EFF) )
       + TP > 1: 2 L all-reduces of b h 16-bit values over the node's link + decode_step_s + b decode_seq_s
-    b = the engine's samples, at most max_num_seqs (rollout.max_num_seqs, else vLLM's default for the device:
+    b = the engine's samples, at most max_num_seqs (rollout.vllm.max_num_seqs, else vLLM's default for the device:
     VLLM_MAX_NUM_SEQS) and at most what its KV cache holds (the plan's KV cache / k_bytes per token); more
     samples decode in waves. hf engine: b = every sample of the engine (it batches up to 512 sequences).
     Prefill: the forward FLOPs of the prompts at PREFILL_EFF.
@@ -107,7 +107,7 @@ class Constants:
     micro_batch_s: float  # fixed cost of one training micro-batch (framework, kernel launches, Python)
     forward_s: float  # fixed cost of one no-grad forward micro-batch
     decode_step_s: float  # fixed cost of one decode step (scheduler, sampling, Python)
-    decode_step_eager_s: float  # the same with rollout.enforce_eager (no CUDA graphs)
+    decode_step_eager_s: float  # the same with rollout.vllm.enforce_eager (no CUDA graphs)
     decode_seq_s: float  # the engine's own cost per sequence per decode step (scheduling, sampling)
     tp_allreduce_s: float  # latency of one small all-reduce between the TP workers of an engine
     collective_s: float  # fixed cost of one collective call of the training engine (NCCL or gloo)
@@ -419,7 +419,7 @@ def _generation(x: _Ctx, prompt: float, response: float) -> float:
         default = VLLM_MAX_NUM_SEQS.get(hw.device_type, VLLM_MAX_NUM_SEQS["cpu" if hw.accelerator == "cpu" else "gpu"])
         if hw.accelerator == "cpu":
             default *= tp
-        batch = min(seqs, ro.max_num_seqs or default)
+        batch = min(seqs, ro.vllm.max_num_seqs or default)
         kv_tokens = _kv_tokens(spec, plan) if x.bound == "exact" else None
         if kv_tokens is not None:
             batch = min(batch, max(int(kv_tokens // max(seq, 1)), 1))
@@ -432,7 +432,7 @@ def _generation(x: _Ctx, prompt: float, response: float) -> float:
     matmul = forward_flops(m, 1, context)  # FLOPs per generated token
     read = (params * rbytes / tp + batch * context * kvb) / (dev.bandwidth * c.decode_bw_eff)
     compute = matmul * batch / tp / (flops * c.decode_flop_eff)
-    step = max(read, compute) + (c.decode_step_eager_s if ro.enforce_eager else c.decode_step_s)
+    step = max(read, compute) + (c.decode_step_eager_s if ro.vllm.enforce_eager else c.decode_step_s)
     step += batch * c.decode_seq_s
     if tp > 1:
         step += 2 * m.num_layers * (c.tp_allreduce_s + batch * m.hidden_size * rbytes / (dev.link * c.comm_eff))
