@@ -403,7 +403,7 @@ def test_save_path_set_from_a_substitution_outside_the_script_is_a_placeholder_n
     out = capsys.readouterr()
     assert done.value.code == 0, out.out + out.err
     assert "Traceback" not in out.out + out.err
-    assert "--ckpt.output_dir '$(cd \"$(dirname \"$0\")/../.." in out.out and "?? set from $(cd" in out.out
+    assert '--ckpt.output_dir \'$(cd "$(dirname "$0")/../..' in out.out and "?? set from $(cd" in out.out
     text = (in_tmp / "out.yaml").read_text()
     assert "#   checkpoint.output_dir=...  # --ckpt.output_dir" in text and "#   logging.run_name=..." in text
     assert "output_dir: " not in text.split("# ?? set outside the script")[0]  # not written as a value
@@ -468,3 +468,28 @@ def test_a_flag_table_row_whose_key_has_not_landed_is_reported_as_coming(monkeyp
     row = next(r for r in lines(conv.cmd, conv.mapping, conv.recipe) if r.flag.startswith("--actor.entropy_coef"))
     assert (row.marker, row.detail) == (NONE, "coming: algorithm.no_such_key_yet=0.01 once that key exists here")
     assert "algorithm.no_such_key_yet" not in conv.recipe.values
+
+
+def test_dynamic_batching_becomes_the_token_budgets_and_packing(in_tmp):
+    # OpenRLHF's --use_dynamic_batch forces packing and cuts micro-batches by --train_max_tokens_per_gpu (16192 by
+    # default); the forwards take --rollout_max_tokens_per_gpu, else the same budget.
+    s = _convert_script(FLAT["ppo_dynamic_batch"]).mapping.values
+    assert (s["trainer.packing"], s["trainer.max_tokens_per_micro_batch"], s["trainer.max_tokens_per_forward"]) == (
+        True,
+        16192,
+        16192,
+    )
+    base = "python3 -m openrlhf.cli.train_ppo_ray --pretrain m --prompt_data d "
+    both = _convert_script(
+        base + "--use_dynamic_batch --train_max_tokens_per_gpu 4096 --rollout_max_tokens_per_gpu 8192"
+    )
+    assert (
+        both.mapping.values["trainer.max_tokens_per_micro_batch"],
+        both.mapping.values["trainer.max_tokens_per_forward"],
+    ) == (
+        4096,
+        8192,
+    )
+    off = _convert_script(base + "--train_max_tokens_per_gpu 4096")
+    assert "trainer.max_tokens_per_micro_batch" not in off.mapping.values
+    assert any("used only with --train.dynamic_batch_enable" in (o.note or "") for o in off.mapping.outcomes)

@@ -165,11 +165,6 @@ _OPTIM = {
 }
 
 UNSUPPORTED, GPU_ONLY, SUPERSEDED, NOT_NEEDED = "unsupported", "GPU-only", "superseded", "not needed"
-_DYNAMIC = (
-    UNSUPPORTED,
-    "token-budget dynamic batching; micro-batches are fixed-size here (trainer.micro_batch_per_device, "
-    "rollout.micro_batch_per_device)",
-)
 # Flags with no equivalent here. "quiet_default": the value OpenRLHF has anyway, which then changes nothing.
 _NONE = {
     "ds.zpg": (UNSUPPORTED, "ZeRO++ hierarchical partitioning is not configurable here", 1),
@@ -200,9 +195,6 @@ _NONE = {
         "nccl",
     ),
     "vllm.sync_with_ray": (SUPERSEDED, "the weight-sync route is chosen from the placement", False),
-    "rollout.max_tokens_per_gpu": (*_DYNAMIC, None),
-    "train.max_tokens_per_gpu": (*_DYNAMIC, 16192),
-    "train.dynamic_batch_enable": (*_DYNAMIC, False),
     "actor.freeze_visual_encoder": (UNSUPPORTED, "vision-language models", False),
     "data.image_key": (UNSUPPORTED, "vision-language models", "images"),
     "data.max_images_per_prompt": (UNSUPPORTED, "vision-language models", 0),
@@ -444,11 +436,40 @@ class _Mapper(OutcomeBook):
             if self.entry == "train_sft":
                 self.put("data.packing", self.eff("ds.packing_samples"), "ds.packing_samples")
         if "ds.packing_samples" in self.defs and self.entry != "train_sft":
-            if self.eff("ds.packing_samples"):
-                self.none(
-                    "ds.packing_samples", UNSUPPORTED, "packing is SFT-only here; sequences are padded per micro-batch"
-                )
+            # packed forwards are on by default here (trainer.packing); a command that says so is already so
+            if self.given("ds.packing_samples") and schema_has("trainer.packing"):
+                self.put("trainer.packing", bool(self.eff("ds.packing_samples")), "ds.packing_samples")
             self.handled.add("ds.packing_samples")
+        self._token_budgets()
+
+    def _token_budgets(self) -> None:
+        """OpenRLHF's dynamic batching: micro-batches cut by a token budget per GPU for training and for the
+        forwards (``rollout.max_tokens_per_gpu``, else the training one); it forces packing, as here."""
+        flags = ("train.dynamic_batch_enable", "train.max_tokens_per_gpu", "rollout.max_tokens_per_gpu")
+        if "train.dynamic_batch_enable" not in self.defs:
+            return
+        if not self.eff("train.dynamic_batch_enable") or not schema_has("trainer.max_tokens_per_micro_batch"):
+            for c in flags:
+                if c in self.defs and self.given(c) and c != "train.dynamic_batch_enable":
+                    self.explain(c, "used only with --train.dynamic_batch_enable (off), as OpenRLHF does")
+                elif c in self.defs:
+                    self.handled.add(c)
+            return
+        budget = _positive_int(self.eff("train.max_tokens_per_gpu"))
+        forward = self.eff("rollout.max_tokens_per_gpu") if "rollout.max_tokens_per_gpu" in self.defs else None
+        forward_budget = budget if forward in (None, "", 0) else _positive_int(forward)
+        if budget is None:
+            self.none("train.max_tokens_per_gpu", UNSUPPORTED, "not a positive whole number of tokens")
+            self.handled.update(flags)
+            return
+        self.put("trainer.packing", True, "train.dynamic_batch_enable")
+        self.put("trainer.max_tokens_per_micro_batch", budget, "train.dynamic_batch_enable", "train.max_tokens_per_gpu")
+        if forward_budget is None:
+            self.none("rollout.max_tokens_per_gpu", UNSUPPORTED, "not a positive whole number of tokens")
+        else:
+            self.put("trainer.max_tokens_per_forward", forward_budget, "rollout.max_tokens_per_gpu", carry=False)
+            if "trainer.max_tokens_per_forward" not in self.values:  # the forwards take the training budget
+                self.put("trainer.max_tokens_per_forward", budget, "train.max_tokens_per_gpu")
 
     # -- RL -----------------------------------------------------------------------------------------------------------
 
@@ -694,3 +715,12 @@ def _agent_executor(path: str) -> str:
 def map_command(cmd: Command, hardware_type: str = "h100") -> Mapping:
     """Every flag of ``cmd`` -> our keys (before choosing presets), with an outcome per flag."""
     return _Mapper(cmd, hardware_type).run()
+
+
+def _positive_int(value: Any) -> int | None:
+    """A token budget as OpenRLHF reads it (an int flag), or None for a value that is not one (never raises)."""
+    try:
+        n = int(str(value))
+    except (TypeError, ValueError):
+        return None
+    return n if n > 0 else None

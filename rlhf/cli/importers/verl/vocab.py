@@ -248,8 +248,11 @@ ALIASES: dict[str, str] = {
 # Keys veRL has and the run here has no use for, by pattern (a * is one or more key parts), with (category, why).
 UNSUPPORTED, GPU_ONLY, SUPERSEDED, NOT_NEEDED = "unsupported", "GPU-only", "superseded", "not needed"
 _KERNELS = (UNSUPPORTED, "veRL's kernel and compile switches (fused kernels, Liger, torch.compile, chunked entropy)")
-_PADDING = (NOT_NEEDED, "padding removal is a veRL kernel detail; micro-batches are padded per batch here")
-_DYNAMIC = (UNSUPPORTED, "token-budget micro-batches; they are fixed-size here (trainer.micro_batch_per_device)")
+_PADDING = (NOT_NEEDED, "packed forwards are on by default here (trainer.packing), veRL's padding removal alike")
+_DYNAMIC = (
+    UNSUPPORTED,
+    "not carried over yet: give the budgets as trainer.max_tokens_per_micro_batch and trainer.max_tokens_per_forward",
+)
 _VLLM = (NOT_NEEDED, "a vLLM engine detail veRL passes through; vLLM's defaults apply here")
 _PROFILE = (NOT_NEEDED, "profiling")
 _LOG = (NOT_NEEDED, "veRL's own bookkeeping")
