@@ -104,11 +104,12 @@ def test_an_adapter_sync_that_changed_the_adapter_changes_the_engines_log_probs(
         assert second["rollout/sync_logprob_moved"] > tol  # the engine's log-probs moved with the adapter ...
         assert second["rollout/sync_logprob_diff_mean"] < atol  # ... and match the trainer's
 
-        _step(policy, spec.model.vocab_size, 1e-2, seed=2)
-        ws.sync()  # dropped by the engine, yet every checksum and digest agrees
-        with pytest.raises(WeightSyncError, match=r"rollout engine 0 .*engine's by only 0") as err:
-            ws.judge_probe(ws.probe_engines(PROMPTS, 2), _score(policy, pad))
-        assert err.value.kind == "probe"
+        if spec.rollout.weight_sync != "object_store":  # the sync.drop fault lives in the streaming receiver
+            _step(policy, spec.model.vocab_size, 1e-2, seed=2)
+            ws.sync()  # dropped by the engine, yet every checksum and digest agrees
+            with pytest.raises(WeightSyncError, match=r"rollout engine 0 .*engine's by only 0") as err:
+                ws.judge_probe(ws.probe_engines(PROMPTS, 2), _score(policy, pad))
+            assert err.value.kind == "probe"
         ws.close()
     finally:
         realized.shutdown()
