@@ -5,47 +5,19 @@ learns as the merged one does on the same seed while each sync carries a tenth o
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
-import torch
+from probe_helpers import PROMPTS, policy_and_sync, sft_step, trainer_score  # shared by name, like tiny_shapes
 
 from rlhf.launch.job import run
 from rlhf.launch.plan import plan
 from rlhf.launch.realize import realize
-from rlhf.models.loading import resolve_model_path, tokenizer_for
-from rlhf.pipelines.experience import from_rollouts
-from rlhf.pipelines.rl_losses import policy_logprobs_fn
-from rlhf.pipelines.rollout_engines import RolloutEngines
-from rlhf.pipelines.sft import sft_loss_fn
-from rlhf.pipelines.weight_sync import WeightSync, WeightSyncError
+from rlhf.pipelines.weight_sync import WeightSyncError
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics
 
 pytestmark = pytest.mark.slow
 
-PROMPTS = [[1, 74, 71, 78, 78, 81], [1, 5, 6, 9], [1, 40, 41, 42, 43, 44, 45, 46]]
 LORA = ["model.lora.rank=8", "model.lora.alpha=16"]
-
-
-def _score(policy, pad_id):
-    def score(rollouts):
-        exp = from_rollouts(rollouts, pad_id)
-        t = exp.tensors()
-        batch = [{k: v for k, v in t.items() if k in ("sequences", "attention_mask", "action_mask")}]
-        lp = policy.run_all("forward", partial(policy_logprobs_fn, temperature=1.0), batch, None)[0][0]
-        mask = exp.action_mask.bool()
-        return [lp[i][mask[i]].tolist() for i in range(len(rollouts))]
-
-    return score
-
-
-def _step(policy, vocab, lr, seed):
-    policy.run_all("set_peak_lr", lr)
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (2, 16), generator=g)
-    mb = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "action_mask": torch.ones(2, 15)}
-    policy.run_all("train_step", [mb], sft_loss_fn, "action_mask")
 
 
 ENGINES = [
@@ -70,7 +42,6 @@ def test_an_adapter_sync_that_changed_the_adapter_changes_the_engines_log_probs(
     match them; the third sync is dropped by the engine (sync.drop: received, checksummed, acknowledged, never
     applied) and the probe names the engine."""
     from rlhf.spec.validate import vllm_cpu_available
-    from rlhf.workers import TrainerWorker
 
     if "rollout=vllm" in engine and not vllm_cpu_available():
         pytest.skip("no vllm-cpu side venv (scripts/setup_vllm_cpu.sh)")
@@ -83,32 +54,27 @@ def test_an_adapter_sync_that_changed_the_adapter_changes_the_engines_log_probs(
     ])  # fmt: skip
     realized = realize(spec, plan(spec))
     try:
-        path = resolve_model_path(spec.model)
-        pad = tokenizer_for(spec.model, path).pad_token_id
-        policy = realized.create_group("policy", TrainerWorker, spec, "policy")
-        policy.run_all("init_trained", kind="causal_lm", total_steps=10)
-        engines = RolloutEngines(spec, realized, path, None)
-        ws = WeightSync(spec, policy, engines)
+        policy, ws, pad = policy_and_sync(spec, realized)
         tol = spec.rollout.verify_sync_tolerance
 
         first = ws.sync()
         assert first.routes == [[spec.rollout.weight_sync]]
         # only the adapters travel: 2 layers x 7 linear modules x (A, B), 139,264 bytes in fp32 at rank 8
         assert first.sender["tensors"] == 28 and first.bytes == 139_264
-        probe = ws.judge_probe(ws.probe_engines(PROMPTS, 2), _score(policy, pad))
+        probe = ws.judge_probe(ws.probe_engines(PROMPTS, 2), trainer_score(policy, pad))
         assert probe["rollout/sync_logprob_diff_mean"] < atol
 
-        _step(policy, spec.model.vocab_size, 1e-2, seed=1)  # moves the adapters (the base is frozen)
+        sft_step(policy, spec.model.vocab_size, 1e-2, seed=1)  # moves the adapters (the base is frozen)
         ws.sync()
-        second = ws.judge_probe(ws.probe_engines(PROMPTS, 2), _score(policy, pad))
+        second = ws.judge_probe(ws.probe_engines(PROMPTS, 2), trainer_score(policy, pad))
         assert second["rollout/sync_logprob_moved"] > tol  # the engine's log-probs moved with the adapter ...
         assert second["rollout/sync_logprob_diff_mean"] < atol  # ... and match the trainer's
 
         if spec.rollout.weight_sync != "object_store":  # the sync.drop fault lives in the streaming receiver
-            _step(policy, spec.model.vocab_size, 1e-2, seed=2)
+            sft_step(policy, spec.model.vocab_size, 1e-2, seed=2)
             ws.sync()  # dropped by the engine, yet every checksum and digest agrees
             with pytest.raises(WeightSyncError, match=r"rollout engine 0 .*engine's by only 0") as err:
-                ws.judge_probe(ws.probe_engines(PROMPTS, 2), _score(policy, pad))
+                ws.judge_probe(ws.probe_engines(PROMPTS, 2), trainer_score(policy, pad))
             assert err.value.kind == "probe"
         ws.close()
     finally:
