@@ -148,6 +148,11 @@ class VLLMEngine:
             kwargs.update(enable_lora=True, max_lora_rank=int(lora.get("max_rank", lora["rank"])), max_loras=1)
             shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
             self.lora_dir = tempfile.mkdtemp(prefix="rlhf-lora-", dir=shm)
+            import shutil
+            import weakref
+
+            # removed with the engine (a process killed outright leaves its few MB in /dev/shm until reboot)
+            weakref.finalize(self, shutil.rmtree, self.lora_dir, True)
         kwargs.update(engine_kwargs)
         self.model_path = model_path
         # What of the engine is in device memory: vLLM's sleep mode releases "weights" and "kv_cache" (its two

@@ -330,7 +330,7 @@ class RolloutSpec:
         "merged",
         "with LoRA on (model.lora.rank > 0), what a sync sends: merged (the adapters merged into the base, every "
         "weight, any engine) | adapter (the LoRA A/B matrices only, into engines that hold the base plus an adapter: "
-        "rollout=hf; validation refuses it for an engine that cannot)",
+        "hf and vllm; validation refuses it for an engine that cannot)",
         choices=names.WEIGHT_SYNC_LORA,
     )
     weight_sync_backend: str = key(

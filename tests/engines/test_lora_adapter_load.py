@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from rlhf.engines.hf_engine import HFEngine
-from rlhf.engines.lora_sync import lora_settings
+from rlhf.engines.lora_sync import lora_settings, write_adapter_folder
 from rlhf.engines.weight_sync.wire import pack_weights
 from rlhf.engines.weights import hf_weights
 from rlhf.models.loading import resolve_model_path
@@ -31,17 +31,23 @@ def _flat(scored: list[list[float]]) -> list[float]:
     return [x for seq in scored for x in seq]
 
 
-def test_an_adapter_only_sync_moves_the_engine_to_the_trainers_log_probs():
+def _trained_adapter():
+    """(spec, base path, a peft model whose adapters moved off peft's zero init)."""
     from transformers import AutoModelForCausalLM
 
     spec = load_spec(["+recipe=grpo_tiny_cpu", "model.lora.rank=8", "rollout.weight_sync_lora=adapter"])
     path = resolve_model_path(spec.model)
     trainer = apply_lora(AutoModelForCausalLM.from_pretrained(path), spec.model.lora).eval()
-    with torch.no_grad():  # trained adapters: B away from peft's zero init
+    with torch.no_grad():
         g = torch.Generator().manual_seed(0)
         for name, p in trainer.named_parameters():
             if ".lora_B." in name:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    return spec, path, trainer
+
+
+def test_an_adapter_only_sync_moves_the_engine_to_the_trainers_log_probs():
+    spec, path, trainer = _trained_adapter()
     engine = HFEngine.from_path(path, lora=lora_settings(spec))
     base = _flat(engine.score(SEQS))
 
@@ -62,3 +68,18 @@ def test_an_adapter_only_sync_moves_the_engine_to_the_trainers_log_probs():
 
     engine.load_from_path(path)  # a fresh engine's state: the base, peft's initial (zero) adapter
     torch.testing.assert_close(torch.tensor(_flat(engine.score(SEQS))), torch.tensor(base), atol=1e-6, rtol=0)
+
+
+def test_the_adapter_folder_vllm_reads_is_one_peft_loads_back_to_the_same_model(tmp_path):
+    """What the vLLM worker writes from a received adapter sync (rlhf.engines.lora_sync.write_adapter_folder) is a
+    peft adapter folder: loaded onto the base with peft's own loader it computes the trainer's log-probs."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    spec, path, trainer = _trained_adapter()
+    written = write_adapter_folder(hf_weights(trainer, False, adapter=True), tmp_path / "a", spec.model.lora.alpha)
+    assert written == 139_264  # 28 fp32 tensors of rank 8
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(path), tmp_path / "a").eval()
+    torch.testing.assert_close(
+        torch.tensor(_trainer_logprobs(loaded, SEQS)), torch.tensor(_trainer_logprobs(trainer, SEQS)), atol=1e-6, rtol=0
+    )
