@@ -87,14 +87,17 @@ class _EngineBase:
     def gathers_on_every_rank(self) -> bool:
         return self.zero_stage == 3
 
-    def named_weights(self, keep: bool = True) -> Iterator[tuple[str, Tensor]]:
-        """Full weights under plain HF names (ZeRO-3 gathered, LoRA merged), for weight sync. Collective."""
-        return weights.hf_weights(self.module, self.zero_stage == 3, keep)
+    def named_weights(self, keep: bool = True, adapter: bool = False) -> Iterator[tuple[str, Tensor]]:
+        """Full weights under plain HF names (ZeRO-3 gathered, LoRA merged; ``adapter``: the LoRA adapters alone),
+        for weight sync. Collective."""
+        return weights.hf_weights(self.module, self.zero_stage == 3, keep, adapter=adapter)
 
-    def weight_buckets(self, bucket_bytes: int, keep: bool = True) -> Iterator[list[tuple[str, Tensor]] | None]:
+    def weight_buckets(
+        self, bucket_bytes: int, keep: bool = True, adapter: bool = False
+    ) -> Iterator[list[tuple[str, Tensor]] | None]:
         """:func:`rlhf.engines.weights.hf_weight_buckets` of this model (ZeRO-3: one bucket gathered at a time).
         Collective under ZeRO-3: every rank iterates; only ranks with ``keep`` get tensors."""
-        return weights.hf_weight_buckets(self.module, self.zero_stage == 3, bucket_bytes, keep)
+        return weights.hf_weight_buckets(self.module, self.zero_stage == 3, bucket_bytes, keep, adapter=adapter)
 
     def largest_weight_bytes(self) -> int:
         return weights.largest_weight_bytes(self.module)

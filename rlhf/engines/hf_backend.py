@@ -1,9 +1,11 @@
 """``rollout.backend=hf``: transformers ``generate`` with a KV cache (rlhf.engines.hf_engine), each engine a
 rlhf.workers.rollout_worker.HFRolloutWorker in the trainer's own venv. No extra dependency, no keys of its own, no
-tensor parallelism (rlhf.spec.rollout_backends says so at validation). No torch import here: the plan reads it."""
+tensor parallelism (rlhf.spec.rollout_backends says so at validation); with LoRA it loads adapter-only syncs
+(rollout.weight_sync_lora=adapter). No torch import here: the plan reads it."""
 
 from __future__ import annotations
 
+from rlhf.engines.lora_sync import adapter_sync, lora_settings
 from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutMemory, kv_cache_bytes_per_token
 from rlhf.spec.schema import ExperimentSpec
 
@@ -54,7 +56,8 @@ class HFBackend:
             # Colocated roles share a GPU: the engine sees every GPU of the node, as the trainers beside it do, and
             # computes on the one Ray reserved for it (rlhf.workers.rollout_worker.engine_device).
             env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
-        return EngineLaunch(ACTOR, (model_path, hw.accelerator, spec.trainer.precision), {}, {"env_vars": env})
+        kwargs = {"lora": lora_settings(spec)} if adapter_sync(spec) else {}
+        return EngineLaunch(ACTOR, (model_path, hw.accelerator, spec.trainer.precision), kwargs, {"env_vars": env})
 
 
 BACKEND = HFBackend()

@@ -95,6 +95,14 @@ def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: torch.devic
     return ids.to(device), mask.to(device)
 
 
+def _plain_name(peft_name: str) -> str | None:
+    """The plain HF name of a peft model's base tensor (``base_model.model.X.base_layer.weight`` -> ``X.weight``),
+    None for an adapter tensor."""
+    if ".lora_" in peft_name or not peft_name.startswith("base_model.model."):
+        return None
+    return peft_name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+
+
 class HFEngine:
     """Generation, scoring and weight loading over an already-loaded causal LM.
 
@@ -126,13 +134,27 @@ class HFEngine:
 
     @classmethod
     def from_path(
-        cls, path: str, dtype: str | torch.dtype = "float32", device: str = "cpu", tokenizer_path: str | None = None
+        cls,
+        path: str,
+        dtype: str | torch.dtype = "float32",
+        device: str = "cpu",
+        tokenizer_path: str | None = None,
+        lora: dict[str, Any] | None = None,
     ) -> HFEngine:
-        """Load model and tokenizer with ``from_pretrained`` (pad falls back to eos, as OpenRLHF does)."""
+        """Load model and tokenizer with ``from_pretrained`` (pad falls back to eos, as OpenRLHF does). ``lora``
+        (rlhf.spec.schema.LoraSpec's fields; rollout.weight_sync_lora=adapter): the base wrapped with peft's
+        ``get_peft_model`` and the trainer's LoraConfig, so generation runs base + adapter and a sync of the adapter
+        tensors (peft's parameter names, the same as the trainer's) replaces them in place."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch_dtype = _DTYPES[dtype] if isinstance(dtype, str) else dtype
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        if lora is not None:
+            from rlhf.models.lora import apply_lora
+            from rlhf.spec.schema import LoraSpec
+
+            model = apply_lora(model, LoraSpec(**lora))
+        model = model.to(device)
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or path)
         eos = tokenizer.eos_token_id
         if eos is None:
@@ -246,7 +268,19 @@ class HFEngine:
         # Tied weights appear under every name (lm_head.weight and the embedding), so either may be sent.
         targets = dict(self.model.named_parameters(remove_duplicate=False))
         targets.update(dict(self.model.named_buffers(remove_duplicate=False)))
+        if self.lora:
+            # A peft engine also answers to the base's plain HF names (a merged-format load: load_from_path), each
+            # landing in its base layer; the adapters keep their peft names.
+            for name, t in list(targets.items()):
+                plain = _plain_name(name)
+                if plain is not None:
+                    targets.setdefault(plain, t)
         return targets
+
+    @property
+    def lora(self) -> bool:
+        """The engine holds the base plus a peft LoRA adapter (rollout.weight_sync_lora=adapter)."""
+        return hasattr(self.model, "peft_config")
 
     def direct_targets(self) -> Any:
         """``lookup(name, dtype, shape)``: the model's own tensor for ``name`` when a weight sync can write into it
@@ -321,6 +355,12 @@ class HFEngine:
         self.wake(["weights"])
         fresh = AutoModelForCausalLM.from_pretrained(path, dtype=next(self.model.parameters()).dtype)
         self.load_weights(list(fresh.state_dict().items()))
+        if self.lora:
+            # a fresh peft engine's adapter is peft's initial one: B = 0, so base + adapter is the base
+            with torch.no_grad():
+                for name, p in self.model.named_parameters():
+                    if ".lora_B." in name:
+                        p.zero_()
 
     # -- weight sync: this engine is its own (one) worker ---------------------------------------------------------
     def sync_locations(self) -> list[dict[str, Any]]:

@@ -136,7 +136,12 @@ class EngineLaunch:
 class RolloutBackend(Protocol):
     """A rollout backend: ``rollout.backend=<name>``. One module (or folder) under rlhf/engines/ defines it without
     importing torch at module level (the plan and validation read it on a machine with only the package);
-    ``rlhf.spec.backends.ROLLOUT_BACKENDS`` names it; ``conf/rollout/<name>.yaml`` selects it."""
+    ``rlhf.spec.backends.ROLLOUT_BACKENDS`` names it; ``conf/rollout/<name>.yaml`` selects it.
+
+    Capabilities are declared on that registry line, which validation reads without importing the backend:
+    ``lora_adapter=True`` says its engines accept ``rollout.weight_sync_lora=adapter`` (the backend's
+    :meth:`launch` then gives the engine ``model.lora``'s settings, and the engine holds the base plus a LoRA
+    adapter whose tensors a sync replaces, under the trainer's peft parameter names)."""
 
     name: str
 

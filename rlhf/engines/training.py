@@ -107,12 +107,16 @@ class TrainEngine(Protocol):
         a peft model writes its adapters only. ``config_updates`` are set on config.json (RM mean/std)."""
         ...
 
-    def named_weights(self, keep: bool = True) -> Iterator[tuple[str, Any]]:
+    def named_weights(self, keep: bool = True, adapter: bool = False) -> Iterator[tuple[str, Any]]:
         """Full weights under plain HF names (gathered, LoRA merged), for the object-store weight sync. Collective
-        when :attr:`gathers_on_every_rank`; ranks with ``keep=False`` take part and get nothing."""
+        when :attr:`gathers_on_every_rank`; ranks with ``keep=False`` take part and get nothing. ``adapter``
+        (rollout.weight_sync_lora=adapter, a LoRA model only): the LoRA adapter tensors alone, under the peft
+        model's own parameter names (rlhf.engines.weights.lora_adapter_weights)."""
         ...
 
-    def weight_buckets(self, bucket_bytes: int, keep: bool = True) -> Iterator[list[tuple[str, Any]] | None]:
+    def weight_buckets(
+        self, bucket_bytes: int, keep: bool = True, adapter: bool = False
+    ) -> Iterator[list[tuple[str, Any]] | None]:
         """The weights of :meth:`named_weights` in buckets of about ``bucket_bytes`` (a larger tensor alone), as the
         rollout engines load them (rollout precision, on this rank's device), gathered one bucket at a time: no rank
         ever holds more than one bucket of full weights. Consume a bucket before asking for the next. Ranks with

@@ -19,8 +19,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rlhf.engines.lora_sync import adapter_sync, lora_settings
 from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutMemory
 from rlhf.spec.paths import VLLM_CPU_SETUP, VLLM_PYTHON_ENV, source_root, vllm_python_candidates
+from rlhf.spec.rollout_backends import VLLM_MAX_LORA_RANKS
 from rlhf.spec.schema import ExperimentSpec
 
 SETUP_SCRIPT = VLLM_CPU_SETUP
@@ -128,6 +130,12 @@ def engine_kwargs(spec: ExperimentSpec, placement: EnginePlacement) -> dict[str,
         kwargs["per_worker_gpus"] = placement.worker_gpus
     if cpu:
         kwargs["cpu_kvcache_gib"] = float(v.cpu_kv_cache_gb)
+    if adapter_sync(spec):
+        # vLLM's enable_lora; syncs then carry the adapters alone. Its max_lora_rank takes only some values: the
+        # smallest that holds the rank (validation refused a rank above the largest).
+        rank = spec.model.lora.rank
+        max_rank = next(r for r in VLLM_MAX_LORA_RANKS if r >= rank)
+        kwargs["lora"] = {**lora_settings(spec), "max_rank": max_rank}
     return kwargs
 
 

@@ -70,6 +70,7 @@ class VLLMEngine:
         cpu_threads: int | None = None,
         enable_prefix_caching: bool | None = None,
         in_process: bool = True,
+        lora: dict[str, Any] | None = None,
         **engine_kwargs: Any,
     ) -> None:
         t0 = time.perf_counter()
@@ -135,6 +136,23 @@ class VLLMEngine:
         self.sleep_supported = bool(enable_sleep) and not self.on_cpu
         if self.sleep_supported:
             kwargs["enable_sleep_mode"] = True
+        # rollout.weight_sync_lora=adapter (rlhf.engines.lora_sync): vLLM's own LoRA path. A sync writes the adapters
+        # it received into a folder in peft's format and the next requests name it (a LoRARequest with a new id per
+        # sync, so vLLM's adapter cache never serves an older one); before the first sync the base alone runs.
+        self.lora = lora
+        self.lora_request: Any = None
+        self.lora_dir: str | None = None
+        if lora is not None:
+            import tempfile
+
+            kwargs.update(enable_lora=True, max_lora_rank=int(lora.get("max_rank", lora["rank"])), max_loras=1)
+            shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+            self.lora_dir = tempfile.mkdtemp(prefix="rlhf-lora-", dir=shm)
+            import shutil
+            import weakref
+
+            # removed with the engine (a process killed outright leaves its few MB in /dev/shm until reboot)
+            weakref.finalize(self, shutil.rmtree, self.lora_dir, True)
         kwargs.update(engine_kwargs)
         self.model_path = model_path
         # What of the engine is in device memory: vLLM's sleep mode releases "weights" and "kv_cache" (its two
@@ -182,7 +200,9 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         requests = [TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts]
-        outputs = self.llm.generate(requests, self._sampling_params(sampling, len(requests)), use_tqdm=False)
+        outputs = self.llm.generate(
+            requests, self._sampling_params(sampling, len(requests)), use_tqdm=False, lora_request=self.lora_request
+        )
         rollouts: list[Rollout] = []
         for prompt, request_output in zip(prompts, outputs, strict=True):
             for out in sorted(request_output.outputs, key=lambda o: o.index):
@@ -211,10 +231,24 @@ class VLLMEngine:
             # Crossing into vLLM's engine/worker processes: its msgpack RPC turns numpy arrays and tensors into
             # lists, but carries bytes as bytes (one extra copy, no VLLM_ALLOW_INSECURE_SERIALIZATION needed).
             weights = packed.wire()
-        reports = list(self.llm.collective_rpc("rlhf_load_weights", args=(weights,)))
+        reports = list(self.llm.collective_rpc("rlhf_load_weights", args=(weights, self._adapter_target())))
+        self._adapter_loaded(reports)
         # Cached prefixes hold KV computed with the old weights.
         self.llm.reset_prefix_cache()
         return reports
+
+    def _adapter_target(self) -> dict[str, Any] | None:
+        """What the workers do with an adapter-only sync: write it into this folder (TP rank 0), for vLLM's loader."""
+        return None if self.lora is None else {"folder": self.lora_dir, "alpha": int(self.lora["alpha"])}
+
+    def _adapter_loaded(self, reports: list[dict[str, Any]]) -> None:
+        """The next requests run the adapter just written (a new id: vLLM loads it instead of a cached one)."""
+        if self.lora is None:
+            return
+        from vllm.lora.request import LoRARequest
+
+        n = self.lora_request.lora_int_id + 1 if self.lora_request is not None else 1
+        self.lora_request = LoRARequest(f"rlhf-sync-{n}", n, str(self.lora_dir))
 
     def load_from_path(self, path: str) -> None:
         """Reload every weight from a Hugging Face folder through vLLM's own disk loader (what a fresh engine
@@ -222,6 +256,7 @@ class VLLMEngine:
         self.wake(["weights"])
         self.llm.collective_rpc("reload_weights", kwargs={"weights_path": path, "is_checkpoint_format": True})
         self.llm.collective_rpc("rlhf_refresh_tied_head")
+        self.lora_request = None  # a fresh engine on ``path`` runs the base until its first adapter sync
         self.llm.reset_prefix_cache()
 
     def sync_locations(self) -> list[dict[str, Any]]:
@@ -238,7 +273,8 @@ class VLLMEngine:
         """Receive one weight sync in every worker; returns their reports. Only the weights are woken for it (the KV
         cache stays asleep until generation: OpenRLHF's ppo_trainer.broadcast_to_vllm wakes tags=["weights"])."""
         self.wake(["weights"])
-        reports = list(self.llm.collective_rpc("rlhf_sync_pull", args=(version,)))
+        reports = list(self.llm.collective_rpc("rlhf_sync_pull", args=(version, self._adapter_target())))
+        self._adapter_loaded(reports)
         self.llm.reset_prefix_cache()  # cached prefixes hold KV computed with the old weights
         self.empty_cache()  # the received buckets' memory goes back to the device before the next phase
         return reports
@@ -275,7 +311,7 @@ class VLLMEngine:
                     seed=0,
                 )
             )
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self.lora_request)
         out = []
         for (_, output), res in zip(sequences, outputs, strict=True):
             got = list(res.outputs[0].token_ids)

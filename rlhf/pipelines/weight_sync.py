@@ -9,9 +9,10 @@ Routes (``rollout.weight_sync``):
     object_store    the reference route: rank 0 packs its gathered weights in the same wire format (one object:
                     header and payload, rlhf.engines.weight_sync.wire.PackedWeights) into Ray's object store, and
                     every engine reads it from there
-After every sync each receiver has checked every tensor's checksum and the driver compares every receiver's digest
-with the sender's; every ``rollout.verify_sync_every`` syncs a log-prob probe compares each engine with the trainer
-on a fixed batch. Every wait is bounded by ``rollout.weight_sync_timeout_s`` (rlhf.waits).
+With LoRA and ``rollout.weight_sync_lora=adapter`` a sync carries the adapter tensors alone (peft's names), in the same
+format on every route. After every sync each receiver has checked every tensor's checksum and the driver compares
+every receiver's digest with the sender's; every ``rollout.verify_sync_every`` syncs a log-prob probe compares each
+engine with the trainer on a fixed batch. Every wait is bounded by ``rollout.weight_sync_timeout_s`` (rlhf.waits).
 """
 
 from __future__ import annotations
@@ -157,6 +158,8 @@ class WeightSync:
         self.engines = engines  # rlhf.pipelines.rollout_engines.RolloutEngines
         ro = spec.rollout
         self.requested = ro.weight_sync
+        # rollout.weight_sync_lora=adapter: the LoRA adapters alone travel (validation made sure the engines load them)
+        self.adapter = spec.model.lora.rank > 0 and ro.weight_sync_lora == "adapter"
         self.timeout_s = ro.weight_sync_timeout_s
         self.measure_memory = measure_memory
         self.version = 0
@@ -201,7 +204,11 @@ class WeightSync:
         shared = None
         if any("shared_memory" in r for r in self.routes):
             shared = "cuda" if hw.accelerator == "gpu" else "host"
-        options = {"bucket_mb": ro.weight_sync_bucket_mb, "checksums": ro.weight_sync_checksums}
+        options = {
+            "bucket_mb": ro.weight_sync_bucket_mb,
+            "checksums": ro.weight_sync_checksums,
+            "adapter": self.adapter,
+        }
         calls = [Call(sender.sync_connect.remote(base_cfg.to_dict(), **options, shared=shared), "policy", 0)]
         calls += [
             Call(actor.sync_connect.remote(None, **options, shared=None), "policy", r)
@@ -250,7 +257,10 @@ class WeightSync:
         engine reads it from there zero-copy and checks it."""
         checksums = self.spec.rollout.weight_sync_checksums
         packs = wait_named(
-            [Call(ref, "policy", r) for r, ref in enumerate(self.policy.async_run_all("pack_weights", v, checksums))],
+            [
+                Call(ref, "policy", r)
+                for r, ref in enumerate(self.policy.async_run_all("pack_weights", v, checksums, self.adapter))
+            ],
             self.timeout_s,
             f"weight sync v{v} (packing)",
         )

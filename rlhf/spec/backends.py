@@ -17,6 +17,10 @@ class Backend:
     target: str  # "module:Class" implementing the axis's Protocol
     package: str = ""  # the module it imports ("" when the core install has all it needs)
     extra: str = ""  # the pip extra that installs ``package`` ("" when a core dependency does)
+    # rollout axis: its engines hold the base model plus a LoRA adapter and a sync may replace the adapter alone
+    # (rollout.weight_sync_lora=adapter; validation refuses it for a backend without). Declared on the registry line,
+    # not on the backend object, because validation reads it without importing rlhf.engines.
+    lora_adapter: bool = False
 
 
 # trainer.backend: rlhf.engines.training.TrainBackend (the object the module exposes as BACKEND)
@@ -28,8 +32,8 @@ TRAIN_BACKENDS: dict[str, Backend] = {
 # rollout.backend: rlhf.engines.protocol.RolloutBackend (the object the module exposes as BACKEND). vLLM's package is
 # looked for in the engine's own interpreter (rlhf.spec.paths), not in this one: its rule is in rollout_backends.
 ROLLOUT_BACKENDS: dict[str, Backend] = {
-    "hf": Backend("rlhf.engines.hf_backend:BACKEND"),
-    "vllm": Backend("rlhf.engines.vllm_backend:BACKEND", extra="vllm"),
+    "hf": Backend("rlhf.engines.hf_backend:BACKEND", lora_adapter=True),
+    "vllm": Backend("rlhf.engines.vllm_backend:BACKEND", extra="vllm", lora_adapter=True),
 }
 
 # logging.trackers: rlhf.tracking.protocol.Tracker

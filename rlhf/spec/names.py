@@ -131,6 +131,7 @@ RM_LOSSES = ("sigmoid", "logexp")
 ROLLOUT_BACKENDS = tuple(backends.ROLLOUT_BACKENDS)
 # rollout.weight_sync: auto picks shared_memory beside the policy's rank 0 and broadcast elsewhere.
 WEIGHT_SYNC_ROUTES = ("auto", "broadcast", "shared_memory", "object_store")
+WEIGHT_SYNC_LORA = ("merged", "adapter")  # rollout.weight_sync_lora
 # trainer.backend: the registry lines of rlhf.spec.backends
 TRAIN_BACKENDS = tuple(backends.TRAIN_BACKENDS)
 PRECISIONS = ("bf16", "fp32", "fp16")

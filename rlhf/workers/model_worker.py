@@ -159,17 +159,17 @@ class EngineWorker(BaseWorker):
         return [_to_cpu(run(fn, b)) for b in batches]
 
     # -- weights and checkpoints ---------------------------------------------------------------------------------
-    def pack_weights(self, version: int, checksums: bool = True) -> dict[str, Any] | None:
+    def pack_weights(self, version: int, checksums: bool = True, adapter: bool = False) -> dict[str, Any] | None:
         """The object-store weight sync (the reference route): rank 0 packs the full HF-named weights (gathered, LoRA
-        merged) in the weight sync's wire format into Ray's object store and returns its sender report with the
-        object's ref (inside a list, so Ray passes the ref on instead of the weights); other ranks take part in the
-        gathers when the backend shards and return None."""
+        merged; ``adapter``: the LoRA adapters alone) in the weight sync's wire format into Ray's object store and
+        returns its sender report with the object's ref (inside a list, so Ray passes the ref on instead of the
+        weights); other ranks take part in the gathers when the backend shards and return None."""
         import ray
 
         from rlhf.engines.weight_sync.wire import pack_weights
 
         keep = self.rank == 0
-        named = [(n, t.cpu()) for n, t in self._trained().named_weights(keep=keep)]
+        named = [(n, t.cpu()) for n, t in self._trained().named_weights(keep=keep, adapter=adapter)]
         if not keep:
             return None
         packed, report = pack_weights(named, version, checksums)
@@ -190,14 +190,21 @@ class EngineWorker(BaseWorker):
         return int(self._sync_listen.getsockname()[1])
 
     def sync_connect(
-        self, cfg: dict[str, Any] | None, *, bucket_mb: float, checksums: bool, shared: str | None
+        self,
+        cfg: dict[str, Any] | None,
+        *,
+        bucket_mb: float,
+        checksums: bool,
+        shared: str | None,
+        adapter: bool = False,
     ) -> dict[str, Any]:
-        """Rank 0 joins the sync group as its sender (``cfg``); every rank keeps the bucket size. Blocks until every
-        engine worker has joined."""
+        """Rank 0 joins the sync group as its sender (``cfg``); every rank keeps the bucket size and what a sync
+        sends (``adapter``: the LoRA adapters alone). Blocks until every engine worker has joined."""
         from rlhf.engines.weight_sync import GroupConfig, WeightSender
 
         engine = self._trained()
         self._sync_bucket_bytes = max(int(bucket_mb * 2**20), 1)
+        self._sync_adapter = adapter
         if self.rank != 0:
             return {"rank": self.rank}
         self.sync_close()
@@ -224,7 +231,8 @@ class EngineWorker(BaseWorker):
         if self.rank != 0 and not engine.gathers_on_every_rank:
             return None
         with PeakRSS(measure_memory) as peak:
-            buckets = engine.weight_buckets(self._sync_bucket_bytes, keep=self.rank == 0)
+            adapter = getattr(self, "_sync_adapter", False)
+            buckets = engine.weight_buckets(self._sync_bucket_bytes, keep=self.rank == 0, adapter=adapter)
             if self.rank == 0:
                 report = self._sync_sender.push(buckets, version).to_dict()
             else:

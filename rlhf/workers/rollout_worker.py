@@ -24,11 +24,14 @@ class HFRolloutWorker(RolloutActor):
 
     backend = "hf"
 
-    def __init__(self, model_path: str, accelerator: str = "cpu", precision: str = "fp32") -> None:
+    def __init__(
+        self, model_path: str, accelerator: str = "cpu", precision: str = "fp32", lora: dict[str, Any] | None = None
+    ) -> None:
         super().__init__()
         self.model_path = model_path
         self.accelerator = accelerator
         self.precision = precision
+        self.lora = lora  # rollout.weight_sync_lora=adapter: model.lora's settings (rlhf.engines.hf_backend)
 
     def build(self) -> Any:
         import ray
@@ -44,10 +47,10 @@ class HFRolloutWorker(RolloutActor):
         noset = bool(os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"))
         device = engine_device(self.accelerator, [int(i) for i in ray.get_gpu_ids()], noset)
         dtype = "float32" if self.accelerator == "cpu" else ("bfloat16" if self.precision == "bf16" else "float32")
-        return HFEngine.from_path(self.model_path, dtype=dtype, device=device)
+        return HFEngine.from_path(self.model_path, dtype=dtype, device=device, lora=self.lora)
 
     def info(self) -> dict[str, Any]:
-        return {"device": str(self.engine.device)}
+        return {"device": str(self.engine.device), "lora_adapter": self.lora is not None}
 
     def rehearse(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Where :meth:`build` would compute (rlhf.workers.rollout_worker.engine_device on what Ray gave this

@@ -209,15 +209,18 @@ class FSDP2TrainEngine:
         # The rollout engines run in the training precision on this rank's device (fp32 shards cast per tensor).
         return {"device": self.device, "dtype": self.compute_dtype}
 
-    def named_weights(self, keep: bool = True) -> Iterator[tuple[str, Tensor]]:
+    def named_weights(self, keep: bool = True, adapter: bool = False) -> Iterator[tuple[str, Tensor]]:
         reshard_all(self.model)
-        return weights.hf_weights(self.model, False, keep, to=self._sync_to())
+        return weights.hf_weights(self.model, False, keep, to=self._sync_to(), adapter=adapter)
 
-    def weight_buckets(self, bucket_bytes: int, keep: bool = True) -> Iterator[list[tuple[str, Tensor]] | None]:
-        """Buckets of full HF-named weights, each DTensor gathered (``full_tensor``) when its bucket is reached, so
-        no rank holds more than one bucket; every rank must iterate."""
+    def weight_buckets(
+        self, bucket_bytes: int, keep: bool = True, adapter: bool = False
+    ) -> Iterator[list[tuple[str, Tensor]] | None]:
+        """Buckets of full HF-named weights (``adapter``: the LoRA adapters alone), each DTensor gathered
+        (``full_tensor``) when its bucket is reached, so no rank holds more than one bucket; every rank must
+        iterate."""
         reshard_all(self.model)
-        return weights.hf_weight_buckets(self.model, False, bucket_bytes, keep, to=self._sync_to())
+        return weights.hf_weight_buckets(self.model, False, bucket_bytes, keep, to=self._sync_to(), adapter=adapter)
 
     def largest_weight_bytes(self) -> int:
         return weights.largest_weight_bytes(self.model, self.compute_dtype)
