@@ -2,8 +2,8 @@
 
 ``UserError``: the user's to fix (bad config, data, reward file, endpoint): the CLI prints the message without a
 traceback. ``WorkerFailure``: a remote role failed (died, hung, stalled, or raised); the run lifecycle decides
-whether to restart it (rlhf.pipelines.lifecycle). ``RunInterrupted``: the run stopped on Ctrl-C or SIGTERM. Anything else is a
-bug and keeps its traceback."""
+whether to restart it (rlhf.pipelines.lifecycle). ``RunInterrupted``: the run stopped on Ctrl-C or SIGTERM.
+Anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
