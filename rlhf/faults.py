@@ -8,6 +8,7 @@ starts (:func:`env`), so a test sets it in the driver before the run.
 Points in use (grep for ``fault("``):
     sync.corrupt:NAME           a weight-sync receiver flips one byte of tensor NAME after it arrived
     sync.exit_after_bucket:N    a weight-sync receiver's process exits after receiving N buckets
+    sync.stop_after_bucket:N    ... or stops itself there (SIGSTOP; the broadcast route)
     engine.exit_on_generate:N   a rollout engine's process exits on its N-th generate call (1-based)
     sync.drop:N                 a weight-sync receiver's N-th sync is received and checked but reaches no weight
                                 (a sync that silently delivers nothing: what the log-prob probe must catch)

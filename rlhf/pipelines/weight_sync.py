@@ -35,11 +35,11 @@ class WeightSyncError(WorkerFailure):
     run lifecycle can restart it (a policy rank at fault is named with its role: only every actor from the last
     checkpoint helps then). A checksum mismatch or a failed probe is not restartable: the run stops."""
 
-    restartable_kinds = ("died", "hung", "timeout", "failed")
+    restartable_kinds = ("died", "hung", "stalled", "timeout", "failed")
 
     def __init__(self, message: str, *, role: str = "rollout", rank: int | None = None, kind: str = "failed") -> None:
         super().__init__(message, role=role, rank=rank, kind=kind)
-        self.engine = rank if role == "rollout" else None  # died | hung | checksum | probe | failed
+        self.engine = rank if role == "rollout" else None  # died | hung | stalled | checksum | probe | failed
 
 
 def _same_device(a: dict[str, Any], b: dict[str, Any], accelerator: str) -> bool:
