@@ -1,8 +1,9 @@
-"""A stalled role in a real GRPO run (Ray, DeepSpeed with two ranks, the hf engine): a rollout engine and a training
-rank that SIGSTOP their own process mid-call are found by the heartbeat within trainer.heartbeat_timeout_s, named
-with pid, node and what they were doing, killed and restarted (the engine in place, the rank with every actor from
-the last checkpoint); the run finishes and ``train/restarts`` counts it. Before the heartbeat, the stopped engine
-held the driver for rollout.weight_sync_timeout_s / trainer.remote_timeout_s (600 s / 1800 s) with no output."""
+"""A stalled role in a real GRPO run (Ray, DeepSpeed with two ranks, the hf engine): a rollout engine (in generation,
+in a broadcast weight sync) and a training rank that SIGSTOP their own process mid-call are found by the heartbeat
+within trainer.heartbeat_timeout_s, named with pid, node and what they were doing, killed and restarted (the engine
+in place, the rank with every actor from the last checkpoint); the run finishes and ``train/restarts`` counts it.
+Before the heartbeat, the stopped engine held the driver for rollout.weight_sync_timeout_s / trainer.remote_timeout_s
+(600 s / 1800 s) with no output."""
 
 from __future__ import annotations
 
