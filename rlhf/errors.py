@@ -1,9 +1,9 @@
 """Errors shared by the layers.
 
 ``UserError``: the user's to fix (bad config, data, reward file, endpoint): the CLI prints the message without a
-traceback. ``WorkerFailure``: a remote role failed (died, hung, or raised); the run lifecycle decides whether to
-restart it (rlhf.pipelines.lifecycle). ``RunInterrupted``: the run stopped on Ctrl-C or SIGTERM. Anything else is a
-bug and keeps its traceback."""
+traceback. ``WorkerFailure``: a remote role failed (died, hung, stalled, or raised); the run lifecycle decides
+whether to restart it (rlhf.pipelines.lifecycle). ``RunInterrupted``: the run stopped on Ctrl-C or SIGTERM.
+Anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ class UserError(Exception):
 
 
 class WorkerFailure(RuntimeError):
-    """A role's process failed. ``kind``: died (the process is gone), hung (no answer in time), failed (it raised),
-    or a role-specific kind (weight sync: checksum, probe, timeout). ``rank``: the rank or engine index when known."""
+    """A role's process failed. ``kind``: died (the process is gone), hung (no answer in time), stalled (it left a
+    heartbeat unanswered for trainer.heartbeat_timeout_s: its process no longer runs; rlhf.waits killed it), failed
+    (it raised), or a role-specific kind (weight sync: checksum, probe, timeout). ``rank``: the rank or engine index
+    when known."""
 
-    restartable_kinds = ("died", "hung", "timeout")
+    restartable_kinds = ("died", "hung", "stalled", "timeout")
 
     def __init__(self, message: str, *, role: str, rank: int | None = None, kind: str = "failed") -> None:
         super().__init__(message)

@@ -8,11 +8,14 @@ starts (:func:`env`), so a test sets it in the driver before the run.
 Points in use (grep for ``fault("``):
     sync.corrupt:NAME           a weight-sync receiver flips one byte of tensor NAME after it arrived
     sync.exit_after_bucket:N    a weight-sync receiver's process exits after receiving N buckets
+    sync.stop_after_bucket:N    ... or stops itself there (SIGSTOP; the broadcast route)
     engine.exit_on_generate:N   a rollout engine's process exits on its N-th generate call (1-based)
     sync.drop:N                 a weight-sync receiver's N-th sync is received and checked but reaches no weight
                                 (a sync that silently delivers nothing: what the log-prob probe must catch)
     rank.exit_on_train_step:N   a training rank's process exits on its N-th optimizer step (1-based)
     rank.hang_on_train_step:N   ... or stops answering there (sleeps for an hour)
+    rank.stop_on_train_step:N   ... or stops its own process there (SIGSTOP: the heartbeat goes unanswered too)
+    engine.stop_on_generate:N   a rollout engine's process stops itself (SIGSTOP) on its N-th generate call
     rank.enospc_on_save:N       a training rank's N-th checkpoint save fails with ENOSPC (a full disk)
     disk.fill_before_checkpoint:N   the N-th checkpoint save fills its disk once the free-space check passed
     disk.fill_before_model:N    ... the N-th model save (save_hf) of a rank (rlhf.atomic_save.fill_disk; tmpfs only)
@@ -81,6 +84,18 @@ def first_time(point: str) -> bool:
         except FileExistsError:
             return False
     return True
+
+
+def stop_self(point: str) -> None:
+    """SIGSTOP this process (a wedged kernel or a swapped host look the same from outside). With a once-folder its
+    pid is written to ``<point>.pid`` there first, so a test can end the process whatever happens."""
+    import signal
+
+    folder = os.environ.get(ONCE_DIR)
+    if folder:
+        with open(os.path.join(folder, f"{point}.pid"), "w") as f:
+            f.write(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def env() -> dict[str, str]:

@@ -10,12 +10,23 @@ when there is one, the hint the caller attached (its log, what it needs and what
     failed   the call raised                                   "<label> failed in <what>: <the remote error>"
     hung     no answer before the deadline                     "<label> did not finish <what> within T s (<key>)"
     checksum the call raised rlhf's ChecksumMismatch (weight sync: a received tensor differs from what was sent)
+    stalled  its actor left a heartbeat unanswered              "<label> stalled during <what>: no answer to a
+             for ``heartbeat_s`` (``trainer.heartbeat_timeout_s``)  heartbeat for T s (...); pid P on node N; its
+                                                               last answer, A s ago, said it was doing X (for S s)"
+
+The heartbeat: with ``heartbeat_s`` set, while calls are pending the actors behind them (``Call.actor``) are asked
+``heartbeat()`` every few seconds; the actor answers it in a concurrency group of its own (rlhf.engines.protocol
+LIVENESS), so a busy actor answers at once and only a process that no longer runs (SIGSTOP, a wedged kernel, a host
+swapping) leaves it unanswered. An actor is held to it once it has answered one heartbeat (a process still starting
+is bounded by the wait's deadline instead); a stalled actor is killed (Ray ends its process), which frees its bundle
+and ends the collectives its peers wait in, and the failure is handled as a dead process's.
 
 A :class:`rlhf.errors.UserError` raised remotely is re-raised as it is (the user's to fix, not a worker failure).
 Nothing here imports Ray until a wait runs."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +44,7 @@ class Call:
     rank: int | None = None  # its rank in the role group, or the engine's index; None: not one process
     label: str = ""  # how messages name it (default "role <role> rank <rank>")
     hint: Callable[[], str] | str = ""  # appended to a failure ("; its log: ..."), computed only then
+    actor: Any = None  # the ray.actor.ActorHandle answering it, asked heartbeat() while it is pending (None: not)
 
     @property
     def name(self) -> str:
@@ -73,6 +85,7 @@ def wait(
     error: type[WorkerFailure] = WorkerFailure,
     grace_s: float = 0.0,
     blame_first: str | None = None,
+    heartbeat_s: float | None = None,
 ) -> list[Any]:
     """The results of ``calls`` in their order, waiting at most ``timeout_s`` in all (None: no deadline).
 
@@ -81,7 +94,8 @@ def wait(
     too and the culprit is chosen among all failures: a dead process before one that raised because of it, then
     calls of role ``blame_first`` before the others (the weight sync blames an engine before the sender that lost
     it). Calls still unanswered at the deadline raise kind ``hung`` naming every one of them, the one blamed (of
-    role ``blame_first`` if any) first."""
+    role ``blame_first`` if any) first. With ``heartbeat_s``, an actor behind a pending call that leaves a heartbeat
+    unanswered that long raises kind ``stalled`` at once (see the module's docstring)."""
     import ray
 
     index = {c.ref: i for i, c in enumerate(calls)}
@@ -90,13 +104,21 @@ def wait(
     failures: list[tuple[int, BaseException]] = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     grace_end: float | None = None
+    beat = _Heartbeat(calls, heartbeat_s) if heartbeat_s and any(c.actor is not None for c in calls) else None
     while pending:
+        if beat is not None:
+            stalled = beat.check([calls[i] for i in pending.values()])
+            if stalled is not None:
+                raise _stalled(stalled, what, error)
         now = time.monotonic()
         ends = [t for t in (deadline, grace_end) if t is not None]
         left = None if not ends else max(min(ends) - now, 0.0)
-        done, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+        step = left if beat is None else (beat.interval if left is None else min(left, beat.interval))
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=step)
         if not done:
-            break  # the deadline (or, after a failure, the grace period) passed
+            if step is not None and step == left:
+                break  # the deadline (or, after a failure, the grace period) passed
+            continue  # time for the next heartbeat
         i = pending.pop(done[0])
         try:
             results[i] = ray.get(done[0])
@@ -149,3 +171,108 @@ def _failure(
     failure = error(text, role=call.role, rank=call.rank, kind=kind)
     failure.__cause__ = e
     return failure
+
+
+# The last heartbeat answer of every actor seen (keyed by its handle): a stalled one is named with it (pid, node,
+# what it was doing), and only an actor that answered once is held to the heartbeat. Bounded: old entries go first.
+_SEEN: dict[Any, dict[str, Any]] = {}
+_SEEN_MAX = 4096
+_SENT: dict[Any, Any] = {}  # actor -> the ObjectRef of its outstanding heartbeat
+
+
+@dataclass
+class _Stalled:
+    call: Call
+    silent_s: float  # since its last sign of life (its last answer, or the start of this wait)
+    timeout_s: float
+    last: dict[str, Any]  # its last answer
+
+
+class _Heartbeat:
+    """The heartbeats of one wait: one outstanding ``heartbeat()`` per actor at a time, a new one ``interval`` s
+    after the previous answer. An actor seen alive before is stalled when its heartbeat is outstanding and nothing
+    was heard from it for ``timeout_s`` (since its last answer, or since this wait began when that was earlier)."""
+
+    def __init__(self, calls: Sequence[Call], timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.interval = min(max(timeout_s / 5, 0.2), 5.0)
+        self.started = time.monotonic()
+        self.sent = _SENT  # an answer to an earlier wait's heartbeat still counts (and none is sent twice)
+        self.next_at: dict[Any, float] = {}
+        for c in calls:  # an actor never seen is asked at once (its pid and node for a later message)
+            if c.actor is not None and c.actor not in self.next_at:
+                self.next_at[c.actor] = self.started + (self.interval if c.actor in _SEEN else 0.0)
+
+    def check(self, pending: Sequence[Call]) -> _Stalled | None:
+        import ray
+
+        if self.sent:
+            refs = {ref: actor for actor, ref in self.sent.items()}
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0, fetch_local=False)
+            for ref in ready:
+                actor = refs[ref]
+                del self.sent[actor]
+                try:
+                    _remember(actor, ray.get(ref))
+                except Exception:  # noqa: BLE001 - a dead actor: its call says so (kind died)
+                    self.next_at[actor] = math.inf
+                    continue
+                self.next_at[actor] = time.monotonic() + self.interval
+        now = time.monotonic()
+        for c in pending:
+            actor = c.actor
+            if actor is None:
+                continue
+            if actor in self.sent:
+                last = _SEEN.get(actor)
+                if last is not None:
+                    silent = now - max(last["_at"], self.started)
+                    if silent > self.timeout_s:
+                        return _Stalled(c, silent, self.timeout_s, last)
+            elif now >= self.next_at.get(actor, now):
+                try:
+                    self.sent[actor] = actor.heartbeat.remote()
+                except AttributeError:  # an actor class without a heartbeat (a test's, a user's): not watched
+                    self.next_at[actor] = math.inf
+        return None
+
+
+def _remember(actor: Any, answer: dict[str, Any]) -> None:
+    _SEEN.pop(actor, None)
+    _SEEN[actor] = {**answer, "_at": time.monotonic()}
+    while len(_SEEN) > _SEEN_MAX:
+        del _SEEN[next(iter(_SEEN))]
+    while len(_SENT) > _SEEN_MAX:
+        del _SENT[next(iter(_SENT))]
+
+
+def last_heartbeat(actor: Any) -> dict[str, Any] | None:
+    """The last heartbeat answer of ``actor`` a wait saw (pid, node_ip, node_id, doing, doing_s), or None."""
+    last = _SEEN.get(actor)
+    return None if last is None else {k: v for k, v in last.items() if k != "_at"}
+
+
+def _stalled(s: _Stalled, what: str, error: type[WorkerFailure]) -> WorkerFailure:
+    import ray
+
+    last = s.last
+    was = f"; its last answer, {time.monotonic() - last['_at']:.0f} s ago"
+    if "doing" not in last:  # the actor does not say (a training rank: the call waited on is what it runs)
+        pass
+    elif last["doing"]:
+        was += f", said it was doing {last['doing']} (for {last.get('doing_s', 0):.0f} s)"
+    else:
+        was += ", said it was idle"
+    node = last.get("node_ip") or "?"
+    if last.get("node_id"):
+        node += f" ({str(last['node_id'])[:8]})"
+    text = (
+        f"{s.call.name} stalled during {what}: no answer to a heartbeat for {s.silent_s:.0f} s "
+        f"(trainer.heartbeat_timeout_s={s.timeout_s:g}); pid {last.get('pid', '?')} on node {node}{was}; "
+        f"its process is killed{s.call.hint_text()}"
+    )
+    try:  # Ray ends the stopped process (SIGKILL from its node's raylet), so its peers' collectives fail too
+        ray.kill(s.call.actor, no_restart=True)
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+    return error(text, role=s.call.role, rank=s.call.rank, kind="stalled")

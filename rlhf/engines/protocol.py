@@ -198,6 +198,11 @@ class RolloutEngine(Protocol):
         while generate or a sync runs (for a heartbeat)."""
         ...
 
+    def heartbeat(self) -> dict[str, Any]:
+        """What the driver asks while it waits on this engine (rlhf.waits, ``trainer.heartbeat_timeout_s``), in the
+        ``LIVENESS`` group: ``pid``, ``node_ip``, ``node_id``, ``doing`` (the call running, or None), ``doing_s``."""
+        ...
+
     def rehearse(self, timeout_s: float) -> dict[str, Any]:
         """What :meth:`ready` would do up to its first device access, without it (``rlhf-plan --rehearse``):
         ``pid``, ``node_id``, Ray's ``gpu_ids``, ``cuda_visible_devices``, ``env`` (the variables it set for its

@@ -65,6 +65,18 @@ class GroupSlots:
         return [nodes.count(n) for n in nodes]
 
 
+def _remote(actor_cls: type) -> Any:
+    """``actor_cls`` as a Ray actor class; with the liveness concurrency group when it answers a heartbeat (the
+    training ranks' rlhf.workers.base.BaseWorker does; rlhf.waits asks it)."""
+    if hasattr(actor_cls, "heartbeat"):
+        from rlhf.workers.liveness import remote_class
+
+        return remote_class(actor_cls)
+    import ray
+
+    return ray.remote(actor_cls)
+
+
 def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -149,10 +161,10 @@ class RoleGroup:
         accelerator: str = "cpu",
         driver_ip: str = "127.0.0.1",
         timeout_s: float | None = None,
+        heartbeat_s: float | None = None,
         ledger: BundleLedger | None = None,
         **kwargs: Any,
     ) -> None:
-        import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.role = role
@@ -165,7 +177,7 @@ class RoleGroup:
         cpus = bundle.get("CPU", 1.0) * placement.fraction
         gpus = bundle.get("GPU", 0.0) * placement.fraction
         master_addr, master_port = self._master(slots, driver_ip)
-        remote_cls = actor_cls if hasattr(actor_cls, "remote") else ray.remote(actor_cls)
+        remote_cls = actor_cls if hasattr(actor_cls, "remote") else _remote(actor_cls)
         local_ranks = slots.local_ranks()
         local_sizes = slots.local_world_sizes()
         self.slots = slots
@@ -178,6 +190,7 @@ class RoleGroup:
         self.actors = []
         self._spawn_args: list[tuple[Any, dict[str, Any], tuple, dict[str, Any]]] = []
         self.timeout_s = timeout_s
+        self.heartbeat_s = heartbeat_s
         for rank in range(world):
             rank_env = {
                 "RANK": str(rank),
@@ -255,12 +268,16 @@ class RoleGroup:
     def get(self, refs: list[Any], what: str = "call") -> list[Any]:
         """Results in rank order. The first failure raises at once (naming role and rank), so a dead rank never
         leaves us waiting on the survivors stuck in a collective; a call taking longer than the group's timeout
-        (``trainer.remote_timeout_s``) is reported as hung, with what the rank needs and what its bundle has free
-        (rlhf.waits)."""
+        (``trainer.remote_timeout_s``) is reported as hung, with what the rank needs and what its bundle has free, and
+        a rank that leaves its heartbeat unanswered for ``trainer.heartbeat_timeout_s`` as stalled (rlhf.waits)."""
         from rlhf.waits import Call, wait
 
-        calls = [Call(ref, self.role, rank, hint=partial(self._hint, rank)) for rank, ref in enumerate(refs)]
-        return wait(calls, what, self.timeout_s, error=WorkerError)
+        actors = self.actors if len(refs) == len(self.actors) else [None] * len(refs)  # heartbeat: rank r's actor
+        calls = [
+            Call(ref, self.role, rank, hint=partial(self._hint, rank), actor=actors[rank])
+            for rank, ref in enumerate(refs)
+        ]
+        return wait(calls, what, self.timeout_s, error=WorkerError, heartbeat_s=self.heartbeat_s)
 
     def _hint(self, rank: int) -> str:
         """Its log, and what it needs in which bundle against what that bundle has free (for a failure message)."""
@@ -379,6 +396,7 @@ class Realized:
             env={**self.worker_env(), **(env or {})},
             accelerator=self.spec.hardware.accelerator,
             timeout_s=self.spec.trainer.remote_timeout_s,
+            heartbeat_s=self.spec.trainer.heartbeat_timeout_s,
             driver_ip=self.cluster.node_ip,
             ledger=self.ledger,
             **kwargs,

@@ -45,6 +45,7 @@ class RolloutEngineGroup:
     respawners: list[Any] = field(default_factory=list)  # per engine, a callable starting it (again)
     placements: list[EnginePlacement] = field(default_factory=list)  # where each engine and its workers go
     timeout_s: float | None = None
+    heartbeat_s: float | None = None  # trainer.heartbeat_timeout_s (rlhf.waits)
     needs: list[Callable[[], str]] = field(default_factory=list)  # per engine: what it needs, what is free there
 
     @property
@@ -97,10 +98,11 @@ def wait_ready(started: RolloutEngineGroup, engines: list[int], method: str = "r
             i,
             f"rollout engine {i} ({started.backend})",
             started.needs[i] if i < len(started.needs) else "",
+            actor=started.actors[i],
         )
         for i in engines
     ]
-    return wait(calls, "start-up", started.timeout_s, error=WorkerFailure)
+    return wait(calls, "start-up", started.timeout_s, error=WorkerFailure, heartbeat_s=started.heartbeat_s)
 
 
 def restart_engine(started: RolloutEngineGroup, engine: int) -> Any:
@@ -144,6 +146,7 @@ def start_rollout_engines(
         respawners=starters,
         placements=placements,
         timeout_s=spec.trainer.remote_timeout_s,
+        heartbeat_s=spec.trainer.heartbeat_timeout_s,
     )
     started.needs = [_needs(realized, p) for p in placements]
     if start:
@@ -159,6 +162,7 @@ def start_engine_outside(spec: ExperimentSpec, model_path: str, *, cpus: float =
     begin = partial(_start, backend.launch(spec, p, model_path, role_env=None, base_env=faults.env()), p, None)
     started = RolloutEngineGroup(spec.rollout.backend, [begin()], [], respawners=[begin], placements=[p])
     started.timeout_s = spec.trainer.remote_timeout_s
+    started.heartbeat_s = spec.trainer.heartbeat_timeout_s
     started.info = wait_ready(started, [0])
     return started
 
@@ -168,7 +172,7 @@ def _start(launch: EngineLaunch, p: EnginePlacement, pg: Any) -> Any:
     group declared)."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from rlhf.workers.rollout_actor import remote_class
+    from rlhf.workers.liveness import remote_class
 
     module, name = launch.actor.split(":")
     actor_cls = remote_class(getattr(importlib.import_module(module), name))

@@ -5,8 +5,9 @@
 - resume: the last complete checkpoint of the run folder (``checkpoint.resume``), or a note that there is none;
 - the checkpoint policy: every ``checkpoint.save_steps`` (default about ten per run) or ``checkpoint.every_minutes``,
   at the end, and on SIGINT/SIGTERM at the next step boundary (a second signal stops at once);
-- restarts (``trainer.max_restarts``): a crashed or hung rollout engine is restarted in place by the recipe and its
-  step carried on; a crashed or hung training rank restarts every actor of the job from the last checkpoint; the
+- restarts (``trainer.max_restarts``): a crashed, hung or stalled (``trainer.heartbeat_timeout_s``, rlhf.waits)
+  rollout engine is restarted in place by the recipe and its step carried on; a crashed, hung or stalled training
+  rank restarts every actor of the job from the last checkpoint; the
   ``train/restarts`` metric of a step counts the restarts at or before it, so a step redone after a restart carries
   the number it had when first logged (metrics.jsonl and every tracker agree);
 - the steps: how many, and why when the data gives fewer than ``trainer.max_steps``, printed before the first step

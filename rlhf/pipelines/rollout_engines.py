@@ -46,12 +46,16 @@ class RolloutEngines:
         return refs
 
     def collect(self, refs: list[tuple[int, Any]]) -> list[Rollout]:
-        """The rollouts in prompt order; an engine that dies, raises or takes longer than trainer.remote_timeout_s
-        raises an EngineFailure naming it (the run lifecycle restarts it)."""
+        """The rollouts in prompt order; an engine that dies, raises, takes longer than trainer.remote_timeout_s or
+        leaves its heartbeat unanswered for trainer.heartbeat_timeout_s raises an EngineFailure naming it (the run
+        lifecycle restarts it)."""
         from rlhf.waits import Call, wait
 
-        calls = [Call(ref, "rollout", i, self.label(i)) for i, ref in refs]
-        parts = wait(calls, "generate", self.spec.trainer.remote_timeout_s, error=EngineFailure)
+        trainer = self.spec.trainer
+        calls = [Call(ref, "rollout", i, self.label(i), actor=self.actors[i]) for i, ref in refs]
+        parts = wait(
+            calls, "generate", trainer.remote_timeout_s, error=EngineFailure, heartbeat_s=trainer.heartbeat_timeout_s
+        )
         return [r for part in parts for r in part]
 
     def label(self, i: int) -> str:

@@ -36,11 +36,11 @@ class WeightSyncError(WorkerFailure):
     run lifecycle can restart it (a policy rank at fault is named with its role: only every actor from the last
     checkpoint helps then). A checksum mismatch or a failed probe is not restartable: the run stops."""
 
-    restartable_kinds = ("died", "hung", "timeout", "failed")
+    restartable_kinds = ("died", "hung", "stalled", "timeout", "failed")
 
     def __init__(self, message: str, *, role: str = "rollout", rank: int | None = None, kind: str = "failed") -> None:
         super().__init__(message, role=role, rank=rank, kind=kind)
-        self.engine = rank if role == "rollout" else None  # died | hung | checksum | probe | failed
+        self.engine = rank if role == "rollout" else None  # died | hung | stalled | checksum | probe | failed
 
 
 def _same_device(a: dict[str, Any], b: dict[str, Any], accelerator: str) -> bool:
@@ -135,9 +135,10 @@ class SyncResult:
     gathers: list[dict[str, Any]] = field(default_factory=list)  # the other policy ranks (ZeRO-3)
 
 
-def wait_named(calls: Sequence[Call], timeout_s: float, what: str) -> list[Any]:
+def wait_named(calls: Sequence[Call], timeout_s: float, what: str, heartbeat_s: float | None = None) -> list[Any]:
     """The members' answers with a deadline; the first failure (a dead engine before a member that failed because of
-    it: the others get a grace period to fail too) raises WeightSyncError naming the member."""
+    it: the others get a grace period to fail too) raises WeightSyncError naming the member; a member that stops
+    answering its heartbeat for ``heartbeat_s`` (trainer.heartbeat_timeout_s) raises it at once, kind stalled."""
     return wait(
         calls,
         what,
@@ -146,6 +147,7 @@ def wait_named(calls: Sequence[Call], timeout_s: float, what: str) -> list[Any]:
         error=WeightSyncError,
         grace_s=_GRACE_S,
         blame_first="rollout",
+        heartbeat_s=heartbeat_s,
     )
 
 
@@ -161,6 +163,7 @@ class WeightSync:
         # rollout.weight_sync_lora=adapter: the LoRA adapters alone travel (validation made sure the engines load them)
         self.adapter = spec.model.lora.rank > 0 and ro.weight_sync_lora == "adapter"
         self.timeout_s = ro.weight_sync_timeout_s
+        self.heartbeat_s = spec.trainer.heartbeat_timeout_s
         self.measure_memory = measure_memory
         self.version = 0
         self.syncs = 0
@@ -177,7 +180,7 @@ class WeightSync:
     def _engine_calls(self, method: str, args: Callable[[int], tuple[Any, ...]] = lambda i: ()) -> list[Call]:
         """``method(*args(i))`` on every engine i, as calls the waits name by engine."""
         return [
-            Call(getattr(a, method).remote(*args(i)), "rollout", i, self.engines.label(i))
+            Call(getattr(a, method).remote(*args(i)), "rollout", i, self.engines.label(i), actor=a)
             for i, a in enumerate(self.engines.actors)
         ]
 
@@ -190,9 +193,10 @@ class WeightSync:
         ro, hw = self.spec.rollout, self.spec.hardware
         sender = self.policy.actors[0]
         locs = wait_named(
-            [Call(sender.sync_location.remote(), "policy", 0)] + self._engine_calls("sync_location"),
+            [Call(sender.sync_location.remote(), "policy", 0, actor=sender)] + self._engine_calls("sync_location"),
             self.timeout_s,
             "weight-sync set-up",
+            self.heartbeat_s,
         )
         self.locations = locs[1:]  # per engine, per worker
         self.routes = choose_routes(self.requested, locs[0], self.locations, hw.accelerator, ro.weight_sync_backend)
@@ -209,9 +213,11 @@ class WeightSync:
             "checksums": ro.weight_sync_checksums,
             "adapter": self.adapter,
         }
-        calls = [Call(sender.sync_connect.remote(base_cfg.to_dict(), **options, shared=shared), "policy", 0)]
+        calls = [
+            Call(sender.sync_connect.remote(base_cfg.to_dict(), **options, shared=shared), "policy", 0, actor=sender)
+        ]
         calls += [
-            Call(actor.sync_connect.remote(None, **options, shared=None), "policy", r)
+            Call(actor.sync_connect.remote(None, **options, shared=None), "policy", r, actor=actor)
             for r, actor in enumerate(self.policy.actors[1:], start=1)
         ]
         calls += self._engine_calls(
@@ -221,7 +227,7 @@ class WeightSync:
                 self.routes[i],
             ),
         )
-        wait_named(calls, self.timeout_s, "weight-sync set-up")
+        wait_named(calls, self.timeout_s, "weight-sync set-up", self.heartbeat_s)
 
     # -- one sync -------------------------------------------------------------------------------------------------
     def sync(self) -> SyncResult:
@@ -234,9 +240,9 @@ class WeightSync:
             sender, gathers, receivers = self._through_object_store(v)
         else:
             pushes = self.policy.async_run_all("sync_push", v, self.measure_memory)
-            calls = [Call(ref, "policy", r) for r, ref in enumerate(pushes)]
+            calls = [Call(ref, "policy", r, actor=self.policy.actors[r]) for r, ref in enumerate(pushes)]
             calls += self._engine_calls("sync_pull", lambda i: (v, self.measure_memory))
-            out = wait_named(calls, self.timeout_s, f"weight sync v{v}")
+            out = wait_named(calls, self.timeout_s, f"weight sync v{v}", self.heartbeat_s)
             n_policy = len(self.policy.actors)
             sender, gathers, receivers = out[0], [g for g in out[1:n_policy] if g], out[n_policy:]
         for i, reports in enumerate(receivers):
@@ -258,15 +264,16 @@ class WeightSync:
         checksums = self.spec.rollout.weight_sync_checksums
         packs = wait_named(
             [
-                Call(ref, "policy", r)
+                Call(ref, "policy", r, actor=self.policy.actors[r])
                 for r, ref in enumerate(self.policy.async_run_all("pack_weights", v, checksums, self.adapter))
             ],
             self.timeout_s,
             f"weight sync v{v} (packing)",
+            self.heartbeat_s,
         )
         sender, ref = packs[0]["report"], packs[0]["weights"][0]
         loads = self._engine_calls("load_weights", lambda i: (ref,))
-        receivers = wait_named(loads, self.timeout_s, f"weight sync v{v}")
+        receivers = wait_named(loads, self.timeout_s, f"weight sync v{v}", self.heartbeat_s)
         return sender, [p for p in packs[1:] if p], receivers
 
     def close(self) -> None:
@@ -303,14 +310,19 @@ class WeightSync:
                 stop_token_ids=(eos_id,) if eos_id is not None else (),
                 seed=12345,
             )
+            engine = self.engines.actors[0]
             (rollouts,) = wait_named(
-                [Call(self.engines.actors[0].generate.remote(prompts, sampling), "rollout", 0, self.engines.label(0))],
+                [Call(engine.generate.remote(prompts, sampling), "rollout", 0, self.engines.label(0), actor=engine)],
                 self.timeout_s,
                 "the weight-sync probe",
+                self.heartbeat_s,
             )
             self.probe_batch = [(list(r.prompt_ids), list(r.output_ids)) for r in rollouts if r.output_ids]
         return wait_named(
-            self._engine_calls("score", lambda i: (self.probe_batch,)), self.timeout_s, "the weight-sync probe"
+            self._engine_calls("score", lambda i: (self.probe_batch,)),
+            self.timeout_s,
+            "the weight-sync probe",
+            self.heartbeat_s,
         )
 
     def judge_probe(

@@ -520,6 +520,14 @@ class TrainerSpec:
     remote_timeout_s: float = key(
         1800.0, "a call to a training rank or rollout engine taking longer is treated as hung (restarted)", gt=0
     )
+    heartbeat_timeout_s: float = key(
+        30.0,
+        "a training rank or rollout engine that answered a liveness call before and leaves one unanswered this "
+        "long while the driver waits on it is stalled (killed, then restarted as a crashed one); independent of "
+        "how long real work takes (trainer.remote_timeout_s)",
+        gt=0,
+        le=3600,
+    )
     on_nonfinite: str = key(
         "stop",
         "a NaN/inf loss or gradient norm: stop (naming step, role and metric; the last checkpoint stays loadable) "

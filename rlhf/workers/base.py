@@ -7,6 +7,9 @@ import logging
 import os
 import warnings
 
+import ray
+
+from rlhf.engines.protocol import LIVENESS
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -70,6 +73,14 @@ class BaseWorker:
 
     def ping(self) -> dict[str, int | str]:
         return {"role": self.role, "rank": self.rank, "world_size": self.world_size, "pid": os.getpid()}
+
+    @ray.method(concurrency_group=LIVENESS)
+    def heartbeat(self) -> dict[str, object]:
+        """The driver's liveness call while it waits on this rank (rlhf.waits), answered in its own concurrency
+        group while a long call runs: pid and node (the call it runs is the one the driver waits on)."""
+        from rlhf.workers import liveness
+
+        return {**liveness.answer(track=False), "role": self.role, "rank": self.rank}
 
     def placement(self) -> dict[str, object]:
         """Where this rank would compute, from what Ray and the launcher gave it (no device touched): its node,

@@ -146,6 +146,8 @@ class EngineWorker(BaseWorker):
             import time
 
             time.sleep(3600)  # fault injection: a training rank stops answering
+        if faults.count_hits("rank.stop_on_train_step"):
+            faults.stop_self("rank.stop_on_train_step")  # fault injection: the rank's process stops running
         self._steps_done = getattr(self, "_steps_done", 0) + 1
         if faults.in_range("rank.nan_loss_on_train_steps", self._steps_done):
             loss_fn = _nan_loss(loss_fn)  # fault injection: this step's numbers go bad

@@ -20,11 +20,7 @@ from typing import Any
 import ray
 
 from rlhf.engines.protocol import LIVENESS, MEMORY_TAGS, Rollout, SamplingSpec
-
-
-def remote_class(cls: type) -> Any:
-    """``cls`` as a Ray actor class with the liveness concurrency group :meth:`RolloutActor.ping` runs in."""
-    return ray.remote(concurrency_groups={LIVENESS: 1})(cls)
+from rlhf.workers import liveness
 
 
 class RolloutActor:
@@ -77,6 +73,11 @@ class RolloutActor:
             "busy_s": round(time.monotonic() - busy[1], 3) if busy else 0.0,
         }
 
+    @ray.method(concurrency_group=LIVENESS)
+    def heartbeat(self) -> dict[str, Any]:
+        """The driver's liveness call while it waits on this engine (rlhf.waits): pid, node, the call running."""
+        return {**liveness.answer(self._busy), "backend": self.backend}
+
     def rehearse(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """One worker, in this process: it computes on the first GPU this process sees (Ray's CUDA_VISIBLE_DEVICES),
         or, where colocated roles see every GPU (RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES), on the one Ray
@@ -113,6 +114,8 @@ class RolloutActor:
 
         if faults.count_hits("engine.exit_on_generate"):
             os._exit(1)  # fault injection: the engine's process dies mid-generate
+        if faults.count_hits("engine.stop_on_generate"):
+            faults.stop_self("engine.stop_on_generate")  # fault injection: the engine's process stops running
         spec = sampling if isinstance(sampling, SamplingSpec) else SamplingSpec(**sampling)
         engine = self._engine()
         with self._running("generate"):

@@ -70,7 +70,7 @@ class RemoteVLLMEngine:
 
 def start_vllm_rollout_actor(model_path: str, *, num_cpus: float = 2, **engine_kwargs: Any) -> Any:
     """A VLLMRolloutActor in the vLLM venv outside any placement group, as rlhf.launch.rollout starts one."""
-    from rlhf.workers.rollout_actor import remote_class
+    from rlhf.workers.liveness import remote_class
     from rlhf.workers.vllm_rollout_worker import VLLMRolloutActor
 
     runtime_env = vllm_runtime_env(cpu_threads=max(1, int(num_cpus)))

@@ -126,6 +126,7 @@ class WeightReceiver:
     def _stream(self, version, into, report, digest, state) -> Iterator[tuple[str, Tensor]]:
         corrupt = faults.fault("sync.corrupt")
         exit_after = faults.fault("sync.exit_after_bucket")
+        stop_after = faults.fault("sync.stop_after_bucket")
         while True:
             header = Header.decode(self.group.recv_bytes())
             if header.version != version:
@@ -153,6 +154,8 @@ class WeightReceiver:
                 self.group.broadcast_data(data)
                 if exit_after and report.buckets >= int(exit_after) and faults.first_time("sync.exit_after_bucket"):
                     os._exit(1)  # fault injection: this process dies mid-sync
+                if stop_after and report.buckets >= int(stop_after) and faults.first_time("sync.stop_after_bucket"):
+                    faults.stop_self("sync.stop_after_bucket")  # fault injection: this process stops mid-sync
                 if corrupt and e.name == corrupt:
                     if dest is None:
                         data = data.clone()
