@@ -66,9 +66,7 @@ class RolloutEngines:
         """Start engine ``i`` again in its bundle (what is left of it is killed first)."""
         self.realized.restart_rollout_engine(self.started, i)  # replaces actors[i] and info[i] in place
         if self.sleep_after_restart:
-            import ray
-
-            ray.get(self.actors[i].sleep.remote(2))
+            self._all("sleep", 2, only=i)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
         return self.collect(self.generate_async(prompts, sampling))
@@ -76,15 +74,24 @@ class RolloutEngines:
     def sleep(self, level: int = 1) -> None:
         """Every engine releases its device memory (level 1: weights backed up to host; 2: dropped, for when a
         sync overwrites them next) and its workers' cached memory."""
-        import ray
-
-        ray.get([a.sleep.remote(level) for a in self.actors])
+        self._all("sleep", level)
 
     def wake(self, tags: list[str] | None = None) -> None:
         """Every engine brings back ``tags`` ("weights", "kv_cache"; None: both)."""
-        import ray
+        self._all("wake", tags)
 
-        ray.get([a.wake.remote(tags) for a in self.actors])
+    def _all(self, method: str, arg: Any, only: int | None = None) -> None:
+        """``method(arg)`` on every engine (or engine ``only``), bounded like generation: a dead, failing, late or
+        stalled engine raises an EngineFailure naming it."""
+        from rlhf.waits import Call, wait
+
+        trainer = self.spec.trainer
+        which = range(len(self.actors)) if only is None else [only]
+        calls = [
+            Call(getattr(self.actors[i], method).remote(arg), "rollout", i, self.label(i), actor=self.actors[i])
+            for i in which
+        ]
+        wait(calls, method, trainer.remote_timeout_s, error=EngineFailure, heartbeat_s=trainer.heartbeat_timeout_s)
 
     def kill(self) -> None:
         self.started.kill()
