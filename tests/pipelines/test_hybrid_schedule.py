@@ -88,6 +88,7 @@ def _engine() -> VLLMEngine:
     engine = object.__new__(VLLMEngine)  # the engine's memory logic, without building vLLM
     engine.llm, engine.sleep_supported, engine.on_cpu = _LLM(), True, False
     engine.awake = {"weights", "kv_cache"}
+    engine.lora = None  # full-weight syncs (rollout.weight_sync_lora=merged)
     return engine
 
 
