@@ -29,7 +29,9 @@ SMALL = ["rollout.prompts_per_step=8", "trainer.global_batch=32", "trainer.micro
 PARITY = "def reward_func(queries, prompts, labels, **kw):\n    return [float(len(q) % 2) for q in queries]\n"
 # What a replay must reproduce exactly: everything the step computed from its samples and the trainer's state (the
 # time it took, the weight sync and its probe are not computed from them, and a replay has no engines to sync).
-NOT_COMPARED = ("train/timing/", "rollout/sync", "train/rollout/sync", "train/restarts", "train/probe", "rollout/probe")
+# Wall-clock figures (timings, train/tokens_per_s) and what only a run with engines has.
+NOT_COMPARED = ("train/timing/", "train/tokens_per_s", "rollout/sync", "train/rollout/sync", "train/restarts")
+NOT_COMPARED += ("train/probe", "rollout/probe")
 
 
 def _spec(*overrides: str):
