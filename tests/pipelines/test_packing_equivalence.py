@@ -44,6 +44,14 @@ def process_group():
     with pytest.MonkeyPatch.context() as mp:  # the variables restored after the module
         for k, v in env.items():
             mp.setenv(k, v)
+        # DeepSpeed caches a clone of the world group per process (deepspeed.utils.groups, private; no public reset):
+        # after an earlier module's group was destroyed it would name a group torch no longer has.
+        from rlhf.engines.deepspeed_import import import_deepspeed
+
+        import_deepspeed()
+        from deepspeed.utils import groups
+
+        groups._WORLD_GROUP = None
         train_backend("deepspeed").init_distributed("cpu")  # gloo, adopted by DeepSpeed; FSDP2 meshes over it
         yield
         dist.destroy_process_group()
