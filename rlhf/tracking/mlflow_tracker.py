@@ -114,7 +114,7 @@ class MlflowTracker:
         self.experiment_id = _experiment_id(self.client, run.spec.logging.experiment)
         if record and record.get("tracking_uri") == self.uri and record.get("run_id"):
             if self._continue(str(record["run_id"])):
-                self._last = int(record.get("last_step", -1))
+                self._last = max(int(record.get("last_step", -1)), self._held_last_step())
                 return True
         tags = dict(run.tags)
         if run.group:
@@ -135,6 +135,15 @@ class MlflowTracker:
         self.run_id = run_id
         self.client.update_run(run_id, status="RUNNING")
         return True
+
+    def _held_last_step(self) -> int:
+        """The highest step the run holds for a metric every logged step has: a process killed between logging a
+        step and saving its record leaves the record one step behind what MLflow holds."""
+        keys = sorted(self.client.get_run(self.run_id).data.metrics)
+        key = next((k for k in keys if k.startswith("train/") and "/timing/" not in k), keys[0] if keys else None)
+        if key is None:
+            return -1
+        return max((int(m.step) for m in self.client.get_metric_history(self.run_id, key)), default=-1)
 
     def record(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "tracking_uri": self.uri, "last_step": self._last}

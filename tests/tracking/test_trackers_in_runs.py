@@ -109,9 +109,9 @@ def test_three_trackers_hold_the_same_metrics_and_a_killed_run_resumed_repeats_n
         got = held.steps()
         assert sorted(got) == sorted(want), name
         for step, metrics in want.items():
-            if step in redone:  # held from the killed attempt: the same numbers, but its own timings
+            if step in redone:  # held from the killed attempt: the same numbers, but its own timings and rates
                 assert set(got[step]) == set(metrics), (name, step)
-                metrics = {k: v for k, v in metrics.items() if "/timing/" not in k}
+                metrics = {k: v for k, v in metrics.items() if "/timing/" not in k and k != "train/tokens_per_s"}
                 got[step] = {k: got[step][k] for k in metrics}
             assert got[step] == pytest.approx(metrics, rel=1e-9, nan_ok=True), (name, step)
         assert held.status == "FINISHED", name
