@@ -103,12 +103,28 @@ def expose_hydra_plugins() -> None:
 
     root = source_root()
     folder = root / "hydra_plugins" if root is not None else None
-    if folder is None or not (folder / "rlhf_plugins").is_dir():
-        return
-    import hydra_plugins
+    if folder is not None and (folder / "rlhf_plugins").is_dir():
+        import hydra_plugins
 
-    if str(folder) not in list(hydra_plugins.__path__):
-        hydra_plugins.__path__.append(str(folder))
+        if str(folder) not in list(hydra_plugins.__path__):
+            hydra_plugins.__path__.append(str(folder))
+    _register_plugin_classes()
+
+
+def _register_plugin_classes() -> None:
+    """Hydra scans for plugins once per process, at its first use: a process that used Hydra before rlhf's first
+    compose (a test session, a notebook, another Hydra app) has a scan without our folder, and the -cd folders
+    and the ray_cluster launcher would be silently missing. So the classes are registered by hand as well, after
+    the scan (which re-executes a module it finds, making new classes: registering the ones it left in place
+    keeps a single copy of each)."""
+    from hydra.core.plugins import Plugins
+
+    plugins = Plugins.instance()  # the scan, if not yet done
+    from hydra_plugins.rlhf_plugins.ray_cluster_launcher import RayClusterLauncher
+    from hydra_plugins.rlhf_plugins.search_path import RlhfConfigDirSearchPath
+
+    plugins.register(RlhfConfigDirSearchPath)
+    plugins.register(RayClusterLauncher)
 
 
 def _store_shared_by_copies() -> None:
