@@ -26,7 +26,10 @@ def test_a_minus_cd_recipe_composes_after_another_hydra_user_scanned_for_plugins
     (tmp_path / "recipe" / "mine.yaml").write_text(recipe)
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT.format(folder=str(tmp_path))],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["31", "1", "True"]  # the recipe found, the search-path plugin once, the launcher
