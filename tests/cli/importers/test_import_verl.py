@@ -343,3 +343,64 @@ def test_cli_errors_name_the_problem_without_a_traceback(script, message, in_tmp
     assert done.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+GRPO = f"algorithm.adv_estimator=grpo data.train_files=./data/math_train.parquet {MODEL} {R}.n=4"
+LENGTHS = "data.max_prompt_length=512 data.max_response_length=1024"
+
+
+def test_dynamic_batch_size_becomes_token_budgets_for_updates_and_forwards(in_tmp):
+    conv = _convert(
+        _cmd(GRPO, LENGTHS, f"{A}.use_dynamic_bsz=True {A}.ppo_max_token_len_per_gpu=4096")
+        + f" {R}.log_prob_max_token_len_per_gpu=8192"
+    )
+    v = conv.recipe.values
+    assert (v["trainer.max_tokens_per_micro_batch"], v["trainer.max_tokens_per_forward"]) == (4096, 8192)
+    rows = _rows(conv)
+    assert rows[f"{A}.ppo_max_token_len_per_gpu=4096"].marker not in (NONE, UNRECOGNISED)
+    assert rows[f"{R}.log_prob_max_token_len_per_gpu=8192"].marker not in (NONE, UNRECOGNISED)
+    checked = _checked(conv, in_tmp)
+    assert _real(checked.errors) == []
+    t = checked.spec.trainer
+    assert (t.packing, t.max_tokens_per_micro_batch, t.max_tokens_per_forward) == (True, 4096, 8192)
+
+
+def test_the_log_prob_passes_take_the_actors_switch_and_budget_when_unset():
+    v = _convert(_cmd(GRPO, f"{A}.use_dynamic_bsz=True {A}.ppo_max_token_len_per_gpu=6000")).recipe.values
+    assert (v["trainer.max_tokens_per_micro_batch"], v["trainer.max_tokens_per_forward"]) == (6000, 6000)
+    default = _convert(_cmd(GRPO, f"{A}.use_dynamic_bsz=True")).recipe.values
+    assert default["trainer.max_tokens_per_micro_batch"] == 16384  # veRL's default budget, carried
+
+
+def test_budgets_without_the_switch_are_explained_and_not_written():
+    conv = _convert(_cmd(GRPO, f"{A}.ppo_max_token_len_per_gpu=4096 {R}.log_prob_max_token_len_per_gpu=4096"))
+    assert "trainer.max_tokens_per_micro_batch" not in conv.recipe.values
+    assert "trainer.max_tokens_per_forward" not in conv.recipe.values
+    rows = _rows(conv)
+    assert "used only with use_dynamic_bsz=true" in rows[f"{A}.ppo_max_token_len_per_gpu=4096"].detail
+    assert "used only with log_prob_use_dynamic_bsz=true" in rows[f"{R}.log_prob_max_token_len_per_gpu=4096"].detail
+
+
+def test_a_second_forward_budget_or_a_critic_budget_of_its_own_is_reported_and_the_first_kept():
+    dyn = f"{A}.use_dynamic_bsz=True {A}.ppo_max_token_len_per_gpu=4096"
+    budgets = f"{R}.log_prob_max_token_len_per_gpu=8192 actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=2048"
+    conv = _convert(_cmd(GRPO, dyn, budgets, "critic.ppo_max_token_len_per_gpu=9999"))
+    assert conv.recipe.values["trainer.max_tokens_per_forward"] == 8192
+    rows = _rows(conv)
+    ref = rows["actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=2048"]
+    assert ref.marker == NONE and "one forward budget here (8192)" in ref.detail
+    assert rows["critic.ppo_max_token_len_per_gpu=9999"].marker == NONE
+
+
+def test_the_sft_trainers_token_budget_is_carried(in_tmp):
+    conv = _convert(
+        "torchrun --nnodes=1 --nproc_per_node=2 -m verl.trainer.sft_trainer "
+        "data.train_files=./data/sft_train.parquet data.max_token_len_per_gpu=4096 model.path=Qwen/Qwen2.5-0.5B"
+    )
+    v = conv.recipe.values
+    assert (v["trainer.max_tokens_per_micro_batch"], v["trainer.max_tokens_per_forward"]) == (4096, 4096)
+    off = _convert(
+        "torchrun --nnodes=1 --nproc_per_node=2 -m verl.trainer.sft_trainer data.train_files=./data/sft_train.parquet "
+        "data.use_dynamic_bsz=False data.max_token_len_per_gpu=4096 model.path=Qwen/Qwen2.5-0.5B"
+    )
+    assert "trainer.max_tokens_per_micro_batch" not in off.recipe.values

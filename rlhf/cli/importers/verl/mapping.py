@@ -425,10 +425,74 @@ class _Mapper(OutcomeBook):
         if self.given(cmini) and self.eff(cmini, int) != mini:
             self.none(cmini, UNSUPPORTED, "a critic mini-batch of its own; trainer.global_batch is shared here")
         self.handled.update((cmicro, cmini))
-        if self.eff(f"{_ACTOR}.use_dynamic_bsz", bool):
-            self.none(f"{_ACTOR}.use_dynamic_bsz", *vocab.no_equivalent(f"{_ACTOR}.use_dynamic_bsz"))
-        elif self.given(f"{_ACTOR}.use_dynamic_bsz"):
-            self.explain(f"{_ACTOR}.use_dynamic_bsz", "off, as here")
+        self._token_budgets()
+
+    def _token_budgets(self) -> None:
+        """veRL's dynamic batch size: micro-batches cut by a token budget per GPU, for the policy's updates
+        (``actor.ppo_max_token_len_per_gpu``) and for the log-prob passes (``rollout``/``ref``
+        ``log_prob_max_token_len_per_gpu``, which default to the actor's switch and budget). One budget for the
+        updates and one for the passes without gradients here: trainer.max_tokens_per_micro_batch and
+        trainer.max_tokens_per_forward, shared by every role. Budgets are packed tokens, as veRL's are."""
+        dyn_k, budget_k = f"{_ACTOR}.use_dynamic_bsz", f"{_ACTOR}.ppo_max_token_len_per_gpu"
+        dynamic = bool(self.eff(dyn_k, bool))
+        budget = self.eff(budget_k, int)
+        if dynamic and isinstance(budget, int) and budget > 0:
+            self.put("trainer.packing", True, dyn_k)
+            self.put("trainer.max_tokens_per_micro_batch", budget, dyn_k, budget_k)
+        elif dynamic:
+            self.none(budget_k, UNSUPPORTED, "not a positive whole number of tokens; micro-batches by samples here")
+        else:
+            if self.given(dyn_k):
+                self.explain(dyn_k, "off, as here")
+            if self.given(budget_k):
+                self.explain(budget_k, "used only with use_dynamic_bsz=true (off), as veRL does")
+        self.handled.update((dyn_k, budget_k))
+        passes = []  # (switch key, budget key) of each log-prob pass veRL makes with a token budget
+        for role in (_ROLLOUT, _REF):
+            pdyn_k, pbudget_k = f"{role}.log_prob_use_dynamic_bsz", f"{role}.log_prob_max_token_len_per_gpu"
+            on = self.eff(pdyn_k, bool) if self.given(pdyn_k) else dynamic
+            if on:
+                passes.append((pdyn_k, pbudget_k))
+            elif self.given(pbudget_k):
+                self.explain(pbudget_k, "used only with log_prob_use_dynamic_bsz=true (off), as veRL does")
+            if self.given(pdyn_k) and not on:
+                self.explain(pdyn_k, "off, as here")
+            self.handled.update((pdyn_k, pbudget_k))
+        chosen = None
+        for pdyn_k, pbudget_k in passes:
+            value = self.eff(pbudget_k, int) if self.given(pbudget_k) else budget
+            if not isinstance(value, int) or value <= 0:
+                self.none(pbudget_k, UNSUPPORTED, "not a positive whole number of tokens")
+            elif chosen is None:
+                chosen = value
+                self.put("trainer.packing", True, pdyn_k)
+                self.put("trainer.max_tokens_per_forward", value, pdyn_k, pbudget_k)
+            elif value != chosen:
+                self.none(pbudget_k, UNSUPPORTED, f"a budget of its own; one forward budget here ({chosen}), kept")
+            elif self.given(pbudget_k):
+                self.explain(pbudget_k, "the same budget, shared: trainer.max_tokens_per_forward")
+        self._critic_budgets(dynamic, budget)
+
+    def _critic_budgets(self, dynamic: bool, budget: Any) -> None:
+        """The critic's budgets (``critic.use_dynamic_bsz`` defaults to the actor's): shared with the policy here."""
+        dyn_k = "critic.use_dynamic_bsz"
+        keys = (dyn_k, "critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu")
+        on = self.eff(dyn_k, bool) if self.given(dyn_k) else dynamic
+        shared = {"critic.ppo_max_token_len_per_gpu": "trainer.max_tokens_per_micro_batch"}
+        shared["critic.forward_max_token_len_per_gpu"] = "trainer.max_tokens_per_forward"
+        for k in keys[1:]:
+            if not self.given(k):
+                continue
+            ours = self.values.get(shared[k])
+            if not on:
+                self.explain(k, "used only with critic.use_dynamic_bsz=true (off), as veRL does")
+            elif self.eff(k, int) == ours:
+                self.explain(k, f"the policy's too: {shared[k]} is shared here")
+            else:
+                self.none(k, UNSUPPORTED, f"a critic budget of its own; {shared[k]} is shared here, the policy's kept")
+        if self.given(dyn_k) and bool(on) != dynamic:
+            self.none(dyn_k, UNSUPPORTED, "the critic's own switch; token budgets are shared here, the policy's kept")
+        self.handled.update(keys)
 
     def _policy_loss(self) -> None:
         k = f"{_ACTOR}.policy_loss.loss_mode"
@@ -716,9 +780,18 @@ class _Mapper(OutcomeBook):
         if self.given("data.chat_template"):
             self.put("model.chat_template", self.eff("data.chat_template", str), "data.chat_template")
         self.handled.add("data.chat_template")
-        if self.eff("data.use_dynamic_bsz", bool):
-            self.none("data.use_dynamic_bsz", *vocab.no_equivalent("data.use_dynamic_bsz"))
-        self.handled.add("data.use_dynamic_bsz")
+        # veRL's SFT trainer (the engine one) cuts micro-batches by tokens by default: data.max_token_len_per_gpu.
+        budget_k = "data.max_token_len_per_gpu"
+        budget = self.eff(budget_k, int)
+        if self.eff("data.use_dynamic_bsz", bool) and isinstance(budget, int) and budget > 0:
+            self.put("trainer.packing", True, "data.use_dynamic_bsz")
+            self.put("trainer.max_tokens_per_micro_batch", budget, "data.use_dynamic_bsz", budget_k)
+            self.put("trainer.max_tokens_per_forward", budget, budget_k)
+        elif self.eff("data.use_dynamic_bsz", bool):
+            self.none(budget_k, UNSUPPORTED, "not a positive whole number of tokens; micro-batches by samples here")
+        elif self.given(budget_k):
+            self.explain(budget_k, "used only with data.use_dynamic_bsz=true (off), as veRL does")
+        self.handled.update(("data.use_dynamic_bsz", budget_k))
         self.put("data.apply_chat_template", True, "data.prompt_key")
         sp = self.eff("ulysses_sequence_parallel_size", int)
         if sp and sp > 1:

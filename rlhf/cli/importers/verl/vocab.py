@@ -68,6 +68,7 @@ PPO_DEFAULTS: dict[str, Any] = {
     f"{_ACTOR}.ppo_micro_batch_size_per_gpu": None,
     f"{_ACTOR}.ppo_epochs": 1,
     f"{_ACTOR}.use_dynamic_bsz": False,
+    f"{_ACTOR}.ppo_max_token_len_per_gpu": 16384,
     f"{_ACTOR}.clip_ratio": 0.2,
     f"{_ACTOR}.clip_ratio_low": None,  # 0.9.1 writes 0.2; older versions fell back to clip_ratio when unset
     f"{_ACTOR}.clip_ratio_high": None,
@@ -206,6 +207,7 @@ SFT_ENGINE_DEFAULTS: dict[str, Any] = {
     "data.val_files": None,
     "data.messages_key": "messages",
     "data.use_dynamic_bsz": True,
+    "data.max_token_len_per_gpu": 8192,
     "model.path": "~/models/deepseek-llm-7b-chat",
     "model.enable_gradient_checkpointing": True,
     "model.trust_remote_code": False,
@@ -249,10 +251,6 @@ ALIASES: dict[str, str] = {
 UNSUPPORTED, GPU_ONLY, SUPERSEDED, NOT_NEEDED = "unsupported", "GPU-only", "superseded", "not needed"
 _KERNELS = (UNSUPPORTED, "veRL's kernel and compile switches (fused kernels, Liger, torch.compile, chunked entropy)")
 _PADDING = (NOT_NEEDED, "packed forwards are on by default here (trainer.packing), veRL's padding removal alike")
-_DYNAMIC = (
-    UNSUPPORTED,
-    "not carried over yet: give the budgets as trainer.max_tokens_per_micro_batch and trainer.max_tokens_per_forward",
-)
 _VLLM = (NOT_NEEDED, "a vLLM engine detail veRL passes through; vLLM's defaults apply here")
 _PROFILE = (NOT_NEEDED, "profiling")
 _LOG = (NOT_NEEDED, "veRL's own bookkeeping")
@@ -271,13 +269,7 @@ NONE_PATTERNS: list[tuple[str, tuple[str, str]]] = [
     ("*.entropy_checkpointing", _KERNELS),
     ("*.entropy_from_logits_with_chunking", _KERNELS),
     ("*.entropy_from_logits_chunk_size", _KERNELS),
-    ("*.use_dynamic_bsz", _DYNAMIC),
-    ("*.log_prob_use_dynamic_bsz", _DYNAMIC),
-    ("*.ppo_max_token_len_per_gpu", _DYNAMIC),
-    ("*.log_prob_max_token_len_per_gpu", _DYNAMIC),
-    ("*.forward_max_token_len_per_gpu", _DYNAMIC),
-    ("*.max_token_len_per_gpu", _DYNAMIC),
-    ("data.balance_dp_token", _DYNAMIC),
+    ("data.balance_dp_token", (NOT_NEEDED, "with a token budget, ranks' shares are balanced by tokens here")),
     ("*.fsdp_config.fsdp_size", (NOT_NEEDED, "FSDP shards over all the role's ranks here (no hybrid sharding)")),
     ("*.fsdp_config.wrap_policy.*", (NOT_NEEDED, "every decoder layer is its own FSDP unit here")),
     ("*.fsdp_config.forward_prefetch", (NOT_NEEDED, "FSDP prefetching is left to torch's default")),
