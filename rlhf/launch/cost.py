@@ -72,7 +72,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from rlhf.launch.memory import GB, kv_bytes_per_token, lora_param_count, param_count, sleeps, teacher_params
+from rlhf.launch.memory import (
+    GB,
+    kv_bytes_per_token,
+    lora_param_count,
+    param_count,
+    sleeps,
+    synced_param_count,
+    teacher_params,
+)
 from rlhf.launch.plan import Plan
 from rlhf.spec.schema import ExperimentSpec, ModelSpec
 
@@ -456,7 +464,7 @@ def _sync(x: _Ctx) -> float:
     spec, plan, c, dev = x.spec, x.plan, x.c, x.dev
     if plan.sync is None or "rollout" not in plan.roles:
         return 0.0
-    params = param_count(spec.model)[0]
+    params = synced_param_count(spec)  # the adapters alone with rollout.weight_sync_lora=adapter
     wbytes = params * (4 if spec.hardware.accelerator == "cpu" or spec.trainer.precision == "fp32" else 2)
     policy = plan.roles["policy"]
     t = 0.0

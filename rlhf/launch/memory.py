@@ -91,6 +91,13 @@ def lora_param_count(m: ModelSpec) -> int:
     return m.num_layers * per_layer
 
 
+def synced_param_count(spec: ExperimentSpec) -> int:
+    """Parameters a weight sync sends: the adapters alone with rollout.weight_sync_lora=adapter (LoRA on), else
+    every weight (a merged sync sends the base with the adapters folded in)."""
+    adapter = spec.model.lora.rank > 0 and spec.rollout.weight_sync_lora == "adapter"
+    return lora_param_count(spec.model) if adapter else param_count(spec.model)[0]
+
+
 @dataclass(frozen=True)
 class StateBytes:
     """Bytes per device of one role's model states, split by kind."""
@@ -159,8 +166,10 @@ def sync_bytes(spec: ExperimentSpec, derived: Derived, params: int) -> SyncBytes
         return None
     ro, hw = spec.rollout, spec.hardware
     wbytes = 4 if (hw.accelerator == "cpu" or spec.trainer.precision == "fp32") else 2
+    full = synced_param_count(spec) * wbytes
     bucket = max(ro.weight_sync_bucket_mb * 2**20, largest_tensor(spec.model) * wbytes)
-    full = params * wbytes
+    if full < params * wbytes:  # adapters only: no bucket holds more than all of them
+        bucket = min(bucket, full)
     route = ro.weight_sync
     sharded = train_backend(spec.trainer.backend).gathers_on_every_rank(spec)
     device = {"policy": (2 * bucket) if sharded else bucket, "rollout": bucket}
@@ -173,7 +182,7 @@ def sync_bytes(spec: ExperimentSpec, derived: Derived, params: int) -> SyncBytes
         host_node = full * (2 + rollout_backend(ro.backend).memory(spec, params).packed_copies)
     elif route in ("shared_memory", "auto") and hw.accelerator == "cpu":
         # the /dev/shm segment beside the sender: two chunks (rlhf.engines.weight_sync.sender.SHARED_CHUNK)
-        host_node = 2 * max(min(256 * 2**20, bucket), largest_tensor(spec.model) * wbytes)
+        host_node = 2 * min(max(min(256 * 2**20, bucket), largest_tensor(spec.model) * wbytes), full)
     return SyncBytes(route=route, bucket=bucket, device=device, host_per_rank=host_rank, host_per_node=host_node)
 
 

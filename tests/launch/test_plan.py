@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf.launch.memory import GB, param_count, trained_states
+from rlhf.launch.memory import GB, lora_param_count, param_count, trained_states
 from rlhf.launch.plan import plan
 from rlhf.spec.build import load_spec
 
@@ -113,3 +113,14 @@ def test_host_memory_per_node_is_part_of_the_verdict():
     p = plan(load_spec(["+recipe=ppo_llama3_70b", "hardware.host_memory_gb=256"]))
     assert all(m.fits for m in p.memory)
     assert not p.fits and "host memory of node 0" in p.verdict() and "offloaded states" in p.verdict()
+
+
+def test_an_adapter_only_sync_is_planned_at_the_adapters_size():
+    base = ["+recipe=grpo_llama3_8b", "model.lora.rank=16", "rollout.weight_sync=object_store"]
+    merged = plan(load_spec(base))
+    adapter = plan(load_spec([*base, "rollout.weight_sync_lora=adapter"]))
+    lora = lora_param_count(load_spec(base).model) * 2  # bf16 bytes of every A and B matrix
+    assert lora < merged.params * 2 / 100  # rank 16 on an 8B model: well under 1% of its weights
+    assert adapter.sync.host_per_rank["policy"] == lora and merged.sync.host_per_rank["policy"] == merged.params * 2
+    assert adapter.sync.bucket <= lora < merged.sync.bucket
+    assert adapter.hosts[0].needed_gb < merged.hosts[0].needed_gb
