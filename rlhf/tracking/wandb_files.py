@@ -5,12 +5,13 @@ and online alike; ``wandb sync`` uploads it. Its Python reader (``wandb.sdk.inte
 when W&B moved to its Go core (0.18) and no public reader replaced it, so this reads the documented LevelDB log
 layout the file keeps (a 7-byte ``:W&B`` header, 32 KiB blocks of CRC-checked chunks) and parses each record with
 W&B's own generated protobuf classes (``wandb.proto.wandb_internal_pb2.Record``). The tracker uses it to learn
-the highest step a killed attempt's files hold; the tests use it to read the metrics back.
+the highest step and the config a killed attempt's files hold; the tests use it to read the metrics back.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 import zlib
 from collections.abc import Iterator
@@ -110,13 +111,23 @@ def read_run_file(path: Path) -> RunFile:
     return out
 
 
+def attempt_order(folder: str, run_id: str) -> tuple[str, int] | None:
+    """Where an attempt folder of run ``run_id`` sorts among the run's attempts (None: not one of them).
+
+    W&B names an attempt's folder ``{offline-,}run-<local time to the second>-<id>`` and, when that folder already
+    exists (a second attempt of the id started within the same second: ``end_stale`` and the resume that follows
+    it in one ``rlhf-run`` often do), adds ``-<n>``, counting up from 1 (``wandb.sdk.wandb_init``,
+    ``set_sync_dir_suffix``). Attempts sort by time, then by that number."""
+    m = re.fullmatch(rf"(?:offline-)?run-(\d{{8}}_\d{{6}})-{re.escape(run_id)}(?:-(\d+))?", folder)
+    return (m.group(1), int(m.group(2) or 0)) if m else None
+
+
 def run_files(wandb_dir: Path, run_id: str) -> list[RunFile]:
-    """Every attempt of run ``run_id`` under ``wandb_dir`` (the ``wandb`` folder W&B made), oldest first."""
-    found = Path(wandb_dir).glob(f"*run-*-{run_id}/run-{run_id}.wandb")  # offline-run-<time>-<id> or run-<time>-<id>
-    return [read_run_file(p) for p in sorted(found, key=lambda p: p.parent.name.partition("run-")[2])]
-
-
-def highest_step(wandb_dir: Path, run_id: str) -> int:
-    """The highest history step any attempt of ``run_id`` holds on disk (-1: none)."""
-    steps = [int(row["_step"]) for f in run_files(wandb_dir, run_id) for row in f.history if "_step" in row]
-    return max(steps, default=-1)
+    """Every attempt of run ``run_id`` under ``wandb_dir`` (the ``wandb`` folder W&B made), oldest first, the
+    attempts W&B had to number included."""
+    found = {}
+    for path in Path(wandb_dir).glob(f"*run-*/run-{run_id}.wandb"):
+        order = attempt_order(path.parent.name, run_id)
+        if order is not None:
+            found[order] = path
+    return [read_run_file(found[k]) for k in sorted(found)]

@@ -3,10 +3,20 @@
 ``logging.wandb.mode=offline`` (the default) needs no account and sends nothing: W&B writes the run to
 ``<run dir>/wandb/offline-run-<time>-<id>/`` and ``wandb sync <that folder>`` uploads it later; ``online`` logs to
 the account ``wandb login`` set up. A resumed job continues the same run id (each attempt is one more folder of
-that id, which ``wandb sync`` merges). W&B's core process writes its files behind the training process, and a
-killed process loses what it had not written yet, so the highest step held is read back from the run's own files
-(``rlhf.tracking.wandb_files``) rather than remembered: a step lost with a killed attempt is logged again, a step
-already on disk never is.
+that id, which ``wandb sync`` merges; W&B numbers a folder ``-1``, ``-2`` when an attempt starts within the same
+second as an earlier one, as the resume right after ``end_stale`` often does).
+
+W&B's core process (wandb-core) holds what it is given in memory and writes it to the run's ``.wandb`` file when
+its buffer fills, every 15 s (its default flush interval) and at finish, and it holds the last step's row back
+until a higher step arrives; when the training process is killed the core shuts down without writing. So a killed
+attempt loses its last seconds, and one killed in its first 15 s holds nothing at all (measured 2026-12-02, wandb
+0.31: killed at once, a 7-byte file, the header only; killed 17 s after logging the config and steps 1-3, the
+config and steps 1-2 on disk, the rest lost). So nothing is remembered that the files do not show: the highest
+step held is read back from the run's own files (``rlhf.tracking.wandb_files``) and the lifecycle logs every step
+above it again (``Tracking.rewind`` from metrics.jsonl, the rest as the resumed run redoes them): a step lost with
+a killed attempt is logged again, a step already on disk never is. The same for the config: a resumed run whose
+files hold none answers ``start`` with False (as a new run does), so the lifecycle logs its params again, into the
+same run; the run's name travels in the record for the same reason.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ class WandbTracker:
         self._where = ""
         self.mode = ""
         self.run_id = ""
+        self.name = ""
         self._last = -1
 
     def start(self, run: RunInfo, record: dict[str, Any] | None) -> bool:
@@ -51,15 +62,19 @@ class WandbTracker:
         self.project, self.entity = run.spec.logging.experiment, opts.entity
         resume = bool(record) and record.get("project") == self.project and record.get("entity") == self.entity
         run_id = str(record["id"]) if resume and record and record.get("id") else None
+        params_held = False
         if run_id:
-            from rlhf.tracking.wandb_files import highest_step
+            from rlhf.tracking.wandb_files import run_files
 
-            self._last = highest_step(self.run_dir / "wandb", run_id)
+            held = run_files(self.run_dir / "wandb", run_id)
+            self._last = max((int(row["_step"]) for f in held for row in f.history if "_step" in row), default=-1)
+            params_held = any(not k.startswith("_") for f in held for k in f.config)
         self.mode = opts.mode
+        self.name = str(record.get("name") or "") if run_id and record else run.name  # a resumed run keeps its name
         self.run = wandb.init(
             project=self.project,
             entity=self.entity or None,
-            name=None if run_id else run.name,  # a resumed run keeps its name
+            name=self.name or None,
             group=run.group or None,
             tags=[t for t in (run.tags.get("rlhf.algorithm"), run.tags.get("rlhf.recipe")) if t],
             dir=str(self.run_dir),
@@ -73,12 +88,13 @@ class WandbTracker:
         self._where = f"{sync_dir}  (wandb sync {sync_dir})" if opts.mode == "offline" else str(self.run.url)
         if opts.mode == "online" and self.run.resumed:
             self._last = max(self._last, int(self.run.starting_step) - 1)  # what the server holds
-        return run_id is not None
+            params_held = params_held or any(not k.startswith("_") for k in self.run.config.keys())
+        return run_id is not None and params_held  # False: no attempt kept the params, the lifecycle logs them
 
     def record(self) -> dict[str, Any]:
         return {
             "id": self.run_id, "project": self.project, "entity": self.entity, "dir": str(self.run_dir),
-            "mode": self.mode,
+            "mode": self.mode, "name": self.name,
         }
 
     def last_step(self) -> int:

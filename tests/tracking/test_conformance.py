@@ -110,15 +110,17 @@ def test_a_tracker_holds_each_step_once_across_a_resume_with_params_artifacts_an
         assert "resolved_config.yaml" in held.files
 
 
+PARAMS = {"trainer.lr": "0.001", "model.path": "builtin:tiny"}
 KILLED_ATTEMPT = """
 import json, os, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[4])
-from test_conformance import info_for, metrics
+from test_conformance import PARAMS, info_for, metrics
 from rlhf.tracking import registry
 db, run_dir, name = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 tracker = registry.create(name)
 tracker.start(info_for(db, run_dir), None)
+tracker.log_params(PARAMS)  # as the lifecycle does on a new run
 for step in range(1, 4):
     tracker.log_metrics(metrics(step), step)
     (run_dir / "record.json").write_text(json.dumps(tracker.record()))  # as the lifecycle keeps tracking.json
@@ -126,13 +128,7 @@ os._exit(9)  # as SIGKILL would: no finish, no flush, no atexit
 """
 
 
-# W&B's offline run read back after a resume of a killed writer sometimes holds no step at all (3 of about 6 runs on
-# 2026-12-02; alone it passes): an open defect, named in the closing note, not a pass.
-_WANDB_RESUME = pytest.mark.xfail(reason="W&B offline resume after a killed writer: sometimes nothing read back")
-KILLED = [pytest.param(n, marks=_WANDB_RESUME) if n == "wandb" else n for n in PERSISTENT]
-
-
-@pytest.mark.parametrize("name", KILLED)
+@pytest.mark.parametrize("name", PERSISTENT)
 def test_after_a_killed_process_the_resumed_run_repeats_no_step_and_misses_none(name, db, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -152,13 +148,23 @@ def test_after_a_killed_process_the_resumed_run_repeats_no_step_and_misses_none(
     assert registry.create(name).end_stale(record, "FAILED", "its driver died") is False  # once
 
     resumed = registry.create(name)
-    assert resumed.start(info_for(db, run_dir), record) is True
+    continued = resumed.start(info_for(db, run_dir), record)
+    # W&B's killed attempt usually got nothing onto disk, its config included (see wandb_tracker): it answers False
+    # so that the lifecycle logs the params again, as here; every other tracker held them
+    assert continued or name == "wandb"
+    if not continued:
+        resumed.log_params(PARAMS)
+    if name == "wandb":
+        assert resumed.record()["id"] == record["id"]  # False or True, the same run goes on
     held_before = resumed.last_step()
-    assert -1 <= held_before <= 3  # what the killed process got onto disk (W&B: possibly nothing)
+    assert -1 <= held_before <= 3  # what the killed process got onto disk (W&B: usually nothing)
     for step in range(max(held_before + 1, 1), 6):
         resumed.log_metrics(metrics(step), step)
     resumed.finish("FINISHED")
-    assert_holds(read(name, resumed.record(), run_dir), range(1, 6))
+    held = read(name, resumed.record(), run_dir)
+    assert_holds(held, range(1, 6))
+    assert {k: held.params.get(k) for k in PARAMS} == PARAMS
+    assert held.status == "FINISHED"
 
 
 @pytest.mark.parametrize("name", PERSISTENT)
