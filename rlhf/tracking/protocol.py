@@ -49,8 +49,10 @@ class Tracker(Protocol):
     def start(self, run: RunInfo, record: dict[str, Any] | None) -> bool:
         """Begin tracking ``run``. ``record`` is what :meth:`record` returned in an earlier attempt of the same run
         folder (or in the checkpoint being resumed): continue that run when it still fits the config (same store,
-        project, folder), else start a new one. True: an earlier run was continued (its parameters are not logged
-        again). Raises :class:`TrackerUnavailable` when the tracker's package is missing."""
+        project, folder), else start a new one. True: an earlier run was continued and holds its parameters (they
+        are not logged again); False: a new run, or a continued one whose store lost them (W&B: an attempt killed
+        before its core process wrote the config), so the lifecycle logs them (into the same run).
+        Raises :class:`TrackerUnavailable` when the tracker's package is missing."""
         ...
 
     def record(self) -> dict[str, Any]:
