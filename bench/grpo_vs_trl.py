@@ -323,11 +323,13 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     spec = load_spec(overrides)
     p = plan(spec)
 
-    # Per-step wall clock: a step starts when the loop asks the generator for prompts and ends when it logs.
+    # Per-step wall clock: a step starts when the run's loop calls the recipe's step (the first call ends the
+    # start-up) and ends when it logs. (Generator.start, hooked before, runs only in async mode, for the next step,
+    # so a sync run's start-up read "-".)
     begins: list[float] = []
     ends: list[float] = []
     cpu: list[dict] = []
-    start_orig, log_orig = rl.Generator.start, Tracking.log
+    start_orig, log_orig = rl.RLRecipe.step, Tracking.log
 
     def start(self, step):
         if not begins:
@@ -341,10 +343,10 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
             cpu.append(cpu_snapshot())
         return log_orig(self, metrics, step)
 
-    for owner, name in ((rl.Generator, "start"), (Tracking, "log")):
+    for owner, name in ((rl.RLRecipe, "step"), (Tracking, "log")):
         if not callable(getattr(owner, name, None)):
             raise SystemExit(f"bench: rlhf changed: {owner.__qualname__}.{name} is gone; update bench/grpo_vs_trl.py")
-    rl.Generator.start, Tracking.log = start, log
+    rl.RLRecipe.step, Tracking.log = start, log
 
     run_dir = Path(cfg["run_dir"])
     import inspect
