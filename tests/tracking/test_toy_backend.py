@@ -5,16 +5,14 @@ uses (rlhf.tracking.tracker.Tracking) through a run, a resume that repeats no st
 
 from __future__ import annotations
 
-import inspect
 import json
 
 import pytest
+import test_conformance as conformance
 
 from rlhf.spec import backends
 from rlhf.spec.build import load_spec
 from rlhf.spec.validate import validate
-from rlhf.tracking import registry
-from rlhf.tracking.protocol import Tracker
 from rlhf.tracking.tracker import Tracking
 
 TOY = ["+recipe=grpo_tiny_cpu", "logging.trackers=[toy]", "logging.mlflow=false", "logging.progress=false"]
@@ -34,13 +32,7 @@ def _points(run_dir):
 def test_a_tracker_named_only_by_its_registry_line_validates_and_follows_the_protocol(toy_registered):
     spec = load_spec(TOY)
     assert spec.logging.active_trackers == ("toy",) and validate(spec) == []
-    tracker = registry.create("toy")
-    assert isinstance(tracker, Tracker)
-    for method, _ in inspect.getmembers(Tracker, inspect.isfunction):
-        if method.startswith("_"):
-            continue
-        want = list(inspect.signature(getattr(Tracker, method)).parameters)
-        assert list(inspect.signature(getattr(type(tracker), method)).parameters) == want, method
+    conformance.test_every_tracker_implements_the_protocol_with_its_signatures("toy")  # the registered ones' check
 
 
 def test_an_unregistered_tracker_name_is_refused_with_the_registered_ones(toy_registered):
