@@ -158,7 +158,7 @@ class SweepRunner:
         return job
 
     def _connect(self, jobs: list[_Job]) -> None:
-        from rlhf.launch.cluster import keep_private_cluster_on_loopback, start_or_attach
+        from rlhf.launch.cluster import set_ray_env, start_or_attach
         from rlhf.spec.schema import RaySpec
 
         first = next((j.spec for j in jobs if j.spec is not None), None)
@@ -173,7 +173,7 @@ class SweepRunner:
             runtime_env=dict(ray_spec.runtime_env),
             worker_niceness=ray_spec.worker_niceness,
         )
-        keep_private_cluster_on_loopback(ray_spec)
+        set_ray_env(ray_spec)
         start_or_attach(ray_spec, num_cpus=need, num_gpus=gpus or None)
 
     def _refuse_never_fitting(self, jobs: list[_Job]) -> None:

@@ -125,9 +125,9 @@ def task(cfg) -> float | None:
 
 def _preflight(spec) -> None:
     """Files, URLs, data: every static mistake, before any process starts (a PreflightFailed names them all)."""
-    from rlhf.launch.cluster import keep_private_cluster_on_loopback
+    from rlhf.launch.cluster import set_ray_env
 
-    keep_private_cluster_on_loopback(spec.ray)  # before anything imports ray
+    set_ray_env(spec.ray)  # before anything imports ray
     from rlhf.launch.preflight import require_preflight
 
     for warning in require_preflight(spec).warnings:
@@ -156,7 +156,7 @@ def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float |
 
     from omegaconf import OmegaConf
 
-    from rlhf.launch.cluster import keep_private_cluster_on_loopback, watch_run_dir
+    from rlhf.launch.cluster import set_ray_env, watch_run_dir
     from rlhf.launch.plan import plan
     from rlhf.launch.sweep import ObjectiveMissing, objective_of
     from rlhf.spec import build, check
@@ -165,7 +165,7 @@ def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float |
     check(spec)
     if sweep_id and not spec.sweep.id:
         spec = replace(spec, sweep=replace(spec.sweep, id=sweep_id))
-    keep_private_cluster_on_loopback(spec.ray)  # before anything imports ray
+    set_ray_env(spec.ray)  # before anything imports ray
     if sweep_id or not _PREFLIGHT_DONE:
         _preflight(spec)
     watch_run_dir(run_dir)  # a driver that dies without a word: the reaper ends its trackers' runs FAILED

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlhf.errors import UserError
 from rlhf.spec.schema import RaySpec
 
 log = logging.getLogger(__name__)
@@ -166,14 +167,23 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def keep_private_cluster_on_loopback(ray_spec: RaySpec) -> None:
-    """Ray's own switch for a cluster on 127.0.0.1 only, for a job that will start a private cluster. Ray reads it
-    once, when ray is first imported, so call this before anything imports ray: rlhf-run does, as soon as the spec
-    is built, and rlhf.launch.job.run. An attached cluster keeps its interfaces (its nodes must reach each other)."""
-    if ray_spec.address:
-        return
-    if "ray" not in sys.modules:  # read when ray's config is first loaded: later, ray.init would not see it
+def set_ray_env(ray_spec: RaySpec) -> None:
+    """Ray's switches for the cluster this job uses, set before anything imports ray (Ray reads them once, at its
+    import): rlhf-run calls this as soon as the spec is built, and rlhf.launch.job.run.
+
+    * A private cluster: on 127.0.0.1 only (machine.md), with token authentication named explicitly (no warning).
+    * An attached cluster on this machine (``ray.address=127.0.0.1:PORT``, e.g. one ``ray start --head
+      --node-ip-address=127.0.0.1`` started): Ray otherwise rewrites a loopback address to the address the host name
+      resolves to, where such a cluster does not listen, and retries for minutes; the same loopback switch keeps it.
+    * Any attached cluster: token authentication when a token is at hand (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``
+      or Ray's default ``~/.ray/auth_token``, which ``ray start`` writes): Ray's driver does not send it unless asked,
+      and a cluster started with it refuses the driver on every retry. A cluster without authentication accepts a
+      driver that sends one (measured with Ray 2.60).
+    An attached cluster elsewhere keeps its interfaces (its nodes must reach each other)."""
+    if "ray" not in sys.modules and (not ray_spec.address or _token_at_hand()):
         os.environ.setdefault(AUTH_ENV, "token")
+    if ray_spec.address and not is_loopback_address(ray_spec.address):
+        return
     if LOOPBACK_ENV in os.environ:
         return
     os.environ[LOOPBACK_ENV] = "0"
@@ -182,6 +192,27 @@ def keep_private_cluster_on_loopback(ray_spec: RaySpec) -> None:
             "ray was imported before %s=0 was set; a private cluster may also listen on the external interface",
             LOOPBACK_ENV,
         )
+
+
+def _token_at_hand() -> bool:
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return True
+    return (Path.home() / ".ray" / "auth_token").is_file()  # Ray's default token file (its token-auth docs)
+
+
+def host_port(address: str) -> tuple[str, int] | None:
+    """``host:port`` of a GCS address (``ray.address``), or None for "auto" and Ray Client's ``ray://`` form."""
+    if not address or address == "auto" or "://" in address:
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def is_loopback_address(address: str) -> bool:
+    hp = host_port(address)
+    return hp is not None and (hp[0] == "localhost" or hp[0] == "::1" or hp[0].startswith("127."))
 
 
 def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus: int | None = None) -> Cluster:
@@ -196,7 +227,15 @@ def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus:
     runtime_env: dict = {"env_vars": worker_env({**extra, **ray_spec.runtime_env})}
     if ray_spec.address:
         log.info("attaching to the Ray cluster at %s", ray_spec.address)
-        ray.init(address=ray_spec.address, runtime_env=runtime_env, log_to_driver=True)
+        try:
+            ray.init(address=ray_spec.address, runtime_env=runtime_env, log_to_driver=True)
+        except ConnectionError as e:
+            raise UserError(
+                f"ray.address={ray_spec.address!r}: could not join the Ray cluster there ({e}). If it answers but "
+                "refuses this driver, it uses token authentication and this process has no token: copy the head's "
+                "~/.ray/auth_token here or set RAY_AUTH_TOKEN (Ray's token-auth docs); for a cluster on this "
+                "machine use ray.address=127.0.0.1:PORT (its --port)"
+            ) from e
         return Cluster(
             address=ray.get_runtime_context().gcs_address, started_here=False, node_ip=ray.util.get_node_ip_address()
         )

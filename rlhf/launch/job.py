@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlhf.launch.cluster import keep_private_cluster_on_loopback
+from rlhf.launch.cluster import set_ray_env
 from rlhf.launch.plan import Plan
 from rlhf.launch.realize import realize
 from rlhf.spec.schema import ExperimentSpec
@@ -15,7 +15,7 @@ from rlhf.spec.schema import ExperimentSpec
 
 def run(spec: ExperimentSpec, plan: Plan, run_dir: Path) -> dict[str, Any]:
     """Train as ``spec`` says; returns the pipeline's summary (model_dir, steps, final metrics, MLflow run)."""
-    keep_private_cluster_on_loopback(spec.ray)  # before the pipeline's imports bring in ray
+    set_ray_env(spec.ray)  # before the pipeline's imports bring in ray
     from rlhf.pipelines import run as run_pipeline
 
     return run_pipeline(spec, plan, Path(run_dir), realize)

@@ -44,6 +44,9 @@ from rlhf.spec.schema import ExperimentSpec
 # Metric names whose non-finite value means the step's numbers went bad (suffix match on the logged key).
 WATCHED = ("loss", "policy_loss", "critic_loss", "grad_norm", "actor_grad_norm", "critic_grad_norm")
 SKIPS_IN_A_ROW = 3
+# A run stopped while Ray still starts waits this long for the start to finish (so a private cluster is shut down
+# in order), then leaves it to the process's exit.
+STARTING_GRACE_S = 10.0
 
 
 class Recipe(Protocol):
@@ -125,8 +128,12 @@ class _Background:
             self._ready.set()
         self._done.wait()
 
-    def result(self) -> Any:
-        self._ready.wait()
+    def result(self, stop: Callable[[], object] = lambda: None) -> Any:
+        """The value; None as soon as ``stop()`` is true (a signal while Ray starts: an attach that cannot connect
+        retries for minutes, and the run must stop when asked, not when Ray gives up)."""
+        while not self._ready.wait(0.2):
+            if stop():
+                return None
         if self._error is not None:
             raise self._error
         return self._value
@@ -135,8 +142,11 @@ class _Background:
         self._done.set()
         self._thread.join()
 
-    def discard(self) -> None:
-        self._ready.wait()
+    def discard(self, wait_s: float | None = None) -> None:
+        """Shut down what ``fn`` made; with ``wait_s``, give up waiting for ``fn`` after that long (the thread is
+        a daemon: it ends with the process, a private cluster's processes with their parent and its reaper)."""
+        if not self._ready.wait(wait_s):
+            return
         value, self._value = self._value, None
         try:
             if value is not None:
@@ -345,7 +355,11 @@ class Runner:
                 self.tracker.rewind(int(state["step"]) if state else -1)  # a fresh run: an empty metrics.jsonl
                 self.tracker.log_artifacts(run_artifacts(self.spec, self.plan, self.run_dir))
                 clock.mark("tracking")
-                self.realized = starting.result()
+                self.realized = starting.result(stop=lambda: interrupts.requested)
+                if self.realized is None:  # a signal while Ray was starting: nothing ran, nothing to save
+                    status = "KILLED"
+                    done = (CheckpointManager.step_of(self.last_ckpt) or 0) if self.last_ckpt else 0
+                    raise RunInterrupted(interrupts.requested, done, self.last_ckpt, self.run_dir)
                 interrupts.reinstall()  # connecting to Ray may have replaced the SIGTERM handler
                 clock.mark("waiting for Ray")
                 self.recipe.setup(self.realized)
@@ -436,8 +450,8 @@ class Runner:
             if self.realized is not None:
                 self.realized.shutdown()
                 starting.release()
-            else:
-                starting.discard()  # stopped before taking the cluster over
+            else:  # stopped before taking the cluster over (a signal may have come while Ray still starts)
+                starting.discard(wait_s=STARTING_GRACE_S if status == "KILLED" else None)
 
     def _recover(self, failure: WorkerFailure, step: int) -> bool:
         """Spend a restart on ``failure`` (in ``step``) and let the recipe repair it in place; a failure while

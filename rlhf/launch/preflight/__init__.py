@@ -16,6 +16,7 @@ imports neither Ray nor torch and runs none of the user's code. What it checks:
   one when vllm imports here, $RLHF_VLLM_PYTHON, or .venv-vllm -- and a vLLM in the supported range; see engine);
 * hub datasets named without the config they need (``openai/gsm8k`` instead of ``openai/gsm8k:main``; see
   hub_datasets: the only check that asks the network, a warning when it cannot).
+* ``ray.address``: a host:port to attach to answers (see ray_address);
 * ``checkpoint.init_from``: a folder holding a run, a checkpoint or a Hugging Face model that fits model.* and the
   pipeline (rlhf.pipelines.init_source, which reads the checkpoint layout and config files only).
 """
@@ -30,6 +31,7 @@ from rlhf.launch.preflight.findings import Finding, PreflightFailed, PreflightRe
 from rlhf.launch.preflight.hub_datasets import check_hub_configs, hub_sources
 from rlhf.launch.preflight.models import check_reward_model
 from rlhf.launch.preflight.python_files import FileFinding, check_agent_file, check_reward_file
+from rlhf.launch.preflight.ray_address import check_ray_address
 from rlhf.launch.preflight.urls import probe_urls
 from rlhf.spec.schema import ExperimentSpec
 
@@ -78,6 +80,9 @@ def preflight(spec: ExperimentSpec) -> PreflightReport:
     if spec.reward.model_path:
         report.findings += check_reward_model(spec)
         report.checked.append("reward.model_path")
+    if spec.ray.address:
+        report.findings += check_ray_address(spec.ray.address)
+        report.checked.append("ray.address")
     if spec.checkpoint.init_from:
         from rlhf.pipelines.init_source import check as check_init_from
 

@@ -1,0 +1,31 @@
+"""``ray.address``: a cluster to attach to that is not there fails here in a second, naming the fix, instead of in
+Ray's connect, which retries for a minute (refused) or for many minutes (an address that drops packets)."""
+
+from __future__ import annotations
+
+import socket
+
+from rlhf.launch.cluster import host_port, is_loopback_address
+from rlhf.launch.preflight.findings import Finding
+
+CONNECT_TIMEOUT_S = 2.0
+
+
+def check_ray_address(address: str) -> list[Finding]:
+    hp = host_port(address)
+    if hp is None:  # "auto" and ray:// are resolved by Ray itself
+        return []
+    host, port = hp
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            return []
+    except OSError as e:
+        why = "connection refused" if isinstance(e, ConnectionRefusedError) else (e.strerror or type(e).__name__)
+    if is_loopback_address(address):
+        fix = (
+            f"start one on this machine with `ray start --head --node-ip-address=127.0.0.1 --port={port}`, "
+            "or leave ray.address empty for a private cluster"
+        )
+    else:
+        fix = f"check that Ray's head node runs at {host} and its GCS port ({port}) is open to this machine"
+    return [Finding("ray.address", address, f"no Ray cluster answers at {host}:{port} ({why})", fix)]
