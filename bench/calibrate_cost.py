@@ -264,8 +264,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", default="")
     ap.add_argument("--report", default="", help="print the table of a finished run folder, running nothing")
+    ap.add_argument("--steps", type=int, default=0, help="trainer.max_steps of every run (default: the model's)")
+    ap.add_argument("--only", default="", help="comma-separated point names to run (a cut grid; the --auto pick "
+                    "is always added)")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
+    if args.steps:
+        for model in models:
+            MODELS[model]["overrides"] = [o for o in MODELS[model]["overrides"] if not o.startswith(
+                "trainer.max_steps=")] + [f"trainer.max_steps={args.steps}"]
     if args.report:
         out = Path(args.report)
     else:
@@ -273,6 +280,9 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         for model in models:
             points = grid(model)
+            if args.only:
+                keep = set(args.only.split(","))
+                points = [(n, v) for n, v in points if n in keep]
             pick = auto_pick(model)
             name = next((n for n, v in points if _same(v, pick, model)), None)
             if name is None:
