@@ -226,9 +226,10 @@ CPU = Constants(
     step_s=0.048,  # a whole RL step of grpo_tiny_cpu at 2 prompts x 2 samples x 1 token (median of 6)
     wake_sleep_s=0.0,  # on CPU the hf engine's sleep moves nothing
     host_bandwidth_gbs=13.0,  # = the copy rate
-    # bench/cost_probe.py --only-sharded: model=tiny on one rank, over ZeRO-2's time, per module (PROBE PENDING)
-    zero3_module=ModuleCost(train_s=9.4e-4, forward_s=2.0e-4, step_s=0.0, sync_s=5e-5),
-    fsdp2_unit=ModuleCost(train_s=0.0, forward_s=1.5e-4, step_s=3.1e-4, sync_s=3.1e-4),
+    # bench/cost_probe.py --only-sharded, 2026-12-02 08:26-08:27 UTC, load average 1.0-1.1: model=tiny on one rank,
+    # what the engine adds over ZeRO-2, per module; the median of three runs (bench/README.md, "The probe, run again")
+    zero3_module=ModuleCost(train_s=3.98e-4, forward_s=2.09e-4, step_s=5.5e-5, sync_s=2.05e-5),
+    fsdp2_unit=ModuleCost(train_s=0.0, forward_s=1.23e-4, step_s=5.45e-4, sync_s=2.77e-4),
     sources={"all": "bench/cost_probe.py on this machine, 2026-12-01 (bench/README.md, Cost model calibration)"},
 )
 
