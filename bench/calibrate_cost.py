@@ -16,9 +16,17 @@ The grid (per model; hardware=cpu with devices_per_node=2: two slots of one core
 plus the layout ``--auto`` picks when it is not a grid point. Each point is one ``+layout=NAME`` option of a config
 folder the script writes (``-cd``), so one sweep runs them all: ``logging.run_name=rep1,rep2 +layout=...``, the
 repeats outermost, so every repeat passes over every point before the next starts (points alternate, and load
-that comes and goes spreads over all of them). A point's step time is the median of ``train/timing/step_total``
-over its steps after the first (start-up and warm-up excluded), in each repeat; the table shows the mean of the
-repeats, their spread, and the machine's load average while the point ran (sampled every 10 s).
+that comes and goes spreads over all of them). A point's step time is the 20% quantile (QUANTILE) of
+``train/timing/step_total`` over its steps after the first (start-up and warm-up excluded), every repeat's steps
+pooled: the machine is shared, contention only ever adds time, so the fast end of a point's steps is its least
+disturbed time (what the cost model's constants, probed as best times, estimate); a low quantile rather than the
+minimum, which keeps falling as steps are added and rests on one step. The table also shows the minimum, the median,
+the steps pooled and the machine's load average while the point ran (sampled every 10 s); ``--phases`` adds each
+timed phase beside the model's. The verdict is for the layout --auto picked before the sweep started (written to
+auto.json then), so a model changed after the sweep cannot pass it by choosing the best measured point.
+
+    --steps N      trainer.max_steps of every run (more steps per point: a steadier quantile, at ~1 s a step)
+    --only A,B     run only these grid points (a cut grid), plus --auto's pick
 """
 
 from __future__ import annotations
@@ -175,8 +183,27 @@ def run_model(model: str, out: Path, repeats: int, points: list[tuple[str, dict[
         print(f"[{model}] the sweep exited {proc.returncode}; the table keeps the jobs that finished (see {log})")
 
 
+QUANTILE = 0.2  # a point's step time: this quantile of its steps (after the first) over all its repeats
+PHASES = {  # measured train/timing/* -> the cost model's phases (rlhf.launch.cost.PHASES)
+    "generation": ("generation",), "make_experience": ("reward", "experience"), "ppo_train": ("train",),
+    "broadcast": ("sync",),
+}
+
+
+def low_quantile(values: list[float], q: float = QUANTILE) -> float:
+    """The ``q`` quantile of ``values`` (linear between the nearest ranks): on a shared machine contention only adds
+    time, so the fast end of a point's steps is its least disturbed time, and a quantile is steadier than the
+    minimum, which falls with every step added."""
+    v = sorted(values)
+    pos = q * (len(v) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
 def measured(model: str, out: Path) -> dict[str, list[dict[str, Any]]]:
-    """Per point: one entry per repeat with its median step time, its steps and the load while it ran."""
+    """Per point: one entry per repeat with its steps after the first (step time and each timed phase) and the load
+    while it ran."""
     samples = json.loads((out / model / "load.json").read_text()) if (out / model / "load.json").exists() else []
     found: dict[str, list[dict[str, Any]]] = {}
     for record in sorted((out / model / "sweep").glob("**/job.json")):
@@ -186,10 +213,12 @@ def measured(model: str, out: Path) -> dict[str, list[dict[str, Any]]]:
         if layout is None or job.get("status") != "completed" or not metrics.exists():
             continue
         rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
-        steps = [r["train/timing/step_total"] for r in rows if "train/timing/step_total" in r]
+        rows = [r for r in rows if "train/timing/step_total" in r]
+        rows = rows[1:] or rows  # the first step warms up (allocations, first gathers)
         inside = [load for t, load in samples if job["started"] <= t <= (job["finished"] or t)]
         found.setdefault(layout, []).append({
-            "median": statistics.median(steps[1:] or steps), "steps": steps,
+            "steps": [r["train/timing/step_total"] for r in rows],
+            "phases": {k: [r.get(f"train/timing/{k}", 0.0) for r in rows] for k in PHASES},
             "load": statistics.mean(inside) if inside else None,
         })
     return found
@@ -216,45 +245,68 @@ def spearman(xs: list[float], ys: list[float]) -> float:
     return num / den if den else float("nan")
 
 
-def report(model: str, out: Path) -> list[str]:
+def report(model: str, out: Path, phases: bool = False) -> list[str]:
     points = [(n, v) for n, v in json.loads((out / model / "points.json").read_text())]
     meas = measured(model, out)
     pick_then = json.loads((out / model / "auto.json").read_text())["name"]
     now = auto_pick(model)  # the model as it is now (--report on an older run): its pick, if it was measured
     pick = next((n for n, v in points if _same(v, now, model)), None)
-    lines = [f"{model}: {len(points)} point(s); step seconds measured (mean of repeats, after step 1) vs estimated"]
-    lines.append(f"  {'point':<34}{'measured':>9}{'repeats':>16}{'load':>6}{'estimate':>10}{'ratio':>7}")
-    est, got, rows = [], [], []
+    samples = json.loads((out / model / "load.json").read_text()) if (out / model / "load.json").exists() else []
+    loads = [load for _, load in samples]
+    q = f"q{round(QUANTILE * 100)}"
+    lines = [f"{model}: {len(points)} point(s); step seconds measured ({q}: the {QUANTILE:.0%} quantile of the steps "
+             f"after the first, all repeats pooled) vs estimated"]
+    if loads:
+        lines.append(f"  load average (1 min) while the sweep ran: {min(loads):.1f}-{max(loads):.1f}, mean "
+                     f"{statistics.mean(loads):.1f}, on {os.cpu_count()} core(s)")
+    lines.append(f"  {'point':<31}{q:>6}{'min':>6}{'median':>7}{'steps':>6}{'load':>5}{'estimate':>9}{'ratio':>6}")
+    rows = []
     for name, values in points:
-        e = estimate_point(model, values)["seconds"]
+        e = estimate_point(model, values)
         reps = meas.get(name, [])
         if not reps:
-            lines.append(f"  {name:<34}{'-':>9}{'':>16}{'':>6}{e:>10.2f}")
+            lines.append(f"  {name:<31}{'-':>6}{'':>6}{'':>7}{'':>6}{'':>5}{e['seconds']:>9.2f}")
             continue
-        m = statistics.mean(r["median"] for r in reps)
-        loads = [r["load"] for r in reps if r["load"] is not None]
-        spread = "/".join(f"{r['median']:.2f}" for r in reps)
-        load = f"{statistics.mean(loads):.0f}" if loads else "-"
-        mark = "  <- --auto" if name == pick else ""
-        lines.append(f"  {name:<34}{m:>9.2f}{spread:>16}{load:>6}{e:>10.2f}{m / e:>7.2f}{mark}")
-        est.append(e)
-        got.append(m)
-        rows.append((name, m, e))
+        steps = [x for r in reps for x in r["steps"]]
+        m = low_quantile(steps)
+        reps_load = [r["load"] for r in reps if r["load"] is not None]
+        load = f"{statistics.mean(reps_load):.0f}" if reps_load else "-"
+        mark = "  <- --auto" if name == pick_then else ""
+        lines.append(f"  {name:<31}{m:>6.2f}{min(steps):>6.2f}{statistics.median(steps):>7.2f}{len(steps):>6}"
+                     f"{load:>5}{e['seconds']:>9.2f}{m / e['seconds']:>6.2f}{mark}")
+        rows.append((name, m, e, steps, reps))
     if len(rows) >= 3:
-        rho = spearman(est, got)
-        ratios = [m / e for _, m, e in rows]
+        est = [r[2]["seconds"] for r in rows]
+        rho = spearman(est, [r[1] for r in rows])
+        rho_min = spearman(est, [min(r[3]) for r in rows])
+        rho_med = spearman(est, [statistics.median(r[3]) for r in rows])
+        ratios = [m / e["seconds"] for _, m, e, _, _ in rows]
         best = min(rows, key=lambda r: r[1])
-        lines.append(f"  Spearman rank correlation {rho:.2f} over {len(rows)} points; measured/estimated ratio median "
-                     f"{statistics.median(ratios):.2f} (range {min(ratios):.2f}-{max(ratios):.2f})")
+        lines.append(f"  Spearman rank correlation {rho:.2f} over {len(rows)} points ({rho_min:.2f} on the minimum, "
+                     f"{rho_med:.2f} on the median); measured/estimated ratio median {statistics.median(ratios):.2f} "
+                     f"(range {min(ratios):.2f}-{max(ratios):.2f})")
         if pick != pick_then:
             lines.append(f"  (when the sweep ran, --auto picked {pick_then}; the model as it is now picks "
                          f"{pick or 'a layout the sweep did not measure'})")
-        chosen = next((r for r in rows if r[0] == pick), None)
-        if chosen is not None:
+        else:
+            lines.append(f"  (--auto picked {pick_then} before the sweep ran; the model as it is now picks the same)")
+        for when, name in (("before the sweep", pick_then), ("now", pick)):
+            chosen = next((r for r in rows if r[0] == name), None)
+            if chosen is None or (when == "now" and name == pick_then):
+                continue
             gap = chosen[1] / best[1] - 1
             verdict = "within" if gap <= 0.15 else "NOT within"
-            lines.append(f"  --auto picks {pick}: {chosen[1]:.2f} s measured, the best measured is {best[0]} at "
-                         f"{best[1]:.2f} s: {gap:+.0%}, {verdict} 15%")
+            lines.append(f"  --auto's pick {when}, {name}: {chosen[1]:.2f} s measured, the best measured is {best[0]} "
+                         f"at {best[1]:.2f} s: {gap:+.0%}, {verdict} 15%")
+    if phases and rows:
+        lines.append(f"  per phase, {q} measured / estimated seconds:")
+        lines.append(f"  {'point':<31}" + "".join(f"{k:>18}" for k in PHASES))
+        for name, _, e, _, reps in rows:
+            cells = []
+            for k, model_phases in PHASES.items():
+                got = low_quantile([x for r in reps for x in r["phases"][k]])
+                cells.append(f"{got:.3f}/{sum(e['phases'][p] for p in model_phases):.3f}")
+            lines.append(f"  {name:<31}" + "".join(f"{c:>18}" for c in cells))
     return lines
 
 
@@ -264,8 +316,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", default="")
     ap.add_argument("--report", default="", help="print the table of a finished run folder, running nothing")
+    ap.add_argument("--phases", action="store_true", help="also the measured and estimated time of each phase")
+    ap.add_argument("--steps", type=int, default=0, help="trainer.max_steps of every run (default: the model's)")
+    ap.add_argument("--only", default="", help="comma-separated point names to run (a cut grid; the --auto pick "
+                    "is always added)")
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
+    if args.steps:
+        for model in models:
+            MODELS[model]["overrides"] = [o for o in MODELS[model]["overrides"] if not o.startswith(
+                "trainer.max_steps=")] + [f"trainer.max_steps={args.steps}"]
     if args.report:
         out = Path(args.report)
     else:
@@ -273,6 +333,9 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         for model in models:
             points = grid(model)
+            if args.only:
+                keep = set(args.only.split(","))
+                points = [(n, v) for n, v in points if n in keep]
             pick = auto_pick(model)
             name = next((n for n, v in points if _same(v, pick, model)), None)
             if name is None:
@@ -285,7 +348,7 @@ def main() -> None:
             print(f"[{model}] {time.time() - t0:.0f} s", flush=True)
     print(f"cost model calibration, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, results in {out}")
     for model in models:
-        print("\n".join(report(model, out)))
+        print("\n".join(report(model, out, args.phases)))
 
 
 if __name__ == "__main__":

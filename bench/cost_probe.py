@@ -18,6 +18,13 @@ core; the node's figures are the one-thread ones times the cores):
     gloo              a small all-reduce's latency and a 64 MB broadcast between two processes on loopback
                                                                               -> collective_s, link_bandwidth_gbs
     ray call          round trips of a Ray actor call with a small argument   -> call_s
+    sharded           the training engine's fixed cost per gathered module: model=tiny at micro-batch 1 x 8 tokens
+                      trained and run forward (no grad) on one rank through the project's own engines
+                      (rlhf.engines.backends: DeepSpeed ZeRO-2, ZeRO-3, FSDP2), so no collective moves a byte: the
+                      time ZeRO-3 (FSDP2) adds over ZeRO-2, per gathered module (rlhf.launch.cost.gathered_units),
+                      in a training micro-batch (the marginal cost of one more in a step of 8), in a no-grad
+                      forward, in the optimizer step and in the weight sync's read of the weights
+                                                                              -> CPU.zero3_module, CPU.fsdp2_unit
     pipeline          a minimal RL step (grpo_tiny_cpu, 2 prompts x 2 samples x 1 token): what a step costs with
                       nothing to compute                                      -> step_s
 Every figure is the best of several repeats (the machine is shared: the best is the least disturbed); the load
@@ -62,6 +69,14 @@ def model_of(name: str):
     )
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg).eval(), m
+
+
+def gathered_units_of(model: str, engine: str) -> int:
+    """The cost model's count of separately gathered modules (rlhf.launch.cost.gathered_units) for ``engine``."""
+    from rlhf.launch.cost import gathered_units
+    from rlhf.spec.build import load_spec
+
+    return gathered_units(load_spec([f"model={model}", "+recipe=grpo_tiny_cpu", *SHARDED_ENGINES[engine]]))
 
 
 def probe_kernels() -> dict[str, float]:
@@ -167,6 +182,94 @@ def probe_gloo() -> dict[str, float]:
         return json.loads(Path(out).read_text())
 
 
+SHARDED_ENGINES = {
+    "zero2": ["trainer.backend=deepspeed", "trainer.zero_stage=2"],
+    "zero3": ["trainer.backend=deepspeed", "trainer.zero_stage=3"],
+    "fsdp2": ["trainer.backend=fsdp2"],
+}
+SHARDED_MICRO_BATCHES = 8  # micro-batches per timed optimizer step
+SHARDED_ROUNDS = 25  # timed rounds of each call; the best counts (the machine is shared)
+
+
+def _sharded_worker(engine: str, out: str) -> None:
+    """One engine on one rank (a process of its own: ZeRO-3's model hooks are process-wide), best times over
+    SHARDED_ROUNDS interleaved rounds: a training micro-batch (what an optimizer step of SHARDED_MICRO_BATCHES costs
+    over one of a single micro-batch, per micro-batch added), the optimizer step (the rest of the single one), a
+    no-grad forward, and the weight sync's read of the weights (gathered under ZeRO-3 and FSDP2)."""
+    import torch
+
+    from rlhf.engines.backends import train_backend
+    from rlhf.spec.build import load_spec
+
+    torch.set_num_threads(1)
+    spec = load_spec(["+recipe=grpo_tiny_cpu", "trainer.micro_batch_per_device=1", *SHARDED_ENGINES[engine]])
+    backend = train_backend(spec.trainer.backend)
+    backend.init_distributed("cpu")
+    model, m = model_of("tiny")
+    eng = backend.build_trained(lambda _precision: model.train(), spec, lr=1e-5, total_steps=1000,
+                                grad_accum=SHARDED_MICRO_BATCHES)
+    ids = torch.randint(0, m.vocab_size, (1, 8))
+    mbs = [{"input_ids": ids}] * SHARDED_MICRO_BATCHES
+
+    def loss_fn(model, mb, _norm):
+        return torch.log_softmax(model(mb["input_ids"]).logits.float(), -1).mean(), {}
+
+    def forward(model, mb):
+        return torch.log_softmax(model(mb["input_ids"]).logits.float(), -1)
+
+    for _ in range(2):  # warm-up: the first steps allocate the optimizer states and buffers
+        eng.step(mbs, loss_fn, mask_key=None)
+        eng.forward_no_grad(forward, mbs[0])
+    times: dict[str, list[float]] = {"many": [], "one": [], "forward": [], "sync": []}
+    calls = {
+        "many": lambda: eng.step(mbs, loss_fn, mask_key=None),
+        "one": lambda: eng.step(mbs[:1], loss_fn, mask_key=None),
+        "forward": lambda: eng.forward_no_grad(forward, mbs[0]),
+        "sync": lambda: [bucket for bucket in eng.weight_buckets(1 << 26)],  # the weight sync's read of weights
+    }
+    for _ in range(SHARDED_ROUNDS):  # interleaved, so a burst of load hits every kind alike
+        for kind, fn in calls.items():
+            t0 = time.perf_counter()
+            fn()
+            times[kind].append(time.perf_counter() - t0)
+    many, one, fwd, sync = (min(times[k]) for k in ("many", "one", "forward", "sync"))
+    per_mb = max(many - one, 0.0) / (SHARDED_MICRO_BATCHES - 1)  # a micro-batch's own cost, the step's apart
+    Path(out).write_text(json.dumps({
+        f"sharded_{engine}_train_mb_s": per_mb, f"sharded_{engine}_optimizer_step_s": max(one - per_mb, 0.0),
+        f"sharded_{engine}_forward_s": fwd, f"sharded_{engine}_sync_read_s": sync,
+    }))
+
+
+def probe_sharded() -> dict[str, float]:
+    """Each engine in a process of its own on one rank (gloo, world size 1), one after the other."""
+    import socket
+
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for engine in SHARDED_ENGINES:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "1",
+                   "RANK": "0", "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1"}
+            path = f"{tmp}/{engine}.json"
+            subprocess.run([sys.executable, __file__, "--sharded-worker", engine, path], check=True, env=env,
+                           cwd=tmp, timeout=900, capture_output=True, text=True)
+            out.update(json.loads(Path(path).read_text()))
+    return out
+
+
+def sharded_module_costs(figures: dict[str, float], engine: str, units: int) -> dict[str, float]:
+    """What ``engine`` adds over ZeRO-2 on one rank, per gathered module (``units`` of them): in a training
+    micro-batch (forward + backward), in a no-grad forward, in an optimizer step, in the weight sync's read."""
+    def extra(what: str) -> float:
+        return max(figures[f"sharded_{engine}_{what}"] - figures[f"sharded_zero2_{what}"], 0.0) / units
+
+    return {f"{engine}_module_{name}_s": extra(what)
+            for name, what in (("train", "train_mb_s"), ("forward", "forward_s"), ("step", "optimizer_step_s"),
+                                            ("sync", "sync_read_s"))}
+
+
 def probe_ray() -> dict[str, float]:
     import ray
 
@@ -209,33 +312,44 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--skip-pipeline", action="store_true", help="skip the Ray and rlhf-run probes")
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--only-sharded", action="store_true", help="run the sharded-engine probe alone")
+    ap.add_argument("--sharded-worker", nargs=2, metavar=("ENGINE", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.sharded_worker:
+        return _sharded_worker(*args.sharded_worker)
     load0 = os.getloadavg()
-    figures = {**probe_kernels(), **probe_gloo(), **probe_model()}
-    if not args.skip_pipeline:
-        figures.update(probe_ray())
-        figures.update(probe_pipeline())
+    figures = probe_sharded()
+    if not args.only_sharded:
+        figures.update({**probe_kernels(), **probe_gloo(), **probe_model()})
+        if not args.skip_pipeline:
+            figures.update(probe_ray())
+            figures.update(probe_pipeline())
     load1 = os.getloadavg()
     cores = os.cpu_count() or 1
-    peak1 = figures["matmul_fp32_gflops_1thread"] * 1e9
     derived = {
-        "device_tflops_fp32 (node)": peak1 * cores / 1e12,
-        "device_tflops (node, bf16)": figures["matmul_bf16_gflops_1thread"] * cores / 1e3,
-        "memory_bandwidth_gbs (node)": figures[f"copy_gbs_{cores}thread"],
-        "link_bandwidth_gbs": figures["gloo_broadcast_gbs"],
-        "collective_s": figures["gloo_allreduce_s_median"],
-        "train_eff": figures["train_small_flops"] / figures["train_small_s"] / peak1,
-        "micro_batch_s": figures["train_tiny_s"],
-        "forward_eff": figures["forward_small_flops"] / figures["forward_small_s"] / peak1,
-        "forward_s": figures["forward_tiny_s"],
-        "prefill_eff": figures["prefill_small_b64_flops"] / figures["prefill_small_b64_s"] / peak1,
-        "decode_step_s": figures["decode_tiny_b1_step_s"],
-        "decode_flop_eff": figures["decode_small_b64_step_flops"]
-        / max(figures["decode_small_b64_step_s"] - figures["decode_tiny_b1_step_s"], 1e-9) / peak1,
+        **sharded_module_costs(figures, "zero3", gathered_units_of("tiny", "zero3")),
+        **sharded_module_costs(figures, "fsdp2", gathered_units_of("tiny", "fsdp2")),
     }
-    if "ray_call_s_median" in figures:
-        derived["call_s"] = figures["ray_call_s_median"]
-        derived["step_s"] = figures["pipeline_step_s_median"]
+    if not args.only_sharded:
+        peak1 = figures["matmul_fp32_gflops_1thread"] * 1e9
+        derived.update({
+            "device_tflops_fp32 (node)": peak1 * cores / 1e12,
+            "device_tflops (node, bf16)": figures["matmul_bf16_gflops_1thread"] * cores / 1e3,
+            "memory_bandwidth_gbs (node)": figures[f"copy_gbs_{cores}thread"],
+            "link_bandwidth_gbs": figures["gloo_broadcast_gbs"],
+            "collective_s": figures["gloo_allreduce_s_median"],
+            "train_eff": figures["train_small_flops"] / figures["train_small_s"] / peak1,
+            "micro_batch_s": figures["train_tiny_s"],
+            "forward_eff": figures["forward_small_flops"] / figures["forward_small_s"] / peak1,
+            "forward_s": figures["forward_tiny_s"],
+            "prefill_eff": figures["prefill_small_b64_flops"] / figures["prefill_small_b64_s"] / peak1,
+            "decode_step_s": figures["decode_tiny_b1_step_s"],
+            "decode_flop_eff": figures["decode_small_b64_step_flops"]
+            / max(figures["decode_small_b64_step_s"] - figures["decode_tiny_b1_step_s"], 1e-9) / peak1,
+        })
+        if "ray_call_s_median" in figures:
+            derived["call_s"] = figures["ray_call_s_median"]
+            derived["step_s"] = figures["pipeline_step_s_median"]
     print(f"cost probe, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cores} core(s), load average "
           f"{load0[0]:.1f} before, {load1[0]:.1f} after")
     for k, v in figures.items():

@@ -48,6 +48,11 @@ COMM_OVERLAP of it hidden behind compute):
     ZeRO-3 and FSDP2: all-gather of the weights in forward and backward (and for the recomputed forward with
               checkpointing), reduce-scatter of the gradients, every micro-batch; FSDP2 reduces in fp32;
               reshard_after_forward=false saves the backward gather
+    fixed cost of the sharded engine's hooks, on any number of ranks (even one, where nothing is gathered):
+              ZeRO-3 (FSDP2) fetches and releases each of its gathered_units modules around every pass, so each
+              costs zero3_module (fsdp2_unit) per module: train_s per training micro-batch (+ forward_s for the
+              recomputed forward with checkpointing), forward_s per no-grad forward micro-batch (log-probs,
+              reference, reward), step_s per optimizer step and sync_s per weight sync (the gathered read)
     offload (DeepSpeed offload_optimizer, FSDP2 cpu_offload): gradients down and weights up over host_link_gbs per
               optimizer step and the Adam step on the host (HOST_ADAM_BYTES_PER_PARAM at the host's memory
               bandwidth, HOST_BANDWIDTH_GBS); offload_params (ZeRO-3) and offloaded frozen models: their weights
@@ -100,6 +105,18 @@ BUCKET_BYTES = 5e8 * 2  # DeepSpeed's default reduce_bucket_size (5e8 elements) 
 
 
 @dataclass(frozen=True)
+class ModuleCost:
+    """A sharded training engine's fixed cost per gathered module (:func:`gathered_units`), whatever the number of
+    ranks: its hooks fetch, release and reduce each module's parameters in every pass, whether or not a byte moves
+    (bench/cost_probe.py measures it on one rank, over ZeRO-2's time)."""
+
+    train_s: float = 0.0  # per training micro-batch (forward + backward)
+    forward_s: float = 0.0  # per no-grad forward micro-batch (and per recomputed forward)
+    step_s: float = 0.0  # per optimizer step
+    sync_s: float = 0.0  # per weight sync (each module gathered whole once)
+
+
+@dataclass(frozen=True)
 class Constants:
     """The cost model's constants for one kind of accelerator; each field says where its value comes from."""
 
@@ -123,6 +140,8 @@ class Constants:
     step_s: float  # the driver's fixed cost per step (data, stitching, logging)
     wake_sleep_s: float  # putting the colocated engines to sleep and waking them, per step
     host_bandwidth_gbs: float  # host memory bandwidth of the node, for optimizer steps in host memory
+    zero3_module: ModuleCost  # DeepSpeed ZeRO-3's fixed cost per module with parameters
+    fsdp2_unit: ModuleCost  # FSDP2's fixed cost per fully_shard unit
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -147,6 +166,8 @@ GPU = Constants(
     step_s=2.0,
     wake_sleep_s=1.5,
     host_bandwidth_gbs=100.0,
+    zero3_module=ModuleCost(),
+    fsdp2_unit=ModuleCost(),
     sources={
         "train_eff": "assumed between the RL trainer MFU prime-rl publishes (14.7% at 16k, 36.1% at 64k context, "
         "8xH200, peers-2026.md section 2) and Megatron-LM's 52% (Narayanan et al. 2021) for dense pre-training",
@@ -174,6 +195,9 @@ GPU = Constants(
         "wake_sleep_s": "assumed: vLLM sleep (level 2) and wake of weights and KV cache plus an empty_cache, "
         "about a second per step (OpenRLHF's hybrid engine logs)",
         "host_bandwidth_gbs": "assumed: DDR5 host memory of a dual-socket server as DeepSpeed CPU Adam uses it",
+        "zero3_module": "not measured (no GPU here): counted as nothing, which leaves the GPU estimates as they were "
+        "before the CPU's was measured",
+        "fsdp2_unit": "not measured (no GPU here): counted as nothing, as zero3_module",
     },
 )
 
@@ -202,6 +226,10 @@ CPU = Constants(
     step_s=0.048,  # a whole RL step of grpo_tiny_cpu at 2 prompts x 2 samples x 1 token (median of 6)
     wake_sleep_s=0.0,  # on CPU the hf engine's sleep moves nothing
     host_bandwidth_gbs=13.0,  # = the copy rate
+    # bench/cost_probe.py --only-sharded, 2026-12-02 08:26-08:27 UTC, load average 1.0-1.1: model=tiny on one rank,
+    # what the engine adds over ZeRO-2, per module; the median of three runs (bench/README.md, "The probe, run again")
+    zero3_module=ModuleCost(train_s=3.98e-4, forward_s=2.09e-4, step_s=5.5e-5, sync_s=2.05e-5),
+    fsdp2_unit=ModuleCost(train_s=0.0, forward_s=1.23e-4, step_s=5.45e-4, sync_s=2.77e-4),
     sources={"all": "bench/cost_probe.py on this machine, 2026-12-01 (bench/README.md, Cost model calibration)"},
 )
 
@@ -320,7 +348,7 @@ class _Ctx:
         return 0.0 if self.any_engine else nbytes / (self.dev.host_link * self.c.host_link_eff)
 
 
-def _gathered_units(spec: ExperimentSpec) -> int:
+def gathered_units(spec: ExperimentSpec) -> int:
     """How many separate gathers a sharded engine makes per pass: FSDP2 one per unit (each decoder layer, each
     untied embedding, the root: rlhf.engines.fsdp2.engine); DeepSpeed ZeRO-3 one per module holding parameters
     (its hooks fetch each Linear, norm and embedding: 7 projections and 2 norms per decoder layer, then the
@@ -334,6 +362,22 @@ def _gathered_units(spec: ExperimentSpec) -> int:
 def _sharded(spec: ExperimentSpec) -> bool:
     t = spec.trainer
     return t.backend == "fsdp2" or t.zero_stage == 3
+
+
+def hooks_s(
+    spec: ExperimentSpec, c: Constants, *, train_mbs: float = 0, forward_mbs: float = 0, steps: float = 0,
+    syncs: float = 0,
+) -> float:
+    """The sharded engine's fixed cost per gathered module (``c.zero3_module`` or ``c.fsdp2_unit`` times
+    :func:`gathered_units`) for so many training micro-batches, no-grad forward micro-batches, optimizer steps and
+    weight syncs; nothing for an engine that does not shard the weights (ZeRO-0/1/2). Recomputation
+    (trainer.gradient_checkpointing) adds a forward to each training micro-batch."""
+    if not _sharded(spec):
+        return 0.0
+    cost = c.fsdp2_unit if spec.trainer.backend == "fsdp2" else c.zero3_module
+    per_train = cost.train_s + (cost.forward_s if spec.trainer.gradient_checkpointing else 0.0)
+    per_module = train_mbs * per_train + forward_mbs * cost.forward_s + steps * cost.step_s + syncs * cost.sync_s
+    return gathered_units(spec) * per_module
 
 
 def _forward_role(x: _Ctx, role: str, samples: int, seq: float) -> float:
@@ -352,7 +396,8 @@ def _forward_role(x: _Ctx, role: str, samples: int, seq: float) -> float:
     t = mbs * c.forward_s + scale * forward_flops(m, per_rank * seq, seq) / (dev.flops * c.forward_eff)
     wbytes = params * _bytes(spec.trainer.precision)
     if _sharded(spec):
-        t += mbs * (x.ring(wbytes, ranks, x.link(role)) * (1 - c.comm_overlap) + x.calls(_gathered_units(spec), ranks))
+        t += mbs * (x.ring(wbytes, ranks, x.link(role)) * (1 - c.comm_overlap) + x.calls(gathered_units(spec), ranks))
+        t += 0.0 if x.any_engine else hooks_s(spec, c, forward_mbs=mbs)
     offload = {"reference": spec.reference.offload, "reward": spec.reward.offload, "teacher": spec.teacher.offload}
     if offload.get(role) and spec.hardware.accelerator == "gpu":
         t += mbs * x.host(wbytes / ranks)
@@ -381,7 +426,7 @@ def _train_role(x: _Ctx, role: str, samples: int, seq: float) -> float:
     link = x.link(role)
     hidden = 1 - c.comm_overlap
     per_step = 0.0
-    units = _gathered_units(spec)
+    units = gathered_units(spec)
     buckets = max(math.ceil(gbytes / BUCKET_BYTES), 1)
     if t.backend == "fsdp2":
         gathers = (3 if t.gradient_checkpointing else 2) - (0 if t.fsdp2.reshard_after_forward else 1)
@@ -402,6 +447,9 @@ def _train_role(x: _Ctx, role: str, samples: int, seq: float) -> float:
         offload = t.offload_optimizer and gpu
         if t.offload_params and stage == 3 and gpu:
             per_mb += (2 + (1 if t.gradient_checkpointing else 0)) * x.host(wbytes / ranks)
+    if not x.any_engine:
+        per_mb += hooks_s(spec, c, train_mbs=1)
+        per_step += hooks_s(spec, c, steps=1)
     sharded_states = t.backend == "fsdp2" or t.zero_stage >= 1 or x.any_engine
     shard = trained / (ranks if sharded_states else 1)
     if offload and not x.any_engine:
@@ -470,6 +518,7 @@ def _sync(x: _Ctx) -> float:
     t = 0.0
     if _sharded(spec):
         t += x.ring(wbytes, policy.ranks, x.link("policy"))
+        t += 0.0 if x.any_engine else hooks_s(spec, c, syncs=1)
     pg, rg = plan.groups[policy.group], plan.groups[plan.roles["rollout"].group]
     route = spec.rollout.weight_sync
     beside = policy.group == plan.roles["rollout"].group or (

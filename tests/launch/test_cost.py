@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from rlhf.launch import cost
 from rlhf.launch.cost import (
     CPU,
     GPU,
+    ModuleCost,
     StepEstimate,
     _Ctx,
     _device,
     _generation,
     estimate,
     forward_flops,
+    gathered_units,
+    hooks_s,
     reuses_current_logprobs,
 )
 from rlhf.launch.memory import param_count
@@ -113,3 +119,40 @@ def test_an_adapter_only_sync_costs_a_fraction_of_a_merged_one():
     m, a = estimate(merged, plan(merged)).phases["sync"], estimate(adapter, plan(adapter)).phases["sync"]
     # past the fixed cost of the calls, the bytes: well under a tenth (rank 16 adapters are ~0.5% of the weights)
     assert a - GPU.call_s < (m - GPU.call_s) / 10
+
+
+HOOKS = dataclasses.replace(CPU, zero3_module=ModuleCost(train_s=1.0, forward_s=2.0, step_s=3.0, sync_s=4.0),
+                            fsdp2_unit=ModuleCost(train_s=10.0, forward_s=20.0, step_s=30.0, sync_s=40.0))
+
+
+def test_sharded_hooks_cost_a_fixed_time_per_gathered_module_and_pass_by_hand():
+    base = ["+recipe=grpo_tiny_cpu"]
+    zero3 = load_spec([*base, "trainer.zero_stage=3"])
+    assert gathered_units(zero3) == 9 * 2 + 3  # 7 projections + 2 norms per layer, 2 untied embeddings, final norm
+    # 21 modules x (2 training micro-batches x 1 s + 3 forwards x 2 s + 1 step x 3 s + 1 sync x 4 s)
+    assert hooks_s(zero3, HOOKS, train_mbs=2, forward_mbs=3, steps=1, syncs=1) == 21 * 15
+    recompute = load_spec([*base, "trainer.zero_stage=3", "trainer.gradient_checkpointing=true"])
+    assert hooks_s(recompute, HOOKS, train_mbs=2) == 21 * 2 * (1.0 + 2.0)  # the recomputed forward gathers again
+    fsdp2 = load_spec([*base, "trainer.backend=fsdp2"])
+    assert gathered_units(fsdp2) == 2 + 2 + 1  # a unit per decoder layer, the 2 embeddings, the root
+    assert hooks_s(fsdp2, HOOKS, train_mbs=1, forward_mbs=1) == 5 * (10.0 + 20.0)
+    zero2 = load_spec([*base, "trainer.zero_stage=2"])
+    assert hooks_s(zero2, HOOKS, train_mbs=2, forward_mbs=3, steps=1, syncs=1) == 0.0  # nothing sharded: no hooks
+
+
+def test_on_one_rank_zero3_costs_more_than_zero2_by_its_hooks_alone(monkeypatch):
+    # One slot: policy, reference and the engine on one rank, so no collective runs and the hooks are the whole
+    # difference. 16 samples: the policy trains 4 micro-batches of 4 in one optimizer step, the reference scores 2
+    # forward micro-batches of 8 (the policy's own forward is reused), one weight sync.
+    monkeypatch.setattr(cost, "CPU", HOOKS)
+    base = ["+recipe=grpo_tiny_cpu", "rollout.prompts_per_step=4", "rollout.samples_per_prompt=4",
+            "trainer.global_batch=16", "trainer.micro_batch_per_device=4", "rollout.micro_batch_per_device=8"]
+    zero2, zero3 = load_spec([*base, "trainer.zero_stage=2"]), load_spec([*base, "trainer.zero_stage=3"])
+    e2, e3 = estimate(zero2, plan(zero2)).phases, estimate(zero3, plan(zero3)).phases
+    assert e3["train"] - e2["train"] == pytest.approx(21 * (4 * 1.0 + 1 * 3.0))
+    assert e3["experience"] - e2["experience"] == pytest.approx(21 * 2 * 2.0)
+    assert e3["sync"] - e2["sync"] == pytest.approx(21 * 4.0)
+    assert e3["generation"] == e2["generation"]
+    # the bound over every training engine of a placement counts none of it
+    b2, b3 = (estimate(s, plan(s), bound="placement").total for s in (zero2, zero3))
+    assert b3 == pytest.approx(b2)
