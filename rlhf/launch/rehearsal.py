@@ -3,7 +3,7 @@ stopped where each process would first touch a device or load weights, and check
 
 What runs is the run's own launch code: the cluster declares ``hardware.nodes`` nodes (Ray's cluster utilities
 simulate several on this host) of ``hardware.devices_per_node`` GPUs; rlhf.launch.realize creates the placement
-groups; rlhf.pipelines.rl_roles.start_role_actors starts every training-side role's real worker class in its bundles;
+groups; rlhf.pipelines.role_set.start_role_actors starts every training-side role's real worker class in its bundles;
 rlhf.launch.rollout starts every engine's real actor class with its real runtime environment (the vLLM interpreter,
 the variables it sets for vLLM's Ray executor); rlhf.pipelines.weight_sync.choose_routes and sync_ranks form the
 weight-sync group; rlhf.pipelines.rl_roles.HybridSchedule drives the engines' sleep and wake. Each trainer is then
@@ -210,7 +210,8 @@ def rehearse(spec: ExperimentSpec, plan: Plan, *, timeout_s: float = 300.0) -> R
     import ray
 
     from rlhf.launch.realize import realize
-    from rlhf.pipelines.rl_roles import HybridSchedule, start_role_actors, takes_turns
+    from rlhf.pipelines.rl_roles import HybridSchedule, takes_turns
+    from rlhf.pipelines.role_set import start_role_actors
 
     t0 = time.monotonic()
     check_cluster_shape(spec)

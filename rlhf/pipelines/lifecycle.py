@@ -17,6 +17,9 @@
 - every stop with a checkpoint names it and the resume command;
 - numbers: the first non-finite loss or gradient norm stops the run naming step, role and metric
   (``trainer.on_nonfinite=skip``: DeepSpeed drops the step, three in a row stop);
+- phases: a recipe may run another pipeline's steps ahead of its own (``Recipe.phases``; the SFT warm-up before RL,
+  rlhf.pipelines.sft_warmup): the run's steps 1..n are the first phase's, and so on, then the recipe's own; each
+  phase's state rides in every checkpoint under its key and is restored or reset with the recipe's;
 - tracking (metrics.jsonl and every tracker of logging.trackers, never the same step twice; each tracker's record
   rides in every checkpoint), progress, and teardown of every actor.
 """
@@ -49,8 +52,35 @@ SKIPS_IN_A_ROW = 3
 STARTING_GRACE_S = 10.0
 
 
+class Phase(Protocol):
+    """Steps of another pipeline that a recipe runs on its own actors ahead of its own steps (the SFT warm-up before
+    RL: rlhf.pipelines.sft_warmup.SFTWarmup). Run steps keep their numbers: the first phase of ``steps`` steps is run
+    steps 1..steps, and the recipe's first own step the one after the phases."""
+
+    name: str
+    steps: int
+    state_key: str  # its state's key in the checkpoint's driver state
+
+    def step(self, step: int) -> dict[str, float]:
+        """Run step ``step``; metrics keyed as logged."""
+        ...
+
+    def state(self) -> Any:
+        """Its driver state for a checkpoint (JSON-serialisable)."""
+        ...
+
+    def load(self, state: Any) -> None:
+        """Restore what :meth:`state` returned."""
+        ...
+
+    def reset(self) -> None:
+        """Back to its initial state (a restart of every actor before the first checkpoint)."""
+        ...
+
+
 class Recipe(Protocol):
-    """What a pipeline supplies to the Runner."""
+    """What a pipeline supplies to the Runner. A recipe may also hold ``phases`` (a sequence of :class:`Phase`, set
+    by :meth:`prepare`; none when absent) whose steps run before its own and count in :meth:`prepare`'s steps."""
 
     family: str
     label: str  # progress bar label
@@ -283,10 +313,33 @@ class Runner:
         self.last_ckpt: Path | None = None
         self.skipped_in_a_row = 0
         self.skipped = 0
+        self.phases: tuple[Phase, ...] = ()
+
+    # -- steps ----------------------------------------------------------------------------------------------------
+    def _step(self, step: int) -> dict[str, float]:
+        """Run step ``step``: the phase it falls in, else the recipe's own."""
+        first = 1
+        for phase in self.phases:
+            if step < first + phase.steps:
+                return phase.step(step)
+            first += phase.steps
+        return self.recipe.step(step)
+
+    def _load(self, folder: Path, state: dict[str, Any]) -> None:
+        self.recipe.load(folder, state)
+        for phase in self.phases:
+            if phase.state_key in state:
+                phase.load(state[phase.state_key])
+
+    def _reset(self) -> None:
+        self.recipe.reset()
+        for phase in self.phases:
+            phase.reset()
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def _save(self, step: int) -> Path:
         driver = {**self.recipe.state(step), "step": step, "family": self.recipe.family}
+        driver.update({p.state_key: p.state() for p in self.phases})
         driver["trackers"] = self.tracker.records()
         driver["restarts"] = list(self.restarts.steps)
         tmp = self.ckpt.begin(step)
@@ -320,6 +373,7 @@ class Runner:
         clock = StartupClock()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         count = self.recipe.prepare()  # data before processes: a bad row stops the job with nothing started
+        self.phases = tuple(getattr(self.recipe, "phases", ()))
         total = count if isinstance(count, int) else count.steps
         if isinstance(count, StepCount):
             print(count.line(), file=sys.stderr, flush=True)
@@ -366,7 +420,7 @@ class Runner:
                 clock.mark("engines")
                 start = 0
                 if resume_from is not None:
-                    self.recipe.load(resume_from, state)
+                    self._load(resume_from, state)
                     start = int(state["step"])
                     print(f"resumed from {resume_from} at step {start}", file=sys.stderr)
                 else:
@@ -385,7 +439,7 @@ class Runner:
                     if interrupts.requested:
                         break
                     try:
-                        metrics = self.recipe.step(step)
+                        metrics = self._step(step)
                     except WorkerFailure as failure:
                         if interrupts.requested:
                             # The signal reached the workers too (Ctrl-C in a terminal, `timeout` and schedulers
@@ -471,11 +525,11 @@ class Runner:
         ck = self.ckpt.latest()
         if ck is None:
             print("restarting from step 1 (no checkpoint yet)", file=sys.stderr)
-            self.recipe.reset()
+            self._reset()
             back = 0
         else:
             state = self.ckpt.driver_state(ck)
-            self.recipe.load(ck, state)
+            self._load(ck, state)
             back = int(state["step"])
             print(f"restarted every actor from {ck} (step {back})", file=sys.stderr)
         self.tracker.rewind(back)

@@ -36,11 +36,12 @@ from rlhf.algo import (
 )
 from rlhf.algo.shaping import overlong_penalty, stop_properly_penalty
 from rlhf.engines.protocol import Rollout
-from rlhf.errors import UserError, WorkerFailure
+from rlhf.errors import WorkerFailure
 from rlhf.pipelines.experience import ExperienceBatch, from_rollouts
 from rlhf.pipelines.rl_generation import Generator, PromptStream, Scored, Scorer
 from rlhf.pipelines.rl_metrics import best_metric_key, eval_metrics, group_reward_std, rollout_metrics
 from rlhf.pipelines.rl_roles import RLWorkers
+from rlhf.pipelines.sft_warmup import SFTWarmup
 from rlhf.pipelines.step_count import StepCount, count_steps
 from rlhf.spec.derive import derive
 from rlhf.spec.schema import ExperimentSpec
@@ -184,9 +185,10 @@ class RLRecipe:
     """The RL pipeline as a recipe of rlhf.pipelines.lifecycle (the Runner owns resume, checkpoints, restarts,
     signals and tracking).
 
-    With ``sft_warmup.steps = W`` the first W steps are supervised steps on the policy's own DeepSpeed engine (same
-    actors, same optimizer), logged as ``sft/*``; the engines then get the warmed-up weights and RL step k is step
-    W + k of the run (its sampling seeds are those of RL step k, so a run with and without warm-up draw alike)."""
+    With ``sft_warmup.steps = W`` the first W steps are the phase rlhf.pipelines.sft_warmup.SFTWarmup (the SFT
+    pipeline's step on the policy's own engine: same actors, same optimizer), logged as ``sft/*``; at its end the
+    reference becomes the warmed-up model and the engines get its weights (:meth:`_after_sft_step`), and RL step k is
+    step W + k of the run (its sampling seeds are those of RL step k, so a run with and without warm-up draw alike)."""
 
     family = "rl"
     progress_keys = (
@@ -210,6 +212,8 @@ class RLRecipe:
         self.best: tuple[str | None, float | None] = (None, None)
         self.last_eval: dict[str, float] = {}
         self.init_origin: dict[str, str] | None = None  # checkpoint.init_from: the tracker's init_from.* params
+        self.warmup: SFTWarmup | None = None
+        self.phases: tuple[SFTWarmup, ...] = ()
 
     # -- before any process -------------------------------------------------------------------------------------
     def prepare(self) -> StepCount:
@@ -219,7 +223,8 @@ class RLRecipe:
         self.spec, self.init_origin = starting_weights(self.spec, self.run_dir)
         spec = self.spec
         self.policy_path, self.tokenizer, self.splits = prompt_data(spec)
-        self.warmup = _SFTWarmup(spec, self.tokenizer) if spec.sft_warmup.steps > 0 else None
+        self.warmup = SFTWarmup(spec, self.tokenizer, self._after_sft_step) if spec.sft_warmup.steps > 0 else None
+        self.phases = (self.warmup,) if self.warmup is not None else ()  # run by the Runner before the RL steps
         self.warmup_steps = spec.sft_warmup.steps if self.warmup else 0
         count = _total_steps(spec, len(self.splits.train), self.warmup_steps)
         self.rl_total = count.main
@@ -248,14 +253,14 @@ class RLRecipe:
         self.best = (None, None)
         self.current = None
         self.pending = None
-        if self.warmup is not None:
-            self.warmup.reset()
 
     # -- actors -------------------------------------------------------------------------------------------------
     def setup(self, realized: Any) -> None:
         opt_steps = self.rl_total * max(self.derived.optimizer_steps_per_rollout, 1) + self.warmup_steps
         self.workers = RLWorkers(self.spec, realized, self.policy_path, opt_steps)
         self.workers.pad_id = self.tokenizer.pad_token_id
+        if self.warmup is not None:
+            self.warmup.roles = self.workers.actors  # its steps train the policy these actors hold
         if self.replay is None:  # a replay starts no engine: nothing generates or scores
             self.gen = Generator(self.spec, self.workers, Scorer(self.spec, self.tokenizer, self.workers), self.stream)
         self.pending = None
@@ -271,17 +276,10 @@ class RLRecipe:
         return {f"eval/{k}": v for k, v in evaluate(self.spec, self.gen, self.workers, self.splits.eval, 0).items()}
 
     # -- one step -----------------------------------------------------------------------------------------------
-    def step(self, step: int) -> dict[str, float]:
-        if step <= self.warmup_steps:
-            return self._sft_step(step)
-        return self._rl_step(step)
-
-    def _sft_step(self, step: int) -> dict[str, float]:
-        policy, lr = self.workers.policy, self.spec.sft_warmup.lr
-        if lr is not None and not self.warmup.lr_set:
-            policy.run_all("set_peak_lr", lr)
-            self.warmup.lr_set = True
-        out = self.warmup.step(policy)
+    def _after_sft_step(self, step: int, out: dict[str, float]) -> dict[str, float]:
+        """After warm-up step ``step``: an eval when sft_warmup.eval_steps says so, and after the last one the
+        hand-over to RL (the warmed-up model saved, made the reference and synced into the engines, then an eval)."""
+        policy = self.workers.policy
         every = self.spec.sft_warmup.eval_steps
         if every and step % every == 0 and step < self.warmup_steps and self._can_eval():
             out.update(self.workers.sync_weights())  # eval samples from the engines: they get the weights first
@@ -289,8 +287,6 @@ class RLRecipe:
             self.last_eval = evaluate(self.spec, self.gen, self.workers, self.splits.eval, step)
             out.update({f"eval/{k}": v for k, v in self.last_eval.items()})
         if step == self.warmup_steps:
-            if lr is not None:
-                policy.run_all("set_peak_lr", self.spec.trainer.lr)
             # the reference is the warmed-up model (OpenRLHF: the SFT model), saved beside the run
             sft_model = self.run_dir / "sft_warmup_model"
             policy.run_all("save_hf", str(sft_model))
@@ -307,7 +303,8 @@ class RLRecipe:
         # a replay has no engines to sample eval answers from
         return self.spec.eval.steps > 0 and self.splits.eval is not None and self.gen is not None
 
-    def _rl_step(self, run_step: int) -> dict[str, float]:
+    def step(self, run_step: int) -> dict[str, float]:
+        """RL step ``run_step - sft_warmup.steps`` (the Runner runs the warm-up's steps before these)."""
         spec, workers, gen = self.spec, self.workers, self.gen
         step = run_step - self.warmup_steps  # the RL step (seeds, schedules) within the run's steps
         s = self.current if self.current is not None and self.current.step == step else StepState(step)
@@ -406,8 +403,6 @@ class RLRecipe:
             "best_key": self.best[0],
             "best_value": self.best[1],
         }
-        if self.warmup is not None:
-            out["sft_sampler"] = self.warmup.sampler.state_dict()
         return out
 
     def save(self, folder: Path, step: int) -> None:
@@ -418,8 +413,6 @@ class RLRecipe:
         for role, group in self.workers.trained_groups().items():
             group.run_all("load_checkpoint", str(folder / role))
         self.stream.sampler.load_state_dict(state["sampler"])
-        if self.warmup is not None and "sft_sampler" in state:
-            self.warmup.sampler.load_state_dict(state["sft_sampler"])
         self.kl_ctl.value = float(state["kl_coef"])
         self.best = (state.get("best_key"), state.get("best_value"))
         self.current, self.pending = None, None
@@ -443,65 +436,6 @@ class RLRecipe:
             "reward_first_last": _first_last(_read(self.run_dir)),
             **({"recording": self.spec.rollout.record} if self.recorder is not None else {}),
         }
-
-
-class _SFTWarmup:
-    """The SFT steps before RL: the shipped SFT task's collate and loss on the warm-up pairs, through the policy's
-    own train_step (the same DeepSpeed engine and optimizer; trainer.global_batch samples per step)."""
-
-    def __init__(self, spec: ExperimentSpec, tokenizer: Any) -> None:
-        from dataclasses import replace
-
-        from rlhf.data import DataError, build_datasets
-        from rlhf.pipelines.sft import make_task
-
-        w = spec.sft_warmup
-        data = replace(
-            spec.data,
-            train_files=list(w.train_files),
-            train_probs=None,
-            eval_files=[],
-            eval_fraction=0.0,
-            input_key=w.input_key,
-            output_key=w.output_key,
-            label_key=None,
-        )
-        sft_spec = replace(spec, data=data)
-        self.task = make_task(sft_spec, tokenizer)
-        try:
-            self.train = build_datasets(sft_spec, tokenizer, "sft").train
-        except DataError as e:  # the loader names data.*_key; here the columns are the warm-up's own keys
-            msg = str(e)
-            for k in ("input_key", "output_key"):
-                msg = msg.replace(f"data.{k}", f"sft_warmup.{k}")
-            raise DataError(msg) from None
-        print(f"sft warm-up: {spec.sft_warmup.steps} steps over {len(self.train)} pairs", file=sys.stderr)
-        if len(self.train) < spec.trainer.global_batch:
-            raise UserError(
-                f"sft_warmup.train_files: {len(self.train)} pairs cannot fill one trainer.global_batch="
-                f"{spec.trainer.global_batch}; add pairs or lower the batch"
-            )
-        self.spec = spec
-        self.reset()
-
-    def reset(self) -> None:
-        from rlhf.data import ResumableSampler
-
-        self.lr_set = False
-        t = self.spec.trainer
-        self.sampler = ResumableSampler(
-            len(self.train), t.global_batch, seed=self.spec.seed, shuffle=True, drop_last=True
-        )
-
-    def step(self, policy: Any) -> dict[str, float]:
-        from rlhf.pipelines.batching import per_rank_micro_batches
-
-        rows = self.train.rows(self.sampler.next_indices())
-        per_rank = per_rank_micro_batches(
-            rows, len(policy), self.spec.trainer.micro_batch_per_device, self.task.collate
-        )
-        result = policy.run_per_rank("train_step", [(mbs, self.task.loss_fn, self.task.mask_key) for mbs in per_rank])
-        return {f"sft/{k}": v for k, v in result[0].items()}
 
 
 def run(

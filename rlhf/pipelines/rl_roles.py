@@ -1,13 +1,7 @@
-"""The RL roles as Ray actor groups, placed by the plan, and the few collective operations the loop needs.
-
-policy      EngineWorker ranks with the trained causal LM (the reference fused into the same processes when the
-            plan colocates them with equal ranks)
-reference   frozen causal LM (own group unless fused)
-teacher     frozen causal LM of on-policy distillation (algorithm=opd), placed like the reference: fused into the
-            policy's processes when the plan colocates them with equal ranks, else its own group
-critic      EngineWorker ranks with the trained value model (gae only); the reward model fused in when colocated
-reward      frozen reward model (only when the reward comes from a model)
-rollout     rollout engines: HFRolloutWorker (hf) or VLLMRolloutActor in the vllm venv (vllm)
+"""The RL roles' collective operations: experience passes, training steps, weight sync and the hybrid engine's
+turns. The training-side roles (policy, reference, teacher, critic, reward) are built by rlhf.pipelines.role_set, as
+every pipeline's are; the rollout engines (HFRolloutWorker for hf, VLLMRolloutActor in the vllm venv for vllm) by
+rlhf.pipelines.rollout_engines, started while the models load.
 
 Weights go from the policy's rank 0 to the engines over the route rlhf.pipelines.weight_sync chose (a process group
 or shared memory; the driver sees only reports). Experience tensors travel as Ray object references.
@@ -18,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -33,6 +26,7 @@ from rlhf.pipelines.rl_losses import (
     policy_logprobs_fn,
     reward_model_fn,
 )
+from rlhf.pipelines.role_set import RoleModels, load_models, start_role_actors
 from rlhf.pipelines.rollout_engines import RolloutEngines
 from rlhf.pipelines.weight_sync import WeightSync
 from rlhf.spec.schema import ExperimentSpec
@@ -189,51 +183,6 @@ class HybridSchedule:
         self._mark("sync")
 
 
-@dataclass
-class RoleActors:
-    """The RL roles' actor groups as the plan places them (frozen models fused into a trained role's processes
-    where they share its bundles and rank count); None for a role that does not run or is fused."""
-
-    policy: Any
-    reference: Any = None
-    teacher: Any = None
-    critic: Any = None
-    reward: Any = None
-    fuse_ref: bool = False
-    fuse_teacher: bool = False
-    fuse_rm: bool = False
-
-    def groups(self) -> dict[str, Any]:
-        out = {"policy": self.policy, "reference": self.reference, "teacher": self.teacher}
-        out.update({"critic": self.critic, "reward": self.reward})
-        return {k: v for k, v in out.items() if v is not None}
-
-
-def start_role_actors(spec: ExperimentSpec, realized: Any, env: dict[str, str] | None) -> RoleActors:
-    """Create every training-side role's actors in its bundles (nothing loaded yet: constructing a worker touches
-    no device). The run and ``rlhf-plan --rehearse`` both start them here."""
-    from rlhf.workers import ModelWorker, TrainerWorker
-
-    roles = set(realized.plan.roles)
-    fuse_ref = "reference" in roles and realized.can_fuse("policy", "reference")
-    fuse_teacher = "teacher" in roles and realized.can_fuse("policy", "teacher")
-    fused = ("reference",) * fuse_ref + ("teacher",) * fuse_teacher  # frozen models in the policy's processes
-    out = RoleActors(realized.create_group("policy", TrainerWorker, spec, "policy", fused=fused, env=env))
-    out.fuse_ref, out.fuse_teacher = fuse_ref, fuse_teacher
-    if "reference" in roles and not fuse_ref:
-        out.reference = realized.create_group("reference", ModelWorker, spec, "reference", env=env)
-    if "teacher" in roles and not fuse_teacher:
-        out.teacher = realized.create_group("teacher", ModelWorker, spec, "teacher", env=env)
-    out.fuse_rm = "critic" in roles and "reward" in roles and realized.can_fuse("critic", "reward")
-    if "critic" in roles:
-        out.critic = realized.create_group(
-            "critic", TrainerWorker, spec, "critic", fused=("reward",) if out.fuse_rm else (), env=env
-        )
-    if "reward" in roles and not out.fuse_rm:
-        out.reward = realized.create_group("reward", ModelWorker, spec, "reward", env=env)
-    return out
-
-
 class RLWorkers:
     def __init__(self, spec: ExperimentSpec, realized: Any, policy_path: str, total_steps: int) -> None:
 
@@ -243,65 +192,22 @@ class RLWorkers:
         self.temperature = spec.rollout.temperature or 1.0
         # Before any actor starts: a teacher whose tokenizer differs would score other tokens than the student's.
         teacher_path = check_teacher_tokenizer(spec, policy_path) if "teacher" in self.roles else ""
-        actors = start_role_actors(spec, realized, env)
-        self.policy, self.reference, self.teacher = actors.policy, actors.reference, actors.teacher
-        self.critic, self.reward = actors.critic, actors.reward
-        fuse_ref, fuse_teacher, fuse_rm = actors.fuse_ref, actors.fuse_teacher, actors.fuse_rm
-
+        actors = self.actors = start_role_actors(spec, realized, env)
         self.rollout_colocated = "rollout" in self.roles and realized.colocated("rollout", "policy")
         self.rollout = None
         # Without a rollout role (a replay) nothing takes turns: the schedule only records the phases.
         self.schedule = HybridSchedule(False, None, offload=lambda: None, reload=lambda: None)
         if "rollout" in self.roles and engines_first(spec, self.rollout_colocated):
             self._start_engines(spec, realized, policy_path, env)
-        # Build every model before waiting on any: the groups initialise in parallel.
-        pending = [(self.policy, self.policy.async_run_all("init_trained", kind="causal_lm", total_steps=total_steps))]
-        ref_path = spec.reference.model_path or policy_path
-        if self.reference is not None:
-            refs = self.reference.async_run_all(
-                "init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload
-            )
-            pending.append((self.reference, refs))
-        if self.teacher is not None:
-            refs = self.teacher.async_run_all(
-                "init_frozen", "teacher", model_path=teacher_path, offload=spec.teacher.offload
-            )
-            pending.append((self.teacher, refs))
-        rm_path = spec.reward.model_path or None
-        if self.critic is not None:
-            critic_path = spec.critic.model_path or rm_path or policy_path
-            refs = self.critic.async_run_all(
-                "init_trained",
-                kind="critic",
-                model_path=critic_path,
-                lr=spec.trainer.critic_lr,
-                total_steps=total_steps,
-                init_value_head=critic_path == policy_path,
-            )
-            pending.append((self.critic, refs))
-        if self.reward is not None:
-            refs = self.reward.async_run_all(
-                "init_frozen", "reward", kind="reward", model_path=rm_path, normalize_reward=spec.reward.normalize
-            )
-            pending.append((self.reward, refs))
-        # A replay (rollout.replay, train-only) has no rollout role: no engines, no weight sync.
-        if self.rollout is None and "rollout" in self.roles:
-            self._start_engines(spec, realized, policy_path, env)
-        for group, refs in pending:
-            infos = group.get(refs, "init")
-            if infos and isinstance(infos[0], dict) and "pid" in infos[0]:
-                group.record_pids([i["pid"] for i in infos])
-        if fuse_ref:
-            self.policy.run_all("init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload)
-            self.reference = self.policy
-        if fuse_teacher:
-            self.policy.run_all("init_frozen", "teacher", model_path=teacher_path, offload=spec.teacher.offload)
-            self.teacher = self.policy
-        if fuse_rm:
-            self.critic.run_all(
-                "init_frozen", "reward", kind="reward", model_path=rm_path, normalize_reward=spec.reward.normalize
-            )
-            self.reward = self.critic
+
+        def engines_now() -> None:  # while the models load; a replay (rollout.replay) has no rollout role
+            if self.rollout is None and "rollout" in self.roles:
+                self._start_engines(spec, realized, policy_path, env)
+
+        models = RoleModels(total_steps, policy_path=policy_path, teacher_path=teacher_path, what="init")
+        load_models(actors, spec, models, while_loading=engines_now)
+        self.policy, self.reference, self.teacher = actors.policy, actors.reference, actors.teacher
+        self.critic, self.reward = actors.critic, actors.reward
         self.weight_sync = WeightSync(spec, self.policy, self.rollout) if self.rollout is not None else None
         self.actor_settings = ActorLossSettings.from_spec(spec)
         self.packing = spec.trainer.packing
@@ -485,7 +391,4 @@ class RLWorkers:
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def trained_groups(self) -> dict[str, Any]:
-        groups = {"policy": self.policy}
-        if self.critic is not None:
-            groups["critic"] = self.critic
-        return groups
+        return self.actors.trained_groups()

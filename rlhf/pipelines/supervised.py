@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.pipelines.batching import EvalShards, per_rank_micro_batches, redistribute, throughput
+from rlhf.pipelines.role_set import RoleModels, RoleSet, build_roles
 from rlhf.pipelines.step_count import StepCount, count_steps
 from rlhf.spec.schema import ExperimentSpec
 
@@ -44,48 +45,39 @@ class Task:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class Workers:
-    """The policy group and, where the task needs one, the reference (fused into the policy's processes when
-    the plan colocates them with the same ranks, else its own group)."""
-
-    def __init__(self, spec: ExperimentSpec, realized: Any, task: Task, total_steps: int) -> None:
-        from rlhf.workers import ModelWorker, TrainerWorker
-
-        self.reference = None
-        need_ref = task.reference_fn is not None
-        fused = need_ref and realized.can_fuse("policy", "reference")
-        self.policy = realized.create_group(
-            "policy", TrainerWorker, spec, "policy", fused=("reference",) if fused else ()
+def start_roles(spec: ExperimentSpec, realized: Any, task: Task, total_steps: int) -> RoleSet:
+    """The plan's roles (rlhf.pipelines.role_set): the policy and, for a task with a reference (DPO's losses but the
+    reference-free ones), the reference, fused into the policy's processes when the plan colocates them with the
+    same ranks, else its own group."""
+    has_ref = "reference" in realized.plan.roles
+    if has_ref != (task.reference_fn is not None):
+        raise RuntimeError(
+            f"{task.family}: the plan's roles {tuple(realized.plan.roles)} "
+            f"{'have' if has_ref else 'lack'} a reference the task {'does not use' if has_ref else 'needs'}"
         )
-        ref_path = spec.reference.model_path or None
-        if need_ref and not fused:
-            self.reference = realized.create_group("reference", ModelWorker, spec, "reference")
-        # Start building every model before waiting on any: the groups initialise in parallel.
-        refs = self.policy.async_run_all(
-            "init_trained", kind=task.model_kind, total_steps=total_steps, init_value_head=task.init_value_head
-        )
-        if self.reference is not None:
-            ref_refs = self.reference.async_run_all(
-                "init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload
-            )
-            self.reference.get(ref_refs, "init_frozen")
-        infos = self.policy.get(refs, "init_trained")
-        self.policy.record_pids([i["pid"] for i in infos])
-        self.info = infos[0]
-        if fused:
-            self.policy.run_all("init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload)
-            self.reference = self.policy
+    models = RoleModels(total_steps, policy_kind=task.model_kind, init_value_head=task.init_value_head)
+    return build_roles(spec, realized, models)
 
-    @property
-    def dp(self) -> int:
-        return len(self.policy)
 
-    def attach_reference(self, fn: Callable, per_rank: list[list[dict]]) -> list[list[dict]]:
-        """Run the reference on every micro-batch and merge its per-sample outputs into the batches."""
-        group = self.reference
-        split, back = (per_rank, lambda r: r) if len(group) == len(per_rank) else redistribute(per_rank, len(group))
-        results = back(group.run_per_rank("forward", [(fn, batches, "reference") for batches in split]))
-        return [[{**b, **r} for b, r in zip(bs, rs, strict=True)] for bs, rs in zip(per_rank, results, strict=True)]
+def attach_reference(roles: RoleSet, fn: Callable, per_rank: list[list[dict]]) -> list[list[dict]]:
+    """Run the reference on every micro-batch and merge its per-sample outputs into the batches."""
+    group = roles.reference
+    split, back = (per_rank, lambda r: r) if len(group) == len(per_rank) else redistribute(per_rank, len(group))
+    results = back(group.run_per_rank("forward", [(fn, batches, "reference") for batches in split]))
+    return [[{**b, **r} for b, r in zip(bs, rs, strict=True)] for bs, rs in zip(per_rank, results, strict=True)]
+
+
+def train_rows(roles: RoleSet, task: Task, rows: list[dict[str, Any]], micro: int, max_tokens: int = 0) -> dict:
+    """One optimizer step of ``task`` on ``rows`` (a global batch) through the policy's train_step: the driver cuts
+    them into per-rank micro-batches (of ``micro`` rows, or by a token budget of ``max_tokens`` when the task counts
+    its rows' tokens), merges the reference's outputs where the task has one; rank 0's metrics, unprefixed. The step
+    of SFT, RM and DPO, and of the SFT warm-up before RL (rlhf.pipelines.sft_warmup)."""
+    per_rank = per_rank_micro_batches(
+        rows, len(roles.policy), micro, task.collate, max_tokens=max_tokens, row_tokens=task.row_tokens
+    )
+    if task.reference_fn is not None:
+        per_rank = attach_reference(roles, task.reference_fn, per_rank)
+    return dict(roles.policy.run_per_rank("train_step", [(mbs, task.loss_fn, task.mask_key) for mbs in per_rank])[0])
 
 
 # One non-empty row per pair: the step-window normaliser of this key counts the step's pairs (step_share).
@@ -121,7 +113,7 @@ class SupervisedRecipe:
 
     def __init__(self, spec: ExperimentSpec, run_dir: Path, make_task: Callable[[ExperimentSpec, Any], Task]) -> None:
         self.spec, self.run_dir, self.make_task = spec, Path(run_dir), make_task
-        self.workers: Workers | None = None
+        self.workers: RoleSet | None = None
         self.last_eval: dict[str, float] = {}
         self.init_origin: dict[str, str] | None = None  # checkpoint.init_from: the tracker's init_from.* params
 
@@ -160,7 +152,7 @@ class SupervisedRecipe:
         )
 
     def setup(self, realized: Any) -> None:
-        self.workers = Workers(self.spec, realized, self.task, self.total)
+        self.workers = start_roles(self.spec, realized, self.task, self.total)
 
     def teardown(self) -> None:
         return None
@@ -172,10 +164,10 @@ class SupervisedRecipe:
         evalset, task, workers = self.splits.eval, self.task, self.workers
         if evalset is None:
             return {}
-        shards = EvalShards.build(len(evalset), workers.dp, self.spec.trainer.micro_batch_per_device)
+        shards = EvalShards.build(len(evalset), len(workers.policy), self.spec.trainer.micro_batch_per_device)
         batches = shards.batches(evalset, task.collate)
         if task.reference_fn is not None:
-            batches = workers.attach_reference(task.reference_fn, batches)
+            batches = attach_reference(workers, task.reference_fn, batches)
         out = workers.policy.run_per_rank("forward", [(task.eval_fn, b, None) for b in batches])
         # Prefixed as logged: final_metrics, the RM's stored mean/std and sweep objectives read these names.
         self.last_eval = {f"eval/{k}": v for k, v in task.eval_metrics(shards.gather(out)).items()}
@@ -192,19 +184,7 @@ class SupervisedRecipe:
         t, task, workers, train = self.spec.trainer, self.task, self.workers, self.splits.train
         rows = train.rows(self.sampler.next_indices())
         t0 = time.perf_counter()
-        per_rank = per_rank_micro_batches(
-            rows,
-            workers.dp,
-            t.micro_batch_per_device,
-            task.collate,
-            max_tokens=t.max_tokens_per_micro_batch,
-            row_tokens=task.row_tokens,
-        )
-        if task.reference_fn is not None:
-            per_rank = workers.attach_reference(task.reference_fn, per_rank)
-        result = dict(
-            workers.policy.run_per_rank("train_step", [(mbs, task.loss_fn, task.mask_key) for mbs in per_rank])[0]
-        )
+        result = train_rows(workers, task, rows, t.micro_batch_per_device, t.max_tokens_per_micro_batch)
         real = float(sum(task.row_tokens(r) for r in rows)) if task.row_tokens is not None else 0.0
         result.update(throughput(result, real, time.perf_counter() - t0))
         metrics = {f"train/{k}": v for k, v in result.items()}

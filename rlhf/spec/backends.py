@@ -8,6 +8,7 @@ Adding a backend: its module, its conf/ file and one line in its axis's table be
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -43,6 +44,30 @@ TRACKERS: dict[str, Backend] = {
     "wandb": Backend("rlhf.tracking.wandb_tracker:WandbTracker", "wandb", "wandb"),
     "console": Backend("rlhf.tracking.console_tracker:ConsoleTracker"),
 }
+
+
+class Names(Sequence[str]):
+    """The config strings of one registry table, read from the table each time (a key's ``choices``,
+    rlhf.spec.names): a line added to the table after import, as a plug-in registering itself does, is a valid
+    value at once, as on the tracker axis, instead of being refused by a tuple copied when rlhf.spec.names loaded."""
+
+    def __init__(self, table: Mapping[str, Backend]) -> None:
+        self._table = table
+
+    def __getitem__(self, i: Any) -> Any:
+        return tuple(self._table)[i]
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(tuple(self._table))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._table
+
+    def __repr__(self) -> str:
+        return repr(tuple(self._table))
 
 
 def missing_package(axis: str, table: dict[str, Backend], name: str) -> str | None:

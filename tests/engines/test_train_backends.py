@@ -38,7 +38,7 @@ CASES = {
 
 def test_the_config_names_every_registered_backend_and_each_has_its_parts():
     assert set(names.TRAIN_BACKENDS) == set(TRAIN_BACKENDS) == set(CASES)
-    assert set(RULES) == set(TRAIN_BACKENDS) and set(SECTIONS) <= set(TRAIN_BACKENDS)
+    assert set(RULES) <= set(TRAIN_BACKENDS) and set(SECTIONS) <= set(TRAIN_BACKENDS)  # both optional
     for name in BACKENDS:
         backend = train_backend(name)
         assert isinstance(backend, TrainBackend) and backend.name == name

@@ -1,0 +1,47 @@
+"""A rollout backend written outside rlhf, as a user's plug-in would be (``rollout.backend=toy``): one module that
+implements rlhf.engines.protocol.RolloutBackend by delegating to the hf backend, with an engine actor of its own
+(toy_rollout_worker.py), plus its conf file (conf/rollout/toy.yaml) and its registry line (toy_registry.py). Its
+launch puts this folder on the engine process's import path: the environment a backend's engine needs is the
+backend's to say (RolloutBackend.launch). No torch at import, as the contract asks."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+from rlhf.engines.hf_backend import BACKEND as HF
+from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutMemory
+from rlhf.spec.schema import ExperimentSpec
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class ToyRolloutBackend:
+    name = "toy"
+
+    def describe(self, spec: ExperimentSpec) -> str:
+        return f"toy (a plug-in over {HF.describe(spec)})"
+
+    def memory(self, spec: ExperimentSpec, params: int) -> RolloutMemory:
+        return HF.memory(spec, params)
+
+    def preflight(self, spec: ExperimentSpec) -> list[str]:
+        return HF.preflight(spec)
+
+    def launch(
+        self,
+        spec: ExperimentSpec,
+        placement: EnginePlacement,
+        model_path: str,
+        *,
+        role_env: dict[str, str] | None,
+        base_env: dict[str, str],
+    ) -> EngineLaunch:
+        hf = HF.launch(spec, placement, model_path, role_env=role_env, base_env=base_env)
+        env: dict[str, Any] = dict(hf.runtime_env.get("env_vars", {}))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH", "")) if p)
+        return replace(hf, actor="toy_rollout_worker:ToyRolloutWorker", runtime_env={**hf.runtime_env, "env_vars": env})
+
+
+BACKEND = ToyRolloutBackend()

@@ -1,0 +1,45 @@
+"""A training backend written outside rlhf, as a user's plug-in would be (``trainer.backend=toy``): one module that
+implements rlhf.engines.training.TrainBackend by delegating every call to the DeepSpeed backend, plus its conf file
+(conf/trainer/backend/toy.yaml) and its registry line (toy_registry.py). tests/engines/test_toy_backends.py checks that
+nothing else in rlhf has to change for it to validate, pass the axis's conformance checks and train a real job.
+No torch at import, as the contract asks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlhf.engines.deepspeed_backend import BACKEND as DEEPSPEED
+from rlhf.engines.training import ModelStates
+from rlhf.spec.schema import ExperimentSpec
+
+
+class ToyTrainBackend:
+    name = "toy"
+
+    def describe(self, spec: ExperimentSpec) -> str:
+        return f"toy (a plug-in over {DEEPSPEED.describe(spec)})"
+
+    def init_distributed(self, accelerator: str, timeout_s: float = 600.0) -> None:
+        DEEPSPEED.init_distributed(accelerator, timeout_s)
+
+    def build_trained(self, load: Any, spec: ExperimentSpec, *, lr: float, total_steps: int, grad_accum: int) -> Any:
+        return DEEPSPEED.build_trained(load, spec, lr=lr, total_steps=total_steps, grad_accum=grad_accum)
+
+    def build_frozen(self, load: Any, spec: ExperimentSpec, *, offload: bool) -> Any:
+        return DEEPSPEED.build_frozen(load, spec, offload=offload)
+
+    def trained_states(
+        self, spec: ExperimentSpec, *, params: int, largest_layer: int, dp: int, trainable: int | None = None
+    ) -> ModelStates:
+        return DEEPSPEED.trained_states(spec, params=params, largest_layer=largest_layer, dp=dp, trainable=trainable)
+
+    def frozen_states(
+        self, spec: ExperimentSpec, *, params: int, largest_layer: int, dp: int, offload: bool
+    ) -> ModelStates:
+        return DEEPSPEED.frozen_states(spec, params=params, largest_layer=largest_layer, dp=dp, offload=offload)
+
+    def gathers_on_every_rank(self, spec: ExperimentSpec) -> bool:
+        return DEEPSPEED.gathers_on_every_rank(spec)
+
+
+BACKEND = ToyTrainBackend()
