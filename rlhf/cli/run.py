@@ -77,10 +77,12 @@ def task(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from rlhf.pipelines.startup_clock import mark_job_start
     from rlhf.spec.build import with_recipe_name
     from rlhf.spec.required import markers_to_missing
     from rlhf.spec.store import register
 
+    mark_job_start()  # a multirun's later jobs time their launch from here, not from the sweep's start
     register()  # resolvers and recipes, in a launcher's fresh process too
     hc = HydraConfig.get()
     with_recipe_name(cfg, hc.runtime.choices)

@@ -5,9 +5,25 @@ from __future__ import annotations
 
 import time
 
+_jobs_started = 0
+_job_start: float | None = None
+
+
+def mark_job_start() -> None:
+    """A job begins in this process (``rlhf-run``'s task function). The first job's launch phase runs from the
+    process start (the command was typed); a later job of the same process (the next job of a multirun, a test's
+    second run) from its own start, or it would count every job before it as its launch."""
+    global _jobs_started, _job_start
+    _jobs_started += 1
+    if _jobs_started > 1:
+        _job_start = time.time()
+
 
 def process_age_s() -> float:
-    """Seconds since this process started (the command was typed): imports, composition, validation, the plan."""
+    """Seconds since this job's launch began: the process start for the first job (imports, composition,
+    validation, the plan), the job's own start for a later one (``mark_job_start``)."""
+    if _job_start is not None:
+        return max(time.time() - _job_start, 0.0)
     try:
         import psutil
 
