@@ -7,7 +7,7 @@ A SIGTERM sent to the whole process group (``timeout``, SLURM, Kubernetes) reach
 processes at once. A private cluster's GCS, raylet and agents are therefore started with SIGTERM blocked (a
 signal mask is inherited through fork and exec, the way Ray itself starts them with SIGINT blocked): the group
 signal then reaches only the driver, which stops at the next step boundary with a checkpoint and exit status 130,
-exactly as after a single SIGTERM. Ray's workers unblock it again (rlhf.launch.worker_setup), and the driver ends
+exactly as after a single SIGTERM. Ray's workers unblock it again (rlhf.launch.worker_preload), and the driver ends
 the cluster itself (:meth:`Cluster.shutdown`).
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlhf.errors import UserError
+from rlhf.launch import worker_preload
 from rlhf.spec.schema import RaySpec
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,6 @@ AUTH_ENV = "RAY_AUTH_MODE"
 # "Setting accelerator to CPU. If you have GPU ...". Set for the workers of a job whose plan asks for no GPU: CPU is
 # what the probe falls back to there, so naming it changes nothing but the warning.
 DS_ACCELERATOR_ENV = "DS_ACCELERATOR"
-WORKER_SETUP_HOOK = "rlhf.launch.worker_setup.unblock_sigterm"
 
 # Set in every worker process: quiet tokenizers fork warnings; keep DeepSpeed's and Ray's chatter down.
 WORKER_ENV = {
@@ -58,6 +59,17 @@ class Cluster:
     address: str
     started_here: bool  # a private cluster (shut down with the job) vs an attached/pre-existing one
     node_ip: str  # this driver's node ip
+    warm_folder: Path | None = None  # the preloading workers' slots (rlhf.launch.worker_preload)
+    warm_count: int = 0
+
+    def wait_warm(self) -> None:
+        """Before the job's first actor: wait until the workers preloading for it are idle (at once when none do,
+        or after the first time). An actor placed while its worker still imports gets a fresh process instead,
+        which imports everything again (measured on the 2-core machine: 32-36 busy CPU-seconds to the first step
+        instead of 22)."""
+        if self.warm_folder is not None and self.warm_count > 0:
+            worker_preload.wait_ready(self.warm_folder, self.warm_count)
+            self.warm_count = 0
 
     def actor_env(self) -> dict[str, str]:
         """Network settings for every actor: on a private local cluster gloo binds the loopback interface (it
@@ -72,6 +84,8 @@ class Cluster:
 
         if self.started_here and ray.is_initialized():
             _shutdown_private_cluster()
+        if self.warm_folder is not None:
+            shutil.rmtree(self.warm_folder, ignore_errors=True)
 
 
 def _shutdown_private_cluster() -> None:
@@ -160,6 +174,32 @@ def loopback_interface() -> str | None:
     return next((n for n in names if n in ("lo", "lo0")), next((n for n in names if n.startswith("lo")), None))
 
 
+_worker_start_env: dict[str, str] | None = None
+
+
+def worker_start_env() -> dict[str, str] | None:
+    """The variables every worker of the private cluster this process started begins with (None: no such
+    cluster, e.g. an attached one, whose workers get them through the job's runtime_env instead)."""
+    import ray
+
+    return _worker_start_env if ray.is_initialized() else None
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """``env`` set in os.environ while Ray starts its processes (they inherit it), then restored."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(WORKER_ENV)
     env.update({k: os.environ[k] for k in PASS_THROUGH_ENV if k in os.environ})
@@ -215,20 +255,33 @@ def is_loopback_address(address: str) -> bool:
     return hp is not None and (hp[0] == "localhost" or hp[0] == "::1" or hp[0].startswith("127."))
 
 
-def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus: int | None = None) -> Cluster:
+def start_or_attach(
+    ray_spec: RaySpec,
+    *,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    preload: tuple[str, ...] = (),
+    warm: int = 0,
+) -> Cluster:
     """Attach to ``ray_spec.address`` when set, else start a private cluster on 127.0.0.1 with ``num_cpus``
-    logical CPUs (``ray.num_cpus`` wins; at least the machine's count, so Ray never starves our bundles)."""
+    logical CPUs (``ray.num_cpus`` wins; at least the machine's count, so Ray never starves our bundles).
+
+    A private cluster's workers start with the job's variables in their environment (inherited from the raylet,
+    not set through a job-wide ``runtime_env``), and ``warm`` of the workers Ray prestarts import ``preload``
+    before they take work (rlhf.launch.worker_preload; :meth:`Cluster.wait_warm`): Ray hands such idle workers to
+    actors that name no ``runtime_env`` of their own (rlhf.launch.actor_env). An attached cluster's workers get
+    the variables through the job's ``runtime_env``."""
     import ray
 
     if ray.is_initialized():
         ctx = ray.get_runtime_context()
         return Cluster(address=ctx.gcs_address, started_here=False, node_ip=ray.util.get_node_ip_address())
     extra = {} if num_gpus or DS_ACCELERATOR_ENV in os.environ else {DS_ACCELERATOR_ENV: "cpu"}
-    runtime_env: dict = {"env_vars": worker_env({**extra, **ray_spec.runtime_env})}
+    env = worker_env({**extra, **ray_spec.runtime_env})
     if ray_spec.address:
         log.info("attaching to the Ray cluster at %s", ray_spec.address)
         try:
-            ray.init(address=ray_spec.address, runtime_env=runtime_env, log_to_driver=True)
+            ray.init(address=ray_spec.address, runtime_env={"env_vars": env}, log_to_driver=True)
         except ConnectionError as e:
             raise UserError(
                 f"ray.address={ray_spec.address!r}: could not join the Ray cluster there ({e}). If it answers but "
@@ -244,14 +297,29 @@ def start_or_attach(ray_spec: RaySpec, *, num_cpus: int | None = None, num_gpus:
     os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", "15")
     cpus = ray_spec.num_cpus or max(num_cpus or 1, os.cpu_count() or 1)
     store = int(ray_spec.object_store_gb * 1024**3) if ray_spec.object_store_gb else None
-    runtime_env["worker_process_setup_hook"] = WORKER_SETUP_HOOK
-    with _sigterm_blocked():
-        _init_private(ray_spec, cpus, num_gpus, store, runtime_env)
+    if not num_gpus:
+        # Measured on the 2-core dev machine: with other busy processes, OpenMP's default spin-waiting makes a
+        # 2-thread forward/backward 30-70x slower; passive waiting restores single-tenant speed. libgomp reads it
+        # when torch loads it, so it is in every worker from its start.
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    warm = min(warm, cpus) if preload else 0  # Ray prestarts one worker per CPU
+    folder = Path(tempfile.mkdtemp(prefix="rlhf-warm-")) if warm else None
+    env.update(worker_preload.env(preload, folder, warm))
+    global _worker_start_env
+    with _sigterm_blocked(), _environment(env):
+        _init_private(ray_spec, cpus, num_gpus, store)
+    _worker_start_env = env
     start_reaper()
-    return Cluster(address=ray.get_runtime_context().gcs_address, started_here=True, node_ip="127.0.0.1")
+    return Cluster(
+        address=ray.get_runtime_context().gcs_address,
+        started_here=True,
+        node_ip="127.0.0.1",
+        warm_folder=folder,
+        warm_count=warm,
+    )
 
 
-def _init_private(ray_spec: RaySpec, cpus: int, num_gpus: int | None, store: int | None, runtime_env: dict) -> None:
+def _init_private(ray_spec: RaySpec, cpus: int, num_gpus: int | None, store: int | None) -> None:
     import ray
 
     ray.init(
@@ -261,11 +329,17 @@ def _init_private(ray_spec: RaySpec, cpus: int, num_gpus: int | None, store: int
         object_store_memory=store,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
-        runtime_env=runtime_env,
         log_to_driver=True,
         configure_logging=True,
         logging_level=logging.WARNING,
-        _system_config={"worker_niceness": ray_spec.worker_niceness},
+        _system_config={
+            "worker_niceness": ray_spec.worker_niceness,
+            "preload_python_modules": [worker_preload.__name__],
+            # Ray ends idle workers above this many; unset, it counts the CPUs no placement group holds, so once
+            # the job's groups hold every CPU it ended the preloaded idle workers before any actor could take one
+            # (measured with Ray 2.60: set to the CPUs, two actors took the two idle workers in 0.1-0.2 s).
+            "num_workers_soft_limit": cpus,
+        },
     )
 
 

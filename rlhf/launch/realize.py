@@ -17,7 +17,8 @@ from typing import Any
 
 from rlhf import faults
 from rlhf.errors import UserError, WorkerFailure
-from rlhf.launch.cluster import Cluster, start_or_attach
+from rlhf.launch import actor_env, worker_preload
+from rlhf.launch.cluster import Cluster, start_or_attach, worker_start_env
 from rlhf.launch.ledger import BundleLedger
 from rlhf.launch.plan import DeviceGroup, Plan, RolePlacement
 from rlhf.launch.reservation import adopt_reserved
@@ -203,7 +204,10 @@ class RoleGroup:
         cpus = bundle.get("CPU", 1.0) * placement.fraction
         gpus = bundle.get("GPU", 0.0) * placement.fraction
         master_addr, master_port = self._master(slots, driver_ip)
-        remote_cls = actor_cls if hasattr(actor_cls, "remote") else _remote(actor_cls)
+        # The rank's variables go into its process (rlhf.launch.actor_env), unless the class is already a Ray
+        # actor class (it cannot take them there): then all of them through runtime_env.
+        preset = hasattr(actor_cls, "remote")
+        remote_cls = actor_cls if preset else _remote(actor_env.with_env(actor_cls))
         local_ranks = slots.local_ranks()
         local_sizes = slots.local_world_sizes()
         self.slots = slots
@@ -244,12 +248,17 @@ class RoleGroup:
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
                     placement_group=slots.pg, placement_group_bundle_index=slots.bundle_order[rank]
                 ),
-                "runtime_env": {"env_vars": rank_env},
                 "name": None,
                 "max_restarts": 0,
             }
-            self._spawn_args.append((remote_cls, options, args, kwargs))
-            self.actors.append(remote_cls.options(**options).remote(*args, **kwargs))
+            at_start, in_process = (
+                ({"env_vars": rank_env}, {}) if preset else actor_env.split({"env_vars": rank_env}, worker_start_env())
+            )
+            if at_start:
+                options["runtime_env"] = at_start
+            rank_kwargs = {**kwargs, actor_env.ENV_KWARG: in_process} if in_process else kwargs
+            self._spawn_args.append((remote_cls, options, args, rank_kwargs))
+            self.actors.append(remote_cls.options(**options).remote(*args, **rank_kwargs))
 
     @staticmethod
     def _master(slots: GroupSlots, driver_ip: str) -> tuple[str, int]:
@@ -393,6 +402,7 @@ class Realized:
         (``start=False``: the actors placed, no engine built; the rehearsal)."""
         from rlhf.launch.rollout import start_rollout_engines
 
+        self.cluster.wait_warm()
         started = start_rollout_engines(self, self.spec, model_path, env, start=start)
         self.rollout_groups.append(started)
         return started
@@ -408,6 +418,7 @@ class Realized:
     ) -> RoleGroup:
         """One actor per rank of ``role`` (``actor_cls(*args, **kwargs)``), in the role's bundles. Roles in
         ``fused`` run inside the same actors (see :meth:`can_fuse`); their resource shares are added to role's."""
+        self.cluster.wait_warm()
         placement = self.placement(role)
         for other in fused:
             if not self.can_fuse(role, other):
@@ -467,7 +478,13 @@ def realize(spec: ExperimentSpec, plan: Plan, *, timeout_s: float | None = None)
     """Start or attach to the Ray cluster and create one placement group per device group of ``plan``."""
     need_cpus = sum(int(g.bundle.get("CPU", 0)) * g.size for g in plan.groups)
     need_gpus = sum(int(g.bundle.get("GPU", 0)) * g.size for g in plan.groups)
-    cluster = start_or_attach(spec.ray, num_cpus=need_cpus, num_gpus=need_gpus if need_gpus else None)
+    cluster = start_or_attach(
+        spec.ray,
+        num_cpus=need_cpus,
+        num_gpus=need_gpus if need_gpus else None,
+        preload=preload_modules(spec),
+        warm=warm_count(spec, plan),
+    )
     timeout = timeout_s or (ATTACHED_PG_TIMEOUT_S if spec.ray.address else LOCAL_PG_TIMEOUT_S)
     slots: dict[int, GroupSlots] = {}
     try:
@@ -478,6 +495,31 @@ def realize(spec: ExperimentSpec, plan: Plan, *, timeout_s: float | None = None)
         raise
     log.info("placement groups ready: %s", ", ".join("+".join(s.group.roles) for s in slots.values()))
     return Realized(spec, plan, cluster, slots, ledger_of(plan))
+
+
+def preload_modules(spec: ExperimentSpec) -> tuple[str, ...]:
+    """What a private cluster's idle workers import before an actor takes them (rlhf.launch.worker_preload). On
+    CPU: torch, transformers, the model's code (``model.architecture``; a model folder of another architecture
+    only loses the head start) and the engines' modules, DeepSpeed with them when it trains. With GPUs only torch:
+    DeepSpeed's accelerator probe and the model code's attention checks ask CUDA for its devices, which fixes the
+    devices a process sees before Ray has set CUDA_VISIBLE_DEVICES for the actor it will host."""
+    if spec.hardware.accelerator != "cpu":
+        return ("torch",)
+    arch = spec.model.architecture
+    modules = ["torch", "transformers", f"transformers.models.{arch}.modeling_{arch}", "rlhf.engines.hf_engine"]
+    if spec.trainer.backend == "deepspeed":
+        modules += [worker_preload.DEEPSPEED, "rlhf.engines.deepspeed_engine"]
+    return tuple(modules)
+
+
+def warm_count(spec: ExperimentSpec, plan: Plan) -> int:
+    """How many of the job's actors surely take an idle, preloaded worker: the trained roles' ranks (policy,
+    critic) and the in-interpreter rollout engines. Roles that may run inside another's processes (reference,
+    reward, teacher: rlhf.pipelines.role_set) are left out: an idle worker nobody takes costs its imports."""
+    count = sum(plan.roles[r].ranks for r in ("policy", "critic") if r in plan.roles)
+    if "rollout" in plan.roles and spec.rollout.backend == "hf":
+        count += plan.roles["rollout"].ranks
+    return count
 
 
 def ledger_of(plan: Plan) -> BundleLedger:

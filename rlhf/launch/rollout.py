@@ -21,6 +21,8 @@ from rlhf import faults
 from rlhf.engines.protocol import EngineLaunch, EnginePlacement
 from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.errors import WorkerFailure
+from rlhf.launch import actor_env
+from rlhf.launch.cluster import worker_start_env
 from rlhf.spec.schema import ExperimentSpec
 
 __all__ = [
@@ -175,20 +177,20 @@ def _start(launch: EngineLaunch, p: EnginePlacement, pg: Any) -> Any:
     from rlhf.workers.liveness import remote_class
 
     module, name = launch.actor.split(":")
-    actor_cls = remote_class(getattr(importlib.import_module(module), name))
-    options: dict[str, Any] = {
-        "num_cpus": p.actor_cpus,
-        "num_gpus": p.actor_gpus,
-        "runtime_env": launch.runtime_env,
-        "max_restarts": 0,
-    }
+    at_start, in_process = actor_env.split(launch.runtime_env, worker_start_env())
+    actor_cls = getattr(importlib.import_module(module), name)
+    actor_cls = remote_class(actor_env.with_env(actor_cls) if in_process else actor_cls)
+    options: dict[str, Any] = {"num_cpus": p.actor_cpus, "num_gpus": p.actor_gpus, "max_restarts": 0}
+    if at_start:
+        options["runtime_env"] = at_start
+    kwargs = {**launch.kwargs, actor_env.ENV_KWARG: in_process} if in_process else launch.kwargs
     if pg is not None:
         options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
             placement_group=pg,
             placement_group_bundle_index=p.actor_bundle,
             placement_group_capture_child_tasks=launch.capture_child_tasks,
         )
-    return actor_cls.options(**options).remote(*launch.args, **launch.kwargs)
+    return actor_cls.options(**options).remote(*launch.args, **kwargs)
 
 
 def _needs(realized: Any, p: EnginePlacement) -> Callable[[], str]:
