@@ -174,15 +174,20 @@ def loopback_interface() -> str | None:
     return next((n for n in names if n in ("lo", "lo0")), next((n for n in names if n.startswith("lo")), None))
 
 
-_worker_start_env: dict[str, str] | None = None
+# (GCS address, variables) of the private cluster this process started last.
+_worker_start_env: tuple[str, dict[str, str]] | None = None
 
 
 def worker_start_env() -> dict[str, str] | None:
-    """The variables every worker of the private cluster this process started begins with (None: no such
-    cluster, e.g. an attached one, whose workers get them through the job's runtime_env instead)."""
+    """The variables every worker of the cluster this process is connected to begins with, when this process
+    started it as a private cluster (None otherwise: an attached cluster, whose workers get them through the job's
+    runtime_env, or a cluster started some other way, e.g. the rehearsal's)."""
     import ray
 
-    return _worker_start_env if ray.is_initialized() else None
+    if _worker_start_env is None or not ray.is_initialized():
+        return None
+    address, env = _worker_start_env
+    return env if ray.get_runtime_context().gcs_address == address else None
 
 
 @contextlib.contextmanager
@@ -308,7 +313,7 @@ def start_or_attach(
     global _worker_start_env
     with _sigterm_blocked(), _environment(env):
         _init_private(ray_spec, cpus, num_gpus, store)
-    _worker_start_env = env
+    _worker_start_env = (ray.get_runtime_context().gcs_address, env)
     start_reaper()
     return Cluster(
         address=ray.get_runtime_context().gcs_address,

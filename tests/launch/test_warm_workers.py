@@ -15,6 +15,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from rlhf.launch import actor_env, worker_preload
 
 
@@ -127,3 +129,19 @@ def test_the_plans_actors_take_the_workers_that_preloaded_for_them(tmp_path):
     assert {str(rep["pid"]) for rep in reports} <= set(out["slot_pids"])  # the preloaded processes, no fresh ones
     assert all(rep["torch_before_init"] for rep in reports)
     assert all(rep["policy"] == "PASSIVE" and rep["omp"] for rep in reports)
+
+
+def test_a_cluster_started_another_way_gets_no_start_variables_of_an_earlier_one(monkeypatch):
+    from rlhf.launch import cluster
+
+    ray = pytest.importorskip("ray")
+    monkeypatch.setattr(cluster, "_worker_start_env", ("127.0.0.1:1", {"OMP_WAIT_POLICY": "PASSIVE"}))
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+
+    class Context:
+        gcs_address = "127.0.0.1:2"
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
+    assert cluster.worker_start_env() is None
+    Context.gcs_address = "127.0.0.1:1"
+    assert cluster.worker_start_env() == {"OMP_WAIT_POLICY": "PASSIVE"}
