@@ -308,7 +308,8 @@ def start_or_attach(
         # when torch loads it, so it is in every worker from its start.
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     warm = min(warm, cpus) if preload else 0  # Ray prestarts one worker per CPU
-    folder = Path(tempfile.mkdtemp(prefix="rlhf-warm-")) if warm else None
+    # named for this process, so its reaper removes it when a SIGKILL leaves no chance to (rlhf.launch.reaper)
+    folder = Path(tempfile.mkdtemp(prefix=worker_preload.folder_prefix(os.getpid()))) if warm else None
     env.update(worker_preload.env(preload, folder, warm))
     global _worker_start_env
     with _sigterm_blocked(), _environment(env):

@@ -9,7 +9,8 @@ Every second it records the driver's descendants (GCS, raylet, agents, workers, 
 is gone it waits a moment for a clean shutdown to finish, then terminates what is left and kills what still stays.
 A recorded process is only touched if its start time matches, so a recycled pid is left alone. Then, for each run
 folder RUNS_FILE lists (rlhf.launch.cluster.watch_run_dir), an attempt the driver left RUNNING is ended FAILED in
-every tracker that keeps a status (rlhf.pipelines.attempt.end_if_dead; a finished or stopped one is left alone).
+every tracker that keeps a status (rlhf.pipelines.attempt.end_if_dead; a finished or stopped one is left alone),
+and the driver's warm-worker slot folders are removed (rlhf.launch.worker_preload.remove_folders).
 """
 
 from __future__ import annotations
@@ -82,7 +83,10 @@ def end_runs(runs_file: Path) -> list[str]:
 
 
 def main() -> None:
+    from rlhf.launch.worker_preload import remove_folders
+
     left = watch(int(sys.argv[1]))
+    remove_folders(int(sys.argv[1]))  # the warm workers' slot folders, which only a clean shutdown removes
     if len(sys.argv) > 2:
         for line in end_runs(Path(sys.argv[2])):
             print(line, file=sys.stderr, flush=True)

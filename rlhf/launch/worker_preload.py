@@ -29,6 +29,22 @@ PYTHON_ENV = "RLHF_WORKER_PRELOAD_PYTHON"  # the interpreter whose workers prelo
 DEEPSPEED = "deepspeed"  # through rlhf.engines.deepspeed_import, as every engine imports it
 
 
+def folder_prefix(driver_pid: int) -> str:
+    """The name every slot folder of the driver ``driver_pid`` starts with (made in the temporary directory)."""
+    return f"rlhf-warm-{driver_pid}-"
+
+
+def remove_folders(driver_pid: int, tmp_dir: Path | None = None) -> list[Path]:
+    """Remove the slot folders a gone driver left (its reaper calls this); the folders removed."""
+    import shutil
+    import tempfile
+
+    found = sorted(Path(tmp_dir or tempfile.gettempdir()).glob(folder_prefix(driver_pid) + "*"))
+    for folder in found:
+        shutil.rmtree(folder, ignore_errors=True)
+    return found
+
+
 def env(modules: tuple[str, ...] = (), folder: Path | None = None, count: int = 0) -> dict[str, str]:
     """The variables for every worker: SIGTERM unblocked, and ``count`` workers of this interpreter preloading
     ``modules`` with their slots in ``folder``."""

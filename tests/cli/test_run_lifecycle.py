@@ -2,9 +2,9 @@
 Ctrl-C and SIGTERM stop at a step boundary with a checkpoint, one line, exit 130 and an MLflow run marked KILLED,
 and ``--resume`` finishes the run; a SIGTERM to the whole process group (``timeout``, SLURM, Kubernetes) does the
 same and leaves no process of the group, and the same command typed again continues that run; ``--resume`` of a
-finished run says so without importing Ray; a SIGKILLed driver leaves no Ray process behind and its MLflow run
-FAILED; default settings checkpoint, so a crash resumes; every socket of a run listens on loopback only (hf and
-vllm engines); none of the warnings that carry nothing for the user is printed.
+finished run says so without importing Ray; a SIGKILLed driver leaves no Ray process behind, no warm-worker folder
+and its MLflow run FAILED; default settings checkpoint, so a crash resumes; every socket of a run listens on
+loopback only (hf and vllm engines); none of the warnings that carry nothing for the user is printed.
 
 Each process start costs most of a test's time, so one run's processes prove several of these: the Ctrl-C'd run's
 ``--resume`` is the process a SIGTERM then stops, and a second ``--resume`` finishes it; the crashed run is the
@@ -17,12 +17,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from sockets_helper import listening_sockets_of
 
+from rlhf.launch import worker_preload
 from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.spec.validate import vllm_cpu_available
 from rlhf.tracking.tracker import read_metrics
@@ -303,6 +305,8 @@ def test_a_sigkilled_driver_leaves_no_ray_process_behind_its_run_failed_and_defa
     # the reaper ends the cluster first, then the run in the trackers (importing MLflow), then itself
     reaper = [p for p in tree if "rlhf.launch.reaper" in " ".join(p.cmdline())]
     assert reaper, "no reaper under the driver"
+    warm = list(Path(tempfile.gettempdir()).glob(worker_preload.folder_prefix(proc.pid) + "*"))
+    assert warm, "no warm-worker folder of the driver"
     os.kill(proc.pid, signal.SIGKILL)  # the driver only: nothing of it gets to clean up
     proc.wait()
     deadline = time.time() + 10
@@ -322,6 +326,7 @@ def test_a_sigkilled_driver_leaves_no_ray_process_behind_its_run_failed_and_defa
     while time.time() < deadline and any(_alive(p) for p in reaper):
         time.sleep(0.5)
     assert not [p.pid for p in reaper if _alive(p)], "the reaper outlived its work"
+    assert not [f for f in warm if f.exists()], "the reaper left the driver's warm-worker folders"
 
     # The crash resumes from the default settings' checkpoint; this hf run's sockets are watched from start to end.
     step = manager.driver_state(manager.latest())["step"]

@@ -81,6 +81,16 @@ def test_the_driver_waits_for_ready_workers_and_not_for_workers_that_never_came(
     assert time.monotonic() - t < 5
 
 
+def test_a_gone_drivers_slot_folders_are_removed_and_other_drivers_kept(tmp_path):
+    mine = [tmp_path / (worker_preload.folder_prefix(4242) + s) for s in ("a1", "b2")]
+    other = tmp_path / (worker_preload.folder_prefix(42420) + "c3")  # a pid that only starts with the same digits
+    for folder in [*mine, other]:
+        folder.mkdir()
+        (folder / "slot-0").write_text("1")
+    assert worker_preload.remove_folders(4242, tmp_path) == mine
+    assert not any(f.exists() for f in mine) and other.exists()
+
+
 def test_no_preload_variables_without_modules_or_count(tmp_path):
     assert set(worker_preload.env()) == {worker_preload.PYTHON_ENV}  # SIGTERM is still unblocked in every worker
     assert worker_preload.env(("torch",), tmp_path, 2)[worker_preload.SLOTS_ENV] == f"{tmp_path}:2"
