@@ -199,7 +199,8 @@ def test_binary_kl_rounding_below_zero_drops_units_in_openrlhf_but_not_here(ref,
         rollout_log_probs=rollout,
         is_correction=ISCorrection(level, "mask", "binary_kl", 0.0, 0.005),
     )
-    assert float(theirs[4]) > 0.1
+    # how many units round below zero depends on the torch build (seq level: 1/16 with torch 2.13.0+cpu): some do
+    assert float(theirs[4]) > (0.1 if level == "token" else 0.0)
     assert float(ours.is_filter_ratio) == 0.0
 
 
