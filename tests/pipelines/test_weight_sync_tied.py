@@ -63,6 +63,9 @@ def test_a_tied_qwen2_model_syncs_over_every_route(ray_cluster, tmp_path, backen
     realized = realize(spec, plan(spec))
     try:
         engines = RolloutEngines(spec, realized, path, None)
+        # vllm: one more engine outside the group, which only ever loads the Hugging Face saves (each route's in
+        # turn, through the engine's own loading path), as test_weight_sync's baseline does
+        base = RolloutEngines(spec, _BaselineSlot(realized), path, None).actors[0] if backend == "vllm" else None
         policy = _policy(realized, spec)
         for step, route in enumerate(ROUTES, start=1):
             _train_one_step(policy, spec.model.vocab_size, seed=step)
@@ -81,9 +84,8 @@ def test_a_tied_qwen2_model_syncs_over_every_route(ray_cluster, tmp_path, backen
 
                 rollouts = HFEngine.from_path(str(save)).generate(PROMPTS, SAMPLING)
             else:
-                base = RolloutEngines(spec, _BaselineSlot(realized), str(save), None).actors[0]
+                ray.get(base.load_from_path.remote(str(save)))
                 rollouts = ray.get(base.generate.remote(PROMPTS, SAMPLING))
-                ray.kill(base)
             fresh = _mean_diff(rollouts, _trainer_logprobs(policy, rollouts, pad_id))
             assert min(stale) > 1e-3, (route, stale)
             assert max(synced) <= fresh + 1e-6, (route, synced, fresh)
