@@ -15,6 +15,7 @@ from __future__ import annotations
 import codecs
 import csv
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,24 @@ class Scan:
     bad_count: int = 0
     truncated: bool = False  # stopped at max_bytes: lines after that were not looked at
     first_keys: list[str] | None = None  # the keys (columns) of the first usable row
+    # Of the columns asked for (``required``): the first row (0-based, as the loader counts rows) that lacks it or
+    # holds null there, and how many rows do; a column the first row lacks is reported through ``first_keys``.
+    missing: dict[str, int] = field(default_factory=dict)
+    missing_count: dict[str, int] = field(default_factory=dict)
+    missing_line: dict[str, int] = field(default_factory=dict)  # that row's line (1-based) where lines are rows
+    missing_keys: dict[str, list[str]] = field(default_factory=dict)  # the columns that row does hold
+
+    def note_row(self, index: int, row: dict, required: Sequence[str], line: int | None = None) -> None:
+        """Count ``row`` (the ``index``-th row) against the required columns: absent or null is missing, as the
+        row builders' ``rlhf.data.fields.require`` sees it."""
+        for column in required:
+            if row.get(column) is None:
+                if column not in self.missing:
+                    self.missing[column] = index
+                    self.missing_keys[column] = sorted(k for k, v in row.items() if v is not None)
+                    if line is not None:
+                        self.missing_line[column] = line
+                self.missing_count[column] = self.missing_count.get(column, 0) + 1
 
     @property
     def empty(self) -> bool:
@@ -98,10 +117,13 @@ def _starts_with_bracket(path: Path) -> bool:
     return head.removeprefix(codecs.BOM_UTF8).startswith(b"[")
 
 
-def scan_json_lines(path: str | Path, *, max_bad: int = 5, max_bytes: int | None = None) -> Scan:
+def scan_json_lines(
+    path: str | Path, *, max_bad: int = 5, max_bytes: int | None = None, required: Sequence[str] = ()
+) -> Scan:
     p = Path(path)
     scan = Scan(str(path), "json lines")
     read = 0
+    index = 0  # the row's index as the loader numbers rows: every non-blank line (a skipped bad one keeps its place)
     with p.open("rb") as f:
         for n, raw in enumerate(f, 1):
             if n == 1:
@@ -110,17 +132,22 @@ def scan_json_lines(path: str | Path, *, max_bad: int = 5, max_bytes: int | None
             problem = json_line_problem(raw)
             if problem is not None:
                 scan.add_bad(BadLine(n, problem), max_bad)
+                index += 1
             elif raw.strip():
                 scan.rows += 1
-                if scan.first_keys is None:
-                    scan.first_keys = list(json.loads(raw))
+                if scan.first_keys is None or required:
+                    row = json.loads(raw)
+                    if scan.first_keys is None:
+                        scan.first_keys = list(row)
+                    scan.note_row(index, row, required, line=n)
+                index += 1
             if max_bytes is not None and read >= max_bytes:
                 scan.truncated = f.read(1) != b""
                 break
     return scan
 
 
-def scan_json_array(path: str | Path) -> Scan:
+def scan_json_array(path: str | Path, required: Sequence[str] = ()) -> Scan:
     scan = Scan(str(path), "json array")
     try:
         value = json.loads(Path(path).read_bytes().removeprefix(codecs.BOM_UTF8))
@@ -133,10 +160,15 @@ def scan_json_array(path: str | Path) -> Scan:
     scan.rows = len(value) if isinstance(value, list) else 0
     if scan.rows and isinstance(value[0], dict):
         scan.first_keys = list(value[0])
+    for index, row in enumerate(value if scan.rows and required else []):
+        if isinstance(row, dict):
+            scan.note_row(index, row, required)
     return scan
 
 
-def scan_csv(path: str | Path, *, max_bad: int = 5, max_bytes: int | None = None) -> Scan:
+def scan_csv(
+    path: str | Path, *, max_bad: int = 5, max_bytes: int | None = None, required: Sequence[str] = ()
+) -> Scan:
     scan = Scan(str(path), "csv")
     with Path(path).open(newline="", encoding="utf-8", errors="replace") as f:
         reader = csv.reader(f)
@@ -144,6 +176,8 @@ def scan_csv(path: str | Path, *, max_bad: int = 5, max_bytes: int | None = None
         if header is None:
             return scan
         scan.first_keys = [h.removeprefix("\ufeff") for h in header]
+        # a column the header lacks is reported by first_keys; an empty field reads as null (pandas' NaN)
+        columns = [(c, scan.first_keys.index(c)) for c in required if c in scan.first_keys]
         read = 0  # characters, roughly (a text file's tell() is unavailable while csv iterates it)
         for row in reader:
             if not row:
@@ -151,6 +185,9 @@ def scan_csv(path: str | Path, *, max_bad: int = 5, max_bytes: int | None = None
             if len(row) > len(header):
                 scan.add_bad(BadLine(reader.line_num, f"{len(row)} fields, the header has {len(header)}"), max_bad)
             else:
+                if columns:
+                    values = {c: (row[i] if i < len(row) and row[i] != "" else None) for c, i in columns}
+                    scan.note_row(scan.rows, values, [c for c, _ in columns], line=reader.line_num)
                 scan.rows += 1
             read += sum(map(len, row)) + len(row)
             if max_bytes is not None and read >= max_bytes:
@@ -159,14 +196,39 @@ def scan_csv(path: str | Path, *, max_bad: int = 5, max_bytes: int | None = None
     return scan
 
 
-def scan_file(path: str | Path, *, max_bad: int = 5, max_bytes: int | None = None) -> Scan | None:
-    """Scan a local JSON Lines / JSON / CSV file by its suffix; None for other formats (parquet, arrow...)."""
+def scan_file(
+    path: str | Path, *, max_bad: int = 5, max_bytes: int | None = None, required: Sequence[str] = ()
+) -> Scan | None:
+    """Scan a local JSON Lines / JSON / CSV file by its suffix; None for other formats (parquet, arrow...).
+    ``required``: columns every row must hold (not null), counted in ``Scan.missing``.
+
+    The same scan of an unchanged file (path, size, modification time) is answered from memory: the command line's
+    preflight and the run that follows it in the same process read each file once."""
     p = Path(path)
+    try:
+        st = p.stat()
+        memo_key = (str(p.resolve()), st.st_size, st.st_mtime_ns, max_bad, max_bytes, tuple(required))
+    except OSError:
+        memo_key = None
+    if memo_key is not None and memo_key in _SCANS:
+        return _SCANS[memo_key]
+    scan = _scan(p, max_bad, max_bytes, required)
+    if memo_key is not None:
+        if len(_SCANS) >= 64:
+            _SCANS.clear()
+        _SCANS[memo_key] = scan
+    return scan
+
+
+_SCANS: dict[tuple, Scan | None] = {}
+
+
+def _scan(p: Path, max_bad: int, max_bytes: int | None, required: Sequence[str]) -> Scan | None:
     suffix = p.suffix.lower()
     if suffix in JSON_SUFFIXES:
         if _starts_with_bracket(p):
-            return scan_json_array(p)
-        return scan_json_lines(p, max_bad=max_bad, max_bytes=max_bytes)
+            return scan_json_array(p, required)
+        return scan_json_lines(p, max_bad=max_bad, max_bytes=max_bytes, required=required)
     if suffix in CSV_SUFFIXES:
-        return scan_csv(p, max_bad=max_bad, max_bytes=max_bytes)
+        return scan_csv(p, max_bad=max_bad, max_bytes=max_bytes, required=required)
     return None

@@ -63,21 +63,21 @@ def _load_file(path: Path, on_bad_row: str = "error") -> Dataset:
         if scan is None or not (scan.empty or scan.bad):
             raise
         if scan.empty:
-            raise DataError(_EMPTY.format(path=path)) from None
+            raise DataError(EMPTY_FILE.format(path=path)) from None
         if on_bad_row == "skip" and scan.can_skip:
             return _load_json_lines_marking_malformed(path)
-        raise DataError(_malformed_message(path, scan)) from None
+        raise DataError(malformed_message(path, scan)) from None
     finally:
         datasets.logging.set_verbosity(verbosity)
     if len(ds) == 0:
-        raise DataError(_EMPTY.format(path=path))
+        raise DataError(EMPTY_FILE.format(path=path))
     return ds
 
 
-_EMPTY = "{path}: the file is empty (no rows); add rows or remove it from data.train_files/eval_files"
+EMPTY_FILE = "{path}: the file is empty (no rows); add rows or remove it from data.train_files/eval_files"
 
 
-def _malformed_message(path: Path, scan: Scan) -> str:
+def malformed_message(path: Path, scan: Scan) -> str:
     if scan.can_skip:
         fix = "fix the line(s), or set data.on_bad_row=skip to skip malformed lines (counted in the data report)"
     elif scan.layout == "json array":

@@ -367,19 +367,27 @@ class Runner:
 
     # -- the run --------------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        from rlhf.data.row_check import check_rows
         from rlhf.tracking import Progress, Tracking, summary_lines
 
         t_start = time.time()
         clock = StartupClock()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        count = self.recipe.prepare()  # data before processes: a bad row stops the job with nothing started
+        # Every row of the local data files before any process: a bad row stops the job with nothing started.
+        check_rows(self.spec)
+        # Ray starts (its own processes, and its idle workers importing what the actors need) while this process
+        # tokenises the data and makes the tracker; what only the data build finds stops the cluster it started.
+        starting = _Background(lambda: self.realize(self.spec, self.plan))
+        try:
+            count = self.recipe.prepare()
+        except BaseException:
+            starting.discard()
+            raise
         self.phases = tuple(getattr(self.recipe, "phases", ()))
         total = count if isinstance(count, int) else count.steps
         if isinstance(count, StepCount):
             print(count.line(), file=sys.stderr, flush=True)
         clock.mark("data and model")
-        # Ray starts (its own processes; this thread mostly waits) while this process makes the tracker.
-        starting = _Background(lambda: self.realize(self.spec, self.plan))
         try:
             for line in attempts.end_if_dead(self.run_dir, "the next rlhf-run in this folder"):
                 print(line, file=sys.stderr)

@@ -256,6 +256,20 @@ def test_missing_column_in_the_first_row_names_the_key_and_the_columns(base_spec
     assert "the header has no column 'input' (data.input_key); its columns: question, label" in e
 
 
+def test_a_later_row_without_a_column_is_named_by_row_and_line_with_the_count(base_spec, tmp_path):
+    good = json.dumps({"input": "1+1=", "label": "2"})
+    rows = [good] * 3 + [json.dumps({"input": "2+2="}), good, json.dumps({"input": "3+3=", "label": None})]
+    path = write(tmp_path, "train.jsonl", "\n".join(rows) + "\n")
+    (e,) = errors(preflight(with_(base_spec, data={"train_files": [path]})))
+    assert "row 3 (line 4) has no value for column 'label' (data.label_key), and 1 more row(s)" in e
+    assert "data.on_bad_row=skip" in e
+    skipping = preflight(with_(base_spec, data={"train_files": [path], "on_bad_row": "skip"}))
+    assert skipping.errors == [] and "such rows will be skipped" in str(skipping.warnings[0])
+    csv_path = write(tmp_path, "t.csv", "input,label\n1+1=,2\n2+2=,\n")
+    (e,) = errors(preflight(with_(base_spec, data={"train_files": [csv_path]})))
+    assert "row 1 (line 3) has no value for column 'label'" in e
+
+
 # -- reward model ----------------------------------------------------------------------------------------------------
 
 

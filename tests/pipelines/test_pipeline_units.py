@@ -1,5 +1,6 @@
 """Fast checks of the pipeline plumbing: atomic checkpoints (a crash mid-save leaves the previous one), resume
-resolution, rotation, batching into ranks, and bad rows stopping a job before any process starts."""
+resolution, rotation, batching into ranks, bad rows stopping a job before any process starts, and a row only the data
+build can judge stopping the cluster that started beside it."""
 
 from __future__ import annotations
 
@@ -85,3 +86,32 @@ def test_bad_row_stops_the_job_before_any_process_starts(tmp_path):
         run(spec, None, tmp_path / "run", realize=no_ray)
     msg = str(err.value)
     assert "train.jsonl" in msg and "row 3" in msg and "'output'" in msg
+
+
+def test_ray_starts_beside_the_data_build_and_a_row_it_refuses_stops_the_cluster(tmp_path):
+    """A row every column of which is present passes the row check, so Ray starts while the data is tokenised; the
+    data build then refuses its value (a number where text belongs) and the run shuts down what Ray started."""
+    from rlhf.data import DataError
+    from rlhf.pipelines import run
+    from rlhf.spec.build import load_spec
+
+    data = tmp_path / "train.jsonl"
+    rows = [{"input": "q", "output": "a"}] * 3 + [{"input": 7, "output": "a"}] + [{"input": "q", "output": "a"}] * 40
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = load_spec(
+        ["+recipe=sft_tiny_cpu", f"data.train_files=[{data}]", "data.eval_files=[]", "logging.mlflow=false"]
+    )
+    events = []
+
+    class Started:
+        def shutdown(self):
+            events.append("shutdown")
+
+    def realize(*_):
+        events.append("realize")
+        return Started()
+
+    with pytest.raises(DataError) as err:
+        run(spec, None, tmp_path / "run", realize=realize)
+    assert "row 3" in str(err.value) and "'input'" in str(err.value) and "expected a string" in str(err.value)
+    assert events == ["realize", "shutdown"]

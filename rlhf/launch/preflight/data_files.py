@@ -1,5 +1,6 @@
 """Reading the local data files far enough to name what would stop the run after start-up: an empty file, a malformed
-line (by file and line), or a first row without the columns the algorithm reads.
+line (by file and line), or a row without a column the algorithm reads (the first such row of each column, by row and
+line, and how many there are).
 
 JSON Lines, JSON and CSV files are scanned with the standard library (rlhf.filescan), up to :data:`SCAN_BYTES` per
 file (the loader names any malformed line beyond that itself); parquet files by their footer (the row count).
@@ -8,46 +9,20 @@ Builtin datasets, saved dataset folders, arrow files and hub names are left to t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 from rlhf.filescan import SCANNED_SUFFIXES, Scan, scan_file
 from rlhf.launch.preflight.findings import Finding
+from rlhf.spec.data_columns import data_sources, required_columns, sources_with_columns
 from rlhf.spec.schema import ExperimentSpec
+
+__all__ = ["check_data_files", "data_sources", "required_columns"]
 
 SCAN_BYTES = 256 * 2**20
 SKIP_FIX = "or set data.on_bad_row=skip to skip malformed lines (counted in the data report)"
 
 
-def data_sources(spec: ExperimentSpec) -> Iterator[tuple[str, str]]:
-    """(key, source) of every train and eval source, e.g. ``("data.train_files[0]", "data/train.jsonl")``."""
-    d = spec.data
-    for i, f in enumerate(d.train_files):
-        yield f"data.train_files[{i}]", f
-    for i, f in enumerate(d.eval_files):
-        yield f"data.eval_files[{i}]", f
-
-
-def required_columns(spec: ExperimentSpec) -> dict[str, str]:
-    """Column -> the key that names it, for what the algorithm's row builder requires in every row."""
-    d, family = spec.data, spec.algorithm.family
-    if family == "rl":
-        keys = {"data.input_key": d.input_key, "data.label_key": d.label_key}
-    elif family == "sft":
-        keys = {"data.input_key": d.input_key, "data.output_key": d.output_key}
-    elif family == "dpo" and spec.algorithm.preference.loss == "kto":
-        keys = {"data.input_key": d.input_key, "data.output_key": d.output_key, "data.label_key": d.label_key}
-    else:
-        keys = {
-            "data.chosen_key": d.chosen_key,
-            "data.rejected_key": d.rejected_key,
-            "data.prompt_key": d.prompt_key,
-            "data.margin_key": d.margin_key,
-        }
-    return {column: key for key, column in keys.items() if column}
-
-
-def _scan_findings(key: str, source: str, scan: Scan, spec: ExperimentSpec) -> list[Finding]:
+def _scan_findings(key: str, source: str, scan: Scan, spec: ExperimentSpec, columns: dict[str, str]) -> list[Finding]:
     skip = spec.data.on_bad_row == "skip"
     if scan.empty:
         return [Finding(key, source, "the file is empty (no rows)", "add rows, or remove it from the list")]
@@ -66,7 +41,7 @@ def _scan_findings(key: str, source: str, scan: Scan, spec: ExperimentSpec) -> l
             fix += f" (data.on_bad_row=skip cannot skip lines of a {scan.layout} file)" if skip else ""
         out.append(Finding(key, source, scan.describe_bad(), fix))
     if scan.first_keys is not None:
-        for column, setting in required_columns(spec).items():
+        for column, setting in columns.items():
             if column in scan.first_keys:
                 continue
             header = scan.layout == "csv"
@@ -77,6 +52,18 @@ def _scan_findings(key: str, source: str, scan: Scan, spec: ExperimentSpec) -> l
                 out.append(Finding(key, source, problem, fix))
             else:
                 out.append(Finding(key, source, problem + "; such rows will be skipped", warning=True))
+    for column, row in scan.missing.items():
+        if scan.first_keys is not None and column not in scan.first_keys:
+            continue  # the first row (or the header) lacks it: named above
+        count = scan.missing_count[column]
+        line = f" (line {scan.missing_line[column]})" if column in scan.missing_line else ""
+        more = f", and {count - 1} more row(s)" if count > 1 else ""
+        problem = f"row {row}{line} has no value for column {column!r} ({columns[column]}){more}"
+        if skip:
+            out.append(Finding(key, source, problem + "; such rows will be skipped", warning=True))
+        else:
+            fix = f"give every row a {column!r}, or set data.on_bad_row=skip to skip such rows (counted)"
+            out.append(Finding(key, source, problem, fix))
     return out
 
 
@@ -92,15 +79,16 @@ def _parquet_findings(key: str, source: str, path: Path) -> list[Finding]:
 
 def check_data_files(spec: ExperimentSpec) -> list[Finding]:
     out: list[Finding] = []
-    for key, source in data_sources(spec):
+    for src in sources_with_columns(spec):
+        key, source = src.key, src.source
         path = Path(source).expanduser()
         if not path.is_file():
             continue  # builtin:NAME, a folder, a hub name; a missing path is a validation error already
         suffix = path.suffix.lower()
         if suffix in SCANNED_SUFFIXES:
-            scan = scan_file(path, max_bytes=SCAN_BYTES)
+            scan = scan_file(path, max_bytes=SCAN_BYTES, required=list(src.columns))
             if scan is not None:
-                out += _scan_findings(key, source, scan, spec)
+                out += _scan_findings(key, source, scan, spec, src.columns)
         elif suffix == ".parquet":
             out += _parquet_findings(key, source, path)
     return out

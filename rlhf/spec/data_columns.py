@@ -1,0 +1,55 @@
+"""Which data sources a spec names and which columns every row of each must hold: what the preflight and the run's
+own row check (rlhf.data.row_check) read before any process starts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from rlhf.spec.schema import ExperimentSpec
+
+
+@dataclass(frozen=True)
+class DataSource:
+    key: str  # the setting that names it, e.g. "data.train_files[0]"
+    source: str  # a path, builtin:NAME, a folder or a hub name
+    columns: dict[str, str] = field(default_factory=dict)  # column -> the setting that names it
+
+
+def data_sources(spec: ExperimentSpec) -> Iterator[tuple[str, str]]:
+    """(key, source) of every train and eval source, e.g. ``("data.train_files[0]", "data/train.jsonl")``."""
+    d = spec.data
+    for i, f in enumerate(d.train_files):
+        yield f"data.train_files[{i}]", f
+    for i, f in enumerate(d.eval_files):
+        yield f"data.eval_files[{i}]", f
+
+
+def required_columns(spec: ExperimentSpec) -> dict[str, str]:
+    """Column -> the key that names it, for what the algorithm's row builder requires in every row."""
+    d, family = spec.data, spec.algorithm.family
+    if family == "rl":
+        keys = {"data.input_key": d.input_key, "data.label_key": d.label_key}
+    elif family == "sft":
+        keys = {"data.input_key": d.input_key, "data.output_key": d.output_key}
+    elif family == "dpo" and spec.algorithm.preference.loss == "kto":
+        keys = {"data.input_key": d.input_key, "data.output_key": d.output_key, "data.label_key": d.label_key}
+    else:
+        keys = {
+            "data.chosen_key": d.chosen_key,
+            "data.rejected_key": d.rejected_key,
+            "data.prompt_key": d.prompt_key,
+            "data.margin_key": d.margin_key,
+        }
+    return {column: key for key, column in keys.items() if column}
+
+
+def sources_with_columns(spec: ExperimentSpec) -> list[DataSource]:
+    """Every source the run reads rows from (data.*, and an RL run's SFT warm-up pairs), with its columns."""
+    columns = required_columns(spec)
+    out = [DataSource(key, source, columns) for key, source in data_sources(spec)]
+    w = spec.sft_warmup
+    if spec.algorithm.family == "rl" and w.steps > 0:
+        pairs = {w.input_key: "sft_warmup.input_key", w.output_key: "sft_warmup.output_key"}
+        out += [DataSource(f"sft_warmup.train_files[{i}]", f, pairs) for i, f in enumerate(w.train_files)]
+    return out
