@@ -2,11 +2,13 @@
 
 Every tiny RL recipe trains two steps; the placements (colocate_all, split), async mode, the reward sources
 (verifier, python file, HTTP endpoint on 127.0.0.1, reward model), dynamic filtering with refill and the vLLM
-engine each get a run. Assertions read the run's metrics.jsonl and the saved model. Where several tests can read one
-run's outputs they share it (the ``shared_run`` fixture, one run per module): the GRPO recipe's run is the one whose
-saved policy loads with plain transformers, the DAPO recipe's (refill bounded to 2 rounds) the one whose dynamic
-filtering refills, the synchronous baseline of the async test the one rewarded by a python file, and the two-rank,
-two-engine run is rewarded by the HTTP endpoint.
+engine each get a run. Assertions read the run's metrics.jsonl and the saved model. Each run's start-up costs most of
+its time, so every recipe's run also carries one of the other behaviours (the ``shared_run`` fixture, one run per
+module, read by every test that needs it): the GRPO recipe's run is the one whose saved policy loads with plain
+transformers, the DAPO recipe's (refill bounded to 2 rounds) the one whose dynamic filtering refills, the RLOO
+recipe's the one rewarded by a python file (and the synchronous baseline of the async test), REINFORCE++'s the one
+in the split placement (policy, reference and rollout on a device each), GSPO's the one rewarded by a reward model
+role, and REINFORCE++-baseline's the two-rank, two-engine run rewarded by the HTTP endpoint.
 """
 
 from __future__ import annotations
@@ -56,12 +58,58 @@ def shared_run(tmp_path_factory):
 # The runs more than one test reads (name, recipe, overrides).
 GRPO = ("grpo", "grpo_tiny_cpu", *SMALL)
 DAPO = ("dapo", "dapo_tiny_cpu", *SMALL, "algorithm.filters.max_refill_rounds=2")
+SPLIT = ["placement=split", "hardware.devices_per_node=3", "hardware.cpus_per_node=3"]
+RPP_SPLIT = ("rpp_split", "reinforce_pp_tiny_cpu", *SPLIT, *SMALL)
 PARITY_REWARD = (
     "import torch\n"
     "def reward_func(queries, prompts, labels, **kw):\n"
     "    r = torch.tensor([float(len(q) % 2) for q in queries])\n"
     "    return {'rewards': r, 'scores': r, 'extra_logs': {'parity': r}}\n"
 )
+
+
+@pytest.fixture(scope="module")
+def reward_model() -> list[str]:
+    """A reward model role: the tiny causal LM itself (its value head starts random)."""
+    from rlhf.models.loading import resolve_model_path
+
+    rm = resolve_model_path(load_spec(["+recipe=grpo_tiny_cpu"]).model)
+    return [*SMALL, "reward.verifier=", f"reward.model_path={rm}"]
+
+
+class _RewardHandler(BaseHTTPRequestHandler):
+    calls: list[int] = []
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = len(body["query"])
+        type(self).calls.append(n)
+        rewards = [1.0 if lab and lab in q[-4:] else 0.0 for q, lab in zip(body["query"], body["labels"], strict=True)]
+        out = json.dumps({"rewards": rewards, "scores": rewards, "extra_logs": {"server_batch": [float(n)] * n}})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(out.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def http_reward():
+    """An HTTP reward endpoint on 127.0.0.1 for the module; yields the overrides that send the rewards there."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RewardHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/get_reward"
+    _RewardHandler.calls = []
+    try:
+        yield ["reward.verifier=", f"reward.urls=[{url}]", "reward.request_batch=16"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+TWO_RANKS_TWO_ENGINES = ["hardware.devices_per_node=2", "rollout.num_engines=2", *SMALL]
 
 
 @pytest.fixture(scope="module")
@@ -94,12 +142,25 @@ def assert_trained(result: dict, steps: list[dict], n: int = 2, loss: str = "tra
         "ppo_tiny_cpu",
     ],
 )
-def test_tiny_rl_recipe_trains_two_steps(ray_cluster, shared_run, tmp_path, recipe):
-    # PPO samples once per prompt: keep its 32 prompts so a step fills the global batch.
-    sizes = SMALL[1:] if recipe == "ppo_tiny_cpu" else SMALL
-    if recipe in (GRPO[1], DAPO[1]):  # runs other tests read too
-        result, steps = shared_run(*(GRPO if recipe == GRPO[1] else DAPO))
+def test_tiny_rl_recipe_trains_two_steps(
+    ray_cluster, shared_run, parity, reward_model, http_reward, tmp_path, recipe
+):
+    # Each recipe's run is the one another test reads where there is one (the module docstring lists them).
+    shared = {
+        GRPO[1]: GRPO,
+        DAPO[1]: DAPO,
+        RPP_SPLIT[1]: RPP_SPLIT,
+        "rloo_tiny_cpu": ("parity_sync", "rloo_tiny_cpu", *parity),
+        "gspo_tiny_cpu": ("gspo_reward_model", "gspo_tiny_cpu", *reward_model),
+        "reinforce_pp_baseline_tiny_cpu": (
+            "rpp_baseline_http", "reinforce_pp_baseline_tiny_cpu", *TWO_RANKS_TWO_ENGINES, *http_reward
+        ),
+    }
+    if recipe in shared:
+        result, steps = shared_run(*shared[recipe])
     else:
+        # PPO samples once per prompt: keep its 32 prompts so a step fills the global batch.
+        sizes = SMALL[1:] if recipe == "ppo_tiny_cpu" else SMALL
         result, steps = train(tmp_path, recipe, *sizes)
     assert_trained(result, steps)
     if recipe == "ppo_tiny_cpu":
@@ -117,11 +178,9 @@ def test_saved_policy_loads_with_plain_transformers(ray_cluster, shared_run):
     assert model.config.vocab_size >= len(tok)
 
 
-def test_split_placement_gives_each_role_its_own_device(ray_cluster, tmp_path):
-    overrides = ["placement=split", "hardware.devices_per_node=3", "hardware.cpus_per_node=3", *SMALL]
-    spec = load_spec(["+recipe=grpo_tiny_cpu", *overrides])
-    assert len(plan(spec).groups) == 3
-    result, steps = train(tmp_path, "grpo_tiny_cpu", *overrides)
+def test_split_placement_gives_each_role_its_own_device(ray_cluster, shared_run):
+    assert len(plan(load_spec(["+recipe=reinforce_pp_tiny_cpu", *SPLIT, *SMALL])).groups) == 3  # policy, ref, rollout
+    result, steps = shared_run(*RPP_SPLIT)
     assert_trained(result, steps)
 
 
@@ -142,43 +201,12 @@ def test_reward_from_a_python_file(ray_cluster, shared_run, parity):
     assert any(s["train/score"] > 0 for s in steps)
 
 
-class _RewardHandler(BaseHTTPRequestHandler):
-    calls: list[int] = []
-
-    def do_POST(self):  # noqa: N802 - http.server's naming
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        n = len(body["query"])
-        type(self).calls.append(n)
-        rewards = [1.0 if lab and lab in q[-4:] else 0.0 for q, lab in zip(body["query"], body["labels"], strict=True)]
-        out = json.dumps({"rewards": rewards, "scores": rewards, "extra_logs": {"server_batch": [float(n)] * n}})
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(out.encode())
-
-    def log_message(self, *args):
-        pass
-
-
-def test_two_ranks_colocated_with_two_engines_rewarded_by_an_http_endpoint_on_loopback(ray_cluster, tmp_path):
+def test_two_ranks_colocated_with_two_engines_rewarded_by_an_http_endpoint_on_loopback(
+    ray_cluster, shared_run, http_reward
+):
     # One run for both: two data-parallel ranks beside two engines, and rewards scored by an HTTP endpoint.
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _RewardHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/get_reward"
-    _RewardHandler.calls = []
-    try:
-        overrides = [
-            "hardware.devices_per_node=2",
-            "rollout.num_engines=2",
-            *SMALL,
-            "reward.verifier=",
-            f"reward.urls=[{url}]",
-            "reward.request_batch=16",
-        ]
-        result, steps = train(tmp_path, "grpo_tiny_cpu", *overrides)
-    finally:
-        server.shutdown()
-        server.server_close()
+    run = ("rpp_baseline_http", "reinforce_pp_baseline_tiny_cpu", *TWO_RANKS_TWO_ENGINES, *http_reward)
+    result, steps = shared_run(*run)
     assert_trained(result, steps)
     assert steps[-1]["train/logprobs_diff"] < 1e-3  # both engines got the new weights
     # Batched, not one sample per request: 8 prompts x 8 samples = 64 per step in requests of 16.
@@ -186,11 +214,8 @@ def test_two_ranks_colocated_with_two_engines_rewarded_by_an_http_endpoint_on_lo
     assert sum(_RewardHandler.calls) == 2 * 64
 
 
-def test_reward_from_a_reward_model_role(ray_cluster, tmp_path):
-    from rlhf.models.loading import resolve_model_path
-
-    rm = resolve_model_path(load_spec(["+recipe=grpo_tiny_cpu"]).model)  # a causal LM: the value head starts random
-    result, steps = train(tmp_path, "rloo_tiny_cpu", *SMALL, "reward.verifier=", f"reward.model_path={rm}")
+def test_reward_from_a_reward_model_role(ray_cluster, shared_run, reward_model):
+    result, steps = shared_run("gspo_reward_model", "gspo_tiny_cpu", *reward_model)
     assert_trained(result, steps)
     assert steps[0]["train/reward"] != 0.0
 
