@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import os
 import random
+import sys
 from typing import Any
 
 import torch
@@ -56,8 +57,16 @@ def init_process_group(backend: str, accelerator: str = "cpu", timeout_s: float 
 
 
 def shutdown_distributed() -> None:
-    """Leave the process group; without it rank 0 aborts at exit (machine.md)."""
-    if dist.is_initialized():
+    """Leave the process group; without it rank 0 aborts at exit (machine.md). Where DeepSpeed adopted the group,
+    through DeepSpeed's own ``deepspeed.comm.destroy_process_group``, which also drops the groups DeepSpeed cached
+    over it: a later group in the same process (a test session, a restarted engine) would otherwise be handed a
+    destroyed one ("Group ... is not registered")."""
+    if not dist.is_initialized():
+        return
+    ds_comm = sys.modules.get("deepspeed.comm")
+    if ds_comm is not None and ds_comm.is_initialized():
+        ds_comm.destroy_process_group()
+    else:
         dist.destroy_process_group()
 
 

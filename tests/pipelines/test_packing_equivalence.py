@@ -35,7 +35,6 @@ AGGREGATIONS += ["seq-mean-token-mean"]
 
 @pytest.fixture(scope="module", autouse=True)
 def process_group():
-    import torch.distributed as dist
 
     from rlhf.launch.realize import _free_port
 
@@ -54,7 +53,9 @@ def process_group():
         groups._WORLD_GROUP = None
         train_backend("deepspeed").init_distributed("cpu")  # gloo, adopted by DeepSpeed; FSDP2 meshes over it
         yield
-        dist.destroy_process_group()
+        from rlhf.engines.distributed import shutdown_distributed
+
+        shutdown_distributed()  # through DeepSpeed, which drops the groups it cached over this one
 
 
 class Engine:
