@@ -64,10 +64,20 @@ def load_tokenizer(
     path: str, *, chat_template: str | None = None, padding_side: str = "right", trust_remote_code: bool = False
 ):
     """AutoTokenizer with a pad token (eos when the tokenizer has none, as OpenRLHF's get_tokenizer) and the spec's
-    chat template override. The vocabulary is never resized: rollout engines must see the same ids."""
-    from transformers import AutoTokenizer
+    chat template override. The vocabulary is never resized: rollout engines must see the same ids.
 
-    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    A model folder made here (rlhf.models.tiny) holds this package's own byte-level tokenizer, a plain
+    tokenizers-backed one: it is loaded with that class directly, because AutoTokenizer first loads the model's
+    config to pick the class, which imports the model's configuration module and with it much of transformers'
+    modeling code (about 1.5 s of the driver's start-up on a 2-core machine)."""
+    from rlhf.models.tiny import TINY_MARKER
+
+    if (Path(path) / TINY_MARKER).is_file():
+        from transformers import PreTrainedTokenizerFast as TokenizerClass
+    else:
+        from transformers import AutoTokenizer as TokenizerClass
+
+    tok = TokenizerClass.from_pretrained(path, trust_remote_code=trust_remote_code)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     if chat_template:

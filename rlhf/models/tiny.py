@@ -21,6 +21,7 @@ from rlhf.spec.schema import ModelSpec
 # Part of the cache key: bump when the factory's output changes (tokenizer, init), so old caches are not reused.
 FACTORY_VERSION = 1
 INIT_SEED = 1234  # fixed: the model is a function of its dimensions only
+TINY_MARKER = "rlhf_tiny.json"  # in every model folder made here: its dimensions, and that its tokenizer is ours
 
 
 def tiny_model_dims(spec: ModelSpec) -> dict:
@@ -119,4 +120,4 @@ def _write_tiny_model(spec: ModelSpec, out: Path) -> None:
     out.mkdir(parents=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "rlhf_tiny.json").write_text(json.dumps(tiny_model_dims(spec), indent=1, sort_keys=True))
+    (out / TINY_MARKER).write_text(json.dumps(tiny_model_dims(spec), indent=1, sort_keys=True))

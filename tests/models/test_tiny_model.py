@@ -83,3 +83,21 @@ def test_tokenizer_for_spec_uses_chat_template_override(cache):
     spec = ModelSpec(make_local=True, chat_template="{{ messages[0]['content'] }}")
     tok = tokenizer_for(spec)
     assert tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False) == "x"
+
+
+def test_a_tiny_models_tokenizer_loads_as_autotokenizer_loads_it():
+    """load_tokenizer takes the package's own tokenizer class directly (no model config, no modeling imports):
+    what it returns must equal AutoTokenizer's in every way the pipelines use."""
+    from transformers import AutoTokenizer
+
+    from rlhf.models.loading import load_tokenizer
+
+    path = resolve_model_path(ModelSpec(make_local=True))
+    ours, auto = load_tokenizer(path, padding_side="left"), AutoTokenizer.from_pretrained(path)
+    auto.padding_side = "left"
+    assert type(ours) is type(auto) and ours.get_vocab() == auto.get_vocab()
+    for attr in ("eos_token_id", "pad_token_id", "bos_token_id", "all_special_ids", "chat_template", "padding_side"):
+        assert getattr(ours, attr) == getattr(auto, attr), attr
+    chat = [{"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}]
+    assert ours.apply_chat_template(chat, tokenize=True) == auto.apply_chat_template(chat, tokenize=True)
+    assert ours(["a", "abc"], padding=True)["input_ids"] == auto(["a", "abc"], padding=True)["input_ids"]
