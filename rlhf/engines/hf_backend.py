@@ -1,12 +1,14 @@
 """``rollout.backend=hf``: transformers ``generate`` with a KV cache (rlhf.engines.hf_engine), each engine a
-rlhf.workers.rollout_worker.HFRolloutWorker in the trainer's own venv. No extra dependency, no keys of its own, no
-tensor parallelism (rlhf.spec.rollout_backends says so at validation); with LoRA it loads adapter-only syncs
-(rollout.weight_sync_lora=adapter). No torch import here: the plan reads it."""
+rlhf.workers.rollout_worker.HFRolloutWorker in the trainer's own venv; or, with ``rollout.hf.in_policy``, no process
+of its own: each policy rank generates with the model it trains (rlhf.workers.in_policy_rollout), so no weights are
+synced. No extra dependency, no tensor parallelism (rlhf.spec.rollout_backends says so at validation); with LoRA it
+loads adapter-only syncs (rollout.weight_sync_lora=adapter). No torch import here: the plan reads it."""
 
 from __future__ import annotations
 
 from rlhf.engines.lora_sync import adapter_sync, lora_settings
 from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutMemory, kv_cache_bytes_per_token
+from rlhf.spec.rollout_backends import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec
 
 ACTOR = "rlhf.workers.rollout_worker:HFRolloutWorker"
@@ -24,13 +26,19 @@ class HFBackend:
 
     def describe(self, spec: ExperimentSpec) -> str:
         precision = "bf16" if _bytes_per_value(spec) == 2 else "fp32"
+        if generates_in_policy(spec):
+            return (
+                f"{spec.rollout.num_engines} engine(s) in the policy's ranks (rollout.hf.in_policy): transformers "
+                f"generate with the trained weights, {precision}, no weight sync"
+            )
         return f"{spec.rollout.num_engines} engine(s): transformers generate, {precision}, one process each"
 
     def memory(self, spec: ExperimentSpec, params: int) -> RolloutMemory:
         """Its weights plus the KV cache of its share of a step's sequences (prompts_per_step x samples_per_prompt
-        over the engines), each data.max_len tokens long."""
+        over the engines), each data.max_len tokens long; in the policy's ranks (rollout.hf.in_policy) the KV cache
+        alone, since it generates with the weights the trainer holds."""
         ro, b = spec.rollout, _bytes_per_value(spec)
-        weights = float(params * b)
+        weights = 0.0 if generates_in_policy(spec) else float(params * b)
         seqs = ro.prompts_per_step * ro.samples_per_prompt / max(ro.num_engines, 1)
         kv = seqs * spec.data.max_len * kv_cache_bytes_per_token(spec.model, b)
         return RolloutMemory(weights, kv, weights + kv)

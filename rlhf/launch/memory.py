@@ -55,6 +55,7 @@ from rlhf.engines.protocol import kv_cache_bytes_per_token
 from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.engines.training import ModelStates
 from rlhf.spec.derive import Derived
+from rlhf.spec.rollout_backends import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec, ModelSpec
 
 GB = 1024**3
@@ -161,8 +162,8 @@ class SyncBytes:
 
 def sync_bytes(spec: ExperimentSpec, derived: Derived, params: int) -> SyncBytes | None:
     """The weight sync's memory (see the module docstring); None when the run has no rollout engines, or no policy
-    to send them weights (rollout.only)."""
-    if "rollout" not in derived.roles or "policy" not in derived.roles:
+    to send them weights (rollout.only), or when the policy's ranks generate themselves (rollout.hf.in_policy)."""
+    if "rollout" not in derived.roles or "policy" not in derived.roles or generates_in_policy(spec):
         return None
     ro, hw = spec.rollout, spec.hardware
     wbytes = 4 if (hw.accelerator == "cpu" or spec.trainer.precision == "fp32") else 2
@@ -192,6 +193,8 @@ PHASES = ("start", "generation", "train", "sync")
 def sleeps(spec: ExperimentSpec, group: tuple[str, ...]) -> bool:
     """Whether the rollout of ``group`` takes turns with the policy (rlhf.pipelines.rl_roles.takes_turns)."""
     ro = spec.rollout
+    if generates_in_policy(spec):
+        return False  # one process holds both: nothing to swap
     return ro.enable_sleep and not ro.async_mode and "rollout" in group and "policy" in group
 
 

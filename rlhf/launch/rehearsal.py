@@ -212,6 +212,7 @@ def rehearse(spec: ExperimentSpec, plan: Plan, *, timeout_s: float = 300.0) -> R
     from rlhf.launch.realize import realize
     from rlhf.pipelines.rl_roles import HybridSchedule, takes_turns
     from rlhf.pipelines.role_set import start_role_actors
+    from rlhf.spec.rollout_backends import generates_in_policy
 
     t0 = time.monotonic()
     check_cluster_shape(spec)
@@ -231,8 +232,10 @@ def rehearse(spec: ExperimentSpec, plan: Plan, *, timeout_s: float = 300.0) -> R
     lap("placement groups")
     try:
         actors = start_role_actors(spec, realized, None)
+        in_policy = "rollout" in plan.roles and generates_in_policy(spec)  # the policy's ranks generate
         fused = {
-            "policy": [r for r, f in (("reference", actors.fuse_ref), ("teacher", actors.fuse_teacher)) if f],
+            "policy": [r for r, f in (("reference", actors.fuse_ref), ("teacher", actors.fuse_teacher)) if f]
+            + ["rollout"] * in_policy,
             "critic": ["reward"] if actors.fuse_rm else [],
         }
         places: dict[str, list[dict[str, Any]]] = {}
@@ -258,7 +261,7 @@ def rehearse(spec: ExperimentSpec, plan: Plan, *, timeout_s: float = 300.0) -> R
         lap("trainer actors")
         engines: list[dict[str, Any]] = []
         started = None
-        if "rollout" in plan.roles:
+        if "rollout" in plan.roles and not in_policy:
             started = realized.start_rollout(spec.model.path or "(the policy's weights)", None, start=False)
             # every engine at once: all TP workers must fit beside the trainers together, as in a run
             engines = _engine_reports(started, timeout_s)

@@ -27,8 +27,9 @@ from rlhf.pipelines.rl_losses import (
     reward_model_fn,
 )
 from rlhf.pipelines.role_set import RoleModels, load_models, start_role_actors
-from rlhf.pipelines.rollout_engines import RolloutEngines
+from rlhf.pipelines.rollout_engines import PolicyEngines, RolloutEngines
 from rlhf.pipelines.weight_sync import WeightSync
+from rlhf.spec.rollout_backends import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -197,18 +198,24 @@ class RLWorkers:
         self.rollout = None
         # Without a rollout role (a replay) nothing takes turns: the schedule only records the phases.
         self.schedule = HybridSchedule(False, None, offload=lambda: None, reload=lambda: None)
-        if "rollout" in self.roles and engines_first(spec, self.rollout_colocated):
+        in_policy = "rollout" in self.roles and generates_in_policy(spec)  # the policy's ranks generate
+        if "rollout" in self.roles and not in_policy and engines_first(spec, self.rollout_colocated):
             self._start_engines(spec, realized, policy_path, env)
 
         def engines_now() -> None:  # while the models load; a replay (rollout.replay) has no rollout role
-            if self.rollout is None and "rollout" in self.roles:
+            if self.rollout is None and "rollout" in self.roles and not in_policy:
                 self._start_engines(spec, realized, policy_path, env)
 
         models = RoleModels(total_steps, policy_path=policy_path, teacher_path=teacher_path, what="init")
         load_models(actors, spec, models, while_loading=engines_now)
         self.policy, self.reference, self.teacher = actors.policy, actors.reference, actors.teacher
         self.critic, self.reward = actors.critic, actors.reward
-        self.weight_sync = WeightSync(spec, self.policy, self.rollout) if self.rollout is not None else None
+        if in_policy:  # no engine processes: no sync, nothing takes turns
+            self.rollout = PolicyEngines(spec, self.policy)
+            self.schedule = HybridSchedule(False, self.rollout, offload=lambda: None, reload=lambda: None)
+            self.schedule.engines_started()
+        sync = self.rollout is not None and not in_policy
+        self.weight_sync = WeightSync(spec, self.policy, self.rollout) if sync else None
         self.actor_settings = ActorLossSettings.from_spec(spec)
         self.packing = spec.trainer.packing
         self.reuses_current_logprobs = reuses_current_logprobs(spec)

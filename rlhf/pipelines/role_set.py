@@ -50,12 +50,15 @@ class RoleSet:
 def start_role_actors(spec: ExperimentSpec, realized: Any, env: dict[str, str] | None) -> RoleSet:
     """Create every training-side role's actors in its bundles (nothing loaded yet: constructing a worker touches
     no device). Every pipeline and ``rlhf-plan --rehearse`` start them here."""
+    from rlhf.spec.rollout_backends import generates_in_policy
     from rlhf.workers import ModelWorker, TrainerWorker
 
     roles = set(realized.plan.roles)
     fuse_ref = "reference" in roles and realized.can_fuse("policy", "reference")
     fuse_teacher = "teacher" in roles and realized.can_fuse("policy", "teacher")
     fused = ("reference",) * fuse_ref + ("teacher",) * fuse_teacher  # frozen models in the policy's processes
+    if "rollout" in roles and "policy" in roles and generates_in_policy(spec):
+        fused += ("rollout",)  # rollout.hf.in_policy: the policy's ranks generate, with the rollout's share too
     out = RoleSet(realized.create_group("policy", TrainerWorker, spec, "policy", fused=fused, env=env))
     out.fuse_ref, out.fuse_teacher = fuse_ref, fuse_teacher
     if "reference" in roles and not fuse_ref:

@@ -95,3 +95,64 @@ class RolloutEngines:
 
     def kill(self) -> None:
         self.started.kill()
+
+
+class PolicyEngines:
+    """``rollout.hf.in_policy``: the policy's ranks are the engines (each generates with the module it trains,
+    rlhf.workers.in_policy_rollout), behind the interface of :class:`RolloutEngines`. Nothing to sync, sleep or wake;
+    a rank that fails while generating is a failure of the policy (the run lifecycle restarts every actor from the
+    last checkpoint), since no engine can be restarted apart from its trainer."""
+
+    backend = "hf"
+    sleep_after_restart = False
+
+    def __init__(self, spec: ExperimentSpec, policy: Any) -> None:
+        from rlhf.waits import Call, wait
+
+        self.spec = spec
+        self.policy = policy
+        self.actors = list(policy.actors)
+        trainer = spec.trainer
+        calls = [Call(a.rollout_ready.remote(), "policy", i, actor=a) for i, a in enumerate(self.actors)]
+        self.info = wait(calls, "rollout_ready", trainer.remote_timeout_s, heartbeat_s=trainer.heartbeat_timeout_s)
+
+    def __len__(self) -> int:
+        return len(self.actors)
+
+    def label(self, i: int) -> str:
+        info = self.info[i] if i < len(self.info) else {}
+        return f"policy rank {i} generating (hf in the policy's process, pid {info.get('pid', '?')})"
+
+    def generate_async(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[tuple[int, Any]]:
+        """Contiguous shares of the prompts per rank, as RolloutEngines spreads them over engines; (rank, ref)."""
+        share = math.ceil(len(prompts) / len(self.actors))
+        refs = []
+        for i, actor in enumerate(self.actors):
+            part = [list(map(int, p)) for p in prompts[i * share : (i + 1) * share]]
+            if part:
+                seed = None if sampling.seed is None else sampling.seed + i
+                refs.append((i, actor.rollout_generate.remote(part, replace(sampling, seed=seed))))
+        return refs
+
+    def collect(self, refs: list[tuple[int, Any]]) -> list[Rollout]:
+        from rlhf.waits import Call, wait
+
+        trainer = self.spec.trainer
+        calls = [Call(ref, "policy", i, self.label(i), actor=self.actors[i]) for i, ref in refs]
+        parts = wait(calls, "generate", trainer.remote_timeout_s, heartbeat_s=trainer.heartbeat_timeout_s)
+        return [r for part in parts for r in part]
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
+        return self.collect(self.generate_async(prompts, sampling))
+
+    def restart(self, i: int) -> None:
+        raise EngineFailure(f"{self.label(i)} cannot restart apart from its trainer", role="policy", rank=i)
+
+    def sleep(self, level: int = 1) -> None:
+        """Nothing to release: the weights are the trainer's."""
+
+    def wake(self, tags: list[str] | None = None) -> None:
+        """Nothing was released."""
+
+    def kill(self) -> None:
+        """The policy's group ends them (they are its processes)."""

@@ -17,12 +17,12 @@ from typing import Any
 
 from rlhf.spec.backends import ROLLOUT_BACKENDS, unused_sections
 from rlhf.spec.derive import Derived
-from rlhf.spec.schema import ExperimentSpec, VLLMSpec
+from rlhf.spec.schema import ExperimentSpec, HFRolloutSpec, VLLMSpec
 
 Problem = tuple[str, Any, str]
 
 # backend name -> its sub-section's dataclass (backends without keys of their own have none)
-SECTIONS: dict[str, type] = {"vllm": VLLMSpec}
+SECTIONS: dict[str, type] = {"vllm": VLLMSpec, "hf": HFRolloutSpec}
 
 # Keys that moved into a backend's sub-section: the old spelling fails at compose time naming the new one (no
 # aliases: one spelling per key; the shipped recipes, tests and scripts use the new ones).
@@ -41,18 +41,56 @@ def vllm_cpu_available() -> bool:
     return vllm_venv_python() is not None
 
 
+def generates_in_policy(spec: ExperimentSpec) -> bool:
+    """Whether the policy's ranks generate with the weights they train (``rollout.hf.in_policy`` with the hf
+    backend): no engine processes, no weight sync, nothing taking turns on the devices."""
+    return spec.rollout.backend == "hf" and spec.rollout.hf.in_policy
+
+
 def _hf(spec: ExperimentSpec, d: Derived) -> list[Problem]:
     tp = spec.rollout.tensor_parallel_size
-    if tp == 1:
-        return []
-    return [
-        (
-            "rollout.tensor_parallel_size",
-            tp,
-            "the hf engine (transformers generate) runs on one device: set it to 1 and raise rollout.num_engines, "
-            "or use rollout=vllm",
+    out: list[Problem] = []
+    if tp != 1:
+        out.append(
+            (
+                "rollout.tensor_parallel_size",
+                tp,
+                "the hf engine (transformers generate) runs on one device: set it to 1 and raise "
+                "rollout.num_engines, or use rollout=vllm",
+            )
         )
-    ]
+    if spec.rollout.hf.in_policy:
+        out += _in_policy(spec, d)
+    return out
+
+
+def _in_policy(spec: ExperimentSpec, d: Derived) -> list[Problem]:
+    """``rollout.hf.in_policy``: each policy rank generates with the module it trains, so the rollout must sit on
+    the policy's devices, one engine per rank, with the whole weights in every rank and nothing else running."""
+    ro, t = spec.rollout, spec.trainer
+    key, off = "rollout.hf.in_policy", "or set rollout.hf.in_policy=false (engines in processes of their own)"
+    if "policy" not in d.roles:
+        return [(key, True, f"generating in the policy's ranks needs a policy that trains: {off}")]
+    out: list[Problem] = []
+    if "rollout" not in d.group_of("policy"):
+        out.append((key, True, f"the rollout must share the policy's devices (placement=colocate_all); {off}"))
+    ranks = d.devices.get("policy", 0)
+    if ro.num_engines != ranks:
+        out.append(("rollout.num_engines", ro.num_engines, f"one engine per policy rank: set it to {ranks}; {off}"))
+    if t.backend != "deepspeed" or t.zero_stage > 2:
+        out.append(
+            (
+                "trainer.zero_stage" if t.backend == "deepspeed" else "trainer.backend",
+                t.zero_stage if t.backend == "deepspeed" else t.backend,
+                "generating in the policy's ranks needs the whole weights on every rank (DeepSpeed ZeRO 0-2: "
+                f"ZeRO-3's and FSDP2's forward passes gather weights across the ranks); {off}",
+            )
+        )
+    if ro.async_mode:
+        out.append(
+            ("rollout.async_mode", True, f"the policy's ranks cannot generate while they train: set it false, {off}")
+        )
+    return out
 
 
 # vLLM's LoRAConfig.max_lora_rank takes one of these (vllm/config/lora.py, MaxLoRARanks, in 0.32 and 0.33)

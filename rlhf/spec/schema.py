@@ -275,19 +275,33 @@ class VLLMSpec:
 
 
 @dataclass(frozen=True)
+class HFRolloutSpec:
+    """rollout.backend=hf: transformers ``generate`` with a KV cache."""
+
+    in_policy: bool = key(
+        False,
+        "generate in the policy's own ranks with the weights it trains (no engine processes, no weight sync: "
+        "OpenRLHF without vLLM engines, TRL's default); needs the rollout on the policy's devices with one engine "
+        "per policy rank, whole weights on every rank (trainer.backend=deepspeed, trainer.zero_stage <= 2) and "
+        "rollout.async_mode=false",
+    )
+
+
+@dataclass(frozen=True)
 class RolloutSpec:
     """conf/rollout/*.yaml: the generation engine and sampling.
 
     ``backend`` picks the engine (rlhf.engines.rollout_backends; its contract rlhf.engines.protocol). Keys every
-    engine reads sit here; a backend's own keys live in its sub-section (``rollout.vllm.*``), which must stay at its
-    defaults when another backend is selected (validation says so)."""
+    engine reads sit here; a backend's own keys live in its sub-section (``rollout.vllm.*``, ``rollout.hf.*``),
+    which must stay at its defaults when another backend is selected (validation says so)."""
 
     backend: str = key(
         "vllm",
-        "generation engine: vllm (keys under rollout.vllm) | hf (transformers generate, no keys of its own)",
+        "generation engine: vllm (keys under rollout.vllm) | hf (transformers generate, keys under rollout.hf)",
         choices=names.ROLLOUT_BACKENDS,
     )
     vllm: VLLMSpec = field(default_factory=VLLMSpec)
+    hf: HFRolloutSpec = field(default_factory=HFRolloutSpec)
     prompts_per_step: int = key(128, "prompts per RL step (OpenRLHF rollout.batch_size)", ge=1)
     samples_per_prompt: int = key(1, "completions per prompt (group size n)", ge=1)
     max_new_tokens: int = key(1024, "generated tokens per sample at most", ge=1)

@@ -25,6 +25,7 @@ class EngineWorker(BaseWorker):
         self.trained = None  # rlhf.engines.training.TrainEngine
         self.frozen: dict[str, Any] = {}  # name -> rlhf.engines.training.FrozenEngine
         self.tokenizer = None
+        self.in_policy = None  # rollout.hf.in_policy: the engine over the trained module, built on first use
 
     # -- building ------------------------------------------------------------------------------------------------
     def _loader(
@@ -90,6 +91,7 @@ class EngineWorker(BaseWorker):
                 f"micro_batch_per_device x ranks = {per_step}"
             )
         load = self._loader(kind, model_path, train=True, init_value_head=init_value_head)
+        self.in_policy = None  # an engine over a previous trained module would generate with stale weights
         torch.manual_seed(self.spec.seed)  # same head and adapter init on every rank
         self.trained = self.backend.build_trained(
             load, self.spec, lr=lr or t.lr, total_steps=total_steps, grad_accum=t.global_batch // per_step
@@ -159,6 +161,23 @@ class EngineWorker(BaseWorker):
         engine = self._frozen(name) if name else self._trained()
         run = engine.forward if name else engine.forward_no_grad
         return [_to_cpu(run(fn, b)) for b in batches]
+
+    # -- rollout.hf.in_policy: this rank generates with the module it trains (rlhf.workers.in_policy_rollout) ----
+    def _in_policy(self):
+        if self.in_policy is None:
+            from rlhf.workers.in_policy_rollout import InPolicyRollout
+
+            self.in_policy = InPolicyRollout(self._trained().module, self.tokenizer)
+        return self.in_policy
+
+    def rollout_ready(self) -> dict[str, Any]:
+        return self._in_policy().info()
+
+    def rollout_generate(self, prompts: list[list[int]], sampling: Any) -> list[Any]:
+        return self._in_policy().generate(prompts, sampling)
+
+    def rollout_score(self, sequences: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        return self._in_policy().score(sequences)
 
     # -- weights and checkpoints ---------------------------------------------------------------------------------
     def pack_weights(self, version: int, checksums: bool = True, adapter: bool = False) -> dict[str, Any] | None:

@@ -81,6 +81,19 @@ def test_shipped_base_recipes_are_valid():
         (CPU_RL + ["data.train_probs=[0.5,0.5]"], "data.train_probs"),
         (CPU_RL + ["agent.executor=multi_turn"], "agent.path"),
         (GPU_RL + ["rollout.async_mode=true"], "rollout.async_mode"),
+        # rollout.hf.in_policy: on the policy's devices, one engine per rank, whole weights, synchronous
+        (
+            CPU_RL + ["rollout.hf.in_policy=true", "placement=split", "hardware.devices_per_node=3"],
+            "rollout.hf.in_policy",
+        ),
+        (CPU_RL + ["rollout.hf.in_policy=true", "trainer.zero_stage=3"], "trainer.zero_stage"),
+        (CPU_RL + ["rollout.hf.in_policy=true", "trainer.backend=fsdp2"], "trainer.backend"),
+        (CPU_RL + ["rollout.hf.in_policy=true", "rollout.async_mode=true"], "rollout.async_mode"),
+        (
+            CPU_RL + ["rollout.hf.in_policy=true", "hardware.devices_per_node=2", "placement.devices.policy=2"],
+            "rollout.num_engines",
+        ),
+        (CPU_RL + ["rollout.hf.in_policy=true", "rollout.only=true"], "rollout.hf.in_policy"),
     ],
 )
 def test_rule_reports_the_full_key(overrides, key):
