@@ -516,9 +516,11 @@ def warm_count(spec: ExperimentSpec, plan: Plan) -> int:
     """How many of the job's actors surely take an idle, preloaded worker: the trained roles' ranks (policy,
     critic) and the in-interpreter rollout engines. Roles that may run inside another's processes (reference,
     reward, teacher: rlhf.pipelines.role_set) are left out: an idle worker nobody takes costs its imports."""
+    from rlhf.spec.rollout_backends import generates_in_policy
+
     count = sum(plan.roles[r].ranks for r in ("policy", "critic") if r in plan.roles)
-    if "rollout" in plan.roles and spec.rollout.backend == "hf":
-        count += plan.roles["rollout"].ranks
+    if "rollout" in plan.roles and spec.rollout.backend == "hf" and not generates_in_policy(spec):
+        count += plan.roles["rollout"].ranks  # rollout.hf.in_policy: the policy's ranks generate, no process
     return count
 
 

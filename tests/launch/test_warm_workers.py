@@ -91,6 +91,17 @@ def test_a_gone_drivers_slot_folders_are_removed_and_other_drivers_kept(tmp_path
     assert not any(f.exists() for f in mine) and other.exists()
 
 
+def test_the_workers_warmed_are_the_processes_the_plan_starts():
+    from rlhf.launch.plan import plan
+    from rlhf.launch.realize import warm_count
+    from rlhf.spec.build import load_spec
+
+    engines = load_spec(["+recipe=grpo_tiny_cpu"])
+    in_policy = load_spec(["+recipe=grpo_tiny_cpu", "rollout.hf.in_policy=true"])
+    assert warm_count(engines, plan(engines)) == 2  # the policy rank and the hf engine (the reference is fused)
+    assert warm_count(in_policy, plan(in_policy)) == 1  # the policy rank generates: no engine process to warm
+
+
 def test_no_preload_variables_without_modules_or_count(tmp_path):
     assert set(worker_preload.env()) == {worker_preload.PYTHON_ENV}  # SIGTERM is still unblocked in every worker
     assert worker_preload.env(("torch",), tmp_path, 2)[worker_preload.SLOTS_ENV] == f"{tmp_path}:2"
