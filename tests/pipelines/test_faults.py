@@ -2,12 +2,19 @@
 a training rank killed or hung are restarted and the run finishes (with the hf engine, with the per-step metrics of
 an uninterrupted run, and ``train/restarts`` the same in metrics.jsonl and MLflow); exhausted restarts, non-finite
 numbers, a full disk and a reward endpoint that dies stop with a message that names what failed, the last
-checkpoint and the command to resume."""
+checkpoint and the command to resume.
+
+The two engine deaths (mid-sync and mid-generate) happen in one run, each fault once: the engine restarted after
+the first meets the second, and the run still matches the uninterrupted one step for step."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
+import re
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -79,22 +86,53 @@ def straight(ray_cluster, tmp_path_factory) -> dict[int, tuple]:
     return _per_step(run_dir)
 
 
-def test_an_engine_killed_mid_generate_is_restarted_and_the_run_matches_an_uninterrupted_one(
-    straight, tmp_path, monkeypatch
-):
-    _faults(monkeypatch, tmp_path, "engine.exit_on_generate:2")
-    result = _run(tmp_path / "run")
-    assert result["restarts"] == 1
-    assert _close(_per_step(tmp_path / "run"), straight)
+@pytest.fixture(scope="module")
+def engine_deaths(ray_cluster, tmp_path_factory) -> dict:
+    """One run in which a rollout engine dies twice, each death restarted in place: in step 1's weight sync (a
+    broadcast in buckets of 0.25 MB: after the second bucket), then, restarted, on its second generate call. Each
+    fault fires once per run (the once-folder), so the restarted engine meets the other one."""
+    tmp = tmp_path_factory.mktemp("engine_deaths")
+    (tmp / "once").mkdir()
+    env = {
+        "RLHF_FAULTS": "sync.exit_after_bucket:2,engine.exit_on_generate:2",
+        "RLHF_FAULTS_ONCE_DIR": str(tmp / "once"),
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(_Tee(err, sys.stderr)):
+            result = _run(tmp / "run", "rollout.weight_sync=broadcast", "rollout.weight_sync_bucket_mb=0.25")
+    restarts = [ln for ln in err.getvalue().splitlines() if ln.startswith("restart ")]
+    return {"result": result, "per_step": _per_step(tmp / "run"), "restarts": restarts}
 
 
-def test_an_engine_killed_mid_sync_is_restarted_and_the_run_matches_an_uninterrupted_one(
-    straight, tmp_path, monkeypatch
-):
-    _faults(monkeypatch, tmp_path, "sync.exit_after_bucket:2")
-    result = _run(tmp_path / "run", "rollout.weight_sync=broadcast", "rollout.weight_sync_bucket_mb=0.25")
-    assert result["restarts"] == 1
-    assert _close(_per_step(tmp_path / "run"), straight)
+class _Tee(io.TextIOBase):
+    def __init__(self, *streams) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for s in self.streams:
+            s.flush()
+
+
+def test_an_engine_killed_mid_generate_is_restarted_and_the_run_matches_an_uninterrupted_one(engine_deaths, straight):
+    assert engine_deaths["result"]["restarts"] == 2, engine_deaths["restarts"]  # this death and the one below
+    (line,) = [ln for ln in engine_deaths["restarts"] if "died during generate" in ln]
+    assert "rollout engine 0" in line, engine_deaths["restarts"]
+    assert _close(engine_deaths["per_step"], straight)
+
+
+def test_an_engine_killed_mid_sync_is_restarted_and_the_run_matches_an_uninterrupted_one(engine_deaths, straight):
+    assert engine_deaths["result"]["restarts"] == 2, engine_deaths["restarts"]  # this death and the one above
+    (line,) = [ln for ln in engine_deaths["restarts"] if "weight sync" in ln]
+    assert re.search(r"rollout engine 0 \(hf, pid \d+\) died", line), engine_deaths["restarts"]
+    assert _close(engine_deaths["per_step"], straight)
 
 
 def test_a_training_rank_killed_restarts_every_actor_from_the_last_checkpoint(straight, tmp_path, monkeypatch):
