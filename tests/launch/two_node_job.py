@@ -1,5 +1,5 @@
 """Run by test_two_node_cluster.py in its own process: a simulated two-node Ray cluster on this machine (Ray's own
-cluster utilities, loopback only), an RL job attached to it, and where its actors landed, printed as JSON."""
+cluster utilities, loopback only), an RL job attached to it, and where that job's actors ran, printed as JSON."""
 
 from __future__ import annotations
 
@@ -8,21 +8,45 @@ import sys
 from pathlib import Path
 
 
-def actor_nodes() -> dict[int, str]:
+def actor_nodes() -> dict[str, str]:
+    """Every actor this cluster ran, alive or ended, by actor id: the node its process ran on."""
     from ray.util.state import list_actors
 
-    return {a.pid: a.node_id for a in list_actors(filters=[("state", "=", "ALIVE")], limit=1000)}
+    return {a.actor_id: a.node_id for a in list_actors(limit=10000)}
+
+
+def watching(realize, started: dict[str, list]):
+    """``realize`` whose Realized records the actor handles of each role group and of the rollout engines as the
+    job starts them (into ``started``: role -> handles), so that where they ran can be read after the job."""
+
+    def realize_and_watch(spec, plan):
+        realized = realize(spec, plan)
+        create_group, start_rollout = realized.create_group, realized.start_rollout
+
+        def create_and_record(role, *args, **kwargs):
+            group = create_group(role, *args, **kwargs)
+            started.setdefault(role, []).append(list(group.actors))
+            return group
+
+        def start_and_record(*args, **kwargs):
+            engines = start_rollout(*args, **kwargs)
+            started.setdefault("rollout", []).append(list(engines.actors))
+            return engines
+
+        realized.create_group, realized.start_rollout = create_and_record, start_and_record
+        return realized
+
+    return realize_and_watch
 
 
 def main(run_dir: str) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from rlhf.launch.job import run
+    from rlhf.launch.cluster import set_ray_env
     from rlhf.launch.plan import plan
     from rlhf.launch.realize import realize
-    from rlhf.models.loading import resolve_model_path
-    from rlhf.pipelines.rl_roles import RLWorkers
+    from rlhf.pipelines import run as run_pipeline
     from rlhf.spec import check
     from rlhf.spec.build import load_spec
 
@@ -47,18 +71,18 @@ def main(run_dir: str) -> None:
         ]
     )
     check(spec)
-    p = plan(spec)
-    realized = realize(spec, p)
-    workers = RLWorkers(spec, realized, resolve_model_path(spec.model), 1)
+    # One job, as rlhf.launch.job.run starts it, with the realize it hands the pipeline watched: where its policy
+    # ranks and engines ran is read from Ray's actor table once the job is done (ended actors stay listed there).
+    set_ray_env(spec.ray)
+    started: dict[str, list] = {}
+    result = run_pipeline(spec, plan(spec), Path(run_dir), watching(realize, started))
     where = actor_nodes()
-    policy = [where[info["pid"]] for info in workers.policy.run_all("ping")]
-    rollout = [where[info["pid"]] for info in workers.rollout.info]
-    realized.shutdown()
-    result = run(spec, p, Path(run_dir))
+    # one start of each (no restart): rank i's and engine i's handles in rank order
+    (policy,), (rollout,) = started["policy"], started["rollout"]
     out = {
         "worker_nodes": sorted(n.node_id for n in nodes),
-        "policy_nodes": policy,
-        "rollout_nodes": rollout,
+        "policy_nodes": [where[a._actor_id.hex()] for a in policy],
+        "rollout_nodes": [where[a._actor_id.hex()] for a in rollout],
         "steps": result["steps"],
     }
     print("RESULT " + json.dumps(out))
