@@ -185,6 +185,36 @@ class _Background:
             self.release()
 
 
+class _Tracking:
+    """``fn()`` on a thread of its own (the trackers opening beside Ray's start and the models' loading);
+    ``result()`` waits for its value or raises its error."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        import threading
+
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), name="rlhf-open-trackers", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._value = fn()
+        except BaseException as e:  # handed to whoever waits
+            self._error = e
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def result_or_none(self) -> tuple[Any, Any]:
+        """For the teardown: the value, or (None, None) when opening failed (that error is already on its way)."""
+        self._thread.join()
+        return (None, None) if self._error is not None else self._value
+
+
 class _NoThreadSigtermWarning:
     """Ray warns that it set no SIGTERM handler when connected from a thread; ours stays installed (interrupts)."""
 
@@ -309,6 +339,7 @@ class Runner:
         self.ckpt = CheckpointManager(root if root.is_absolute() else self.run_dir / root, spec.checkpoint.max_keep)
         self.restarts = Restarts(spec.trainer.max_restarts)
         self.attempt: attempts.Attempt | None = None
+        self.tracker: Any = None  # rlhf.tracking.Tracking, once the trackers are open (before the step-0 eval)
         self.realized: Any = None
         self.last_ckpt: Path | None = None
         self.skipped_in_a_row = 0
@@ -365,10 +396,24 @@ class Runner:
         where = f"the last checkpoint is {self.last_ckpt}" if self.last_ckpt else "no checkpoint was written yet"
         return f"{where}; resume with: {resume_command(self.run_dir)}"
 
+    def _open_tracking(self, state: dict[str, Any], params: dict[str, Any], total: int) -> tuple[Any, Any]:
+        """The run's trackers (a continued run's records from its checkpoint), its attempt begun, the metrics file
+        rewound to the checkpoint's step and the run's artifacts logged."""
+        from rlhf.tracking import Tracking
+
+        tracker = Tracking(self.spec, self.run_dir, records=state.get("trackers"), params=params)
+        attempt = attempts.begin(self.run_dir, total, self.ckpt.root)
+        origin = getattr(self.recipe, "init_origin", None)  # checkpoint.init_from: where the weights came from
+        if origin:
+            tracker.log_params(origin)
+        tracker.rewind(int(state["step"]) if state else -1)  # a fresh run: an empty metrics.jsonl
+        tracker.log_artifacts(run_artifacts(self.spec, self.plan, self.run_dir))
+        return tracker, attempt
+
     # -- the run --------------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         from rlhf.data.row_check import check_rows
-        from rlhf.tracking import Progress, Tracking, summary_lines
+        from rlhf.tracking import Progress, summary_lines
 
         t_start = time.time()
         clock = StartupClock()
@@ -376,7 +421,7 @@ class Runner:
         # Every row of the local data files before any process: a bad row stops the job with nothing started.
         check_rows(self.spec)
         # Ray starts (its own processes, and its idle workers importing what the actors need) while this process
-        # tokenises the data and makes the tracker; what only the data build finds stops the cluster it started.
+        # tokenises the data; what only the data build finds stops the cluster it started.
         starting = _Background(lambda: self.realize(self.spec, self.plan))
         try:
             count = self.recipe.prepare()
@@ -394,29 +439,18 @@ class Runner:
             resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
             state = self.ckpt.driver_state(resume_from) if resume_from else {}
             params = count.params() if isinstance(count, StepCount) else {}
-            self.tracker = Tracking(self.spec, self.run_dir, records=state.get("trackers"), params=params)
             self.restarts.steps = [int(s) for s in state.get("restarts", [])]
-            self.attempt = attempts.begin(self.run_dir, total, self.ckpt.root)
-            origin = getattr(self.recipe, "init_origin", None)  # checkpoint.init_from: where the weights came from
-            if origin:
-                self.tracker.log_params(origin)
         except BaseException:
             starting.discard()
             raise
-        if resume_from is None and self.spec.checkpoint.resume == "auto" and self.tracker.previous_steps():
-            print(
-                f"no checkpoint in {self.ckpt.root}: starting again from step 1 (the previous attempt logged "
-                f"{self.tracker.previous_steps()} step(s); the trackers keep the points they hold)",
-                file=sys.stderr,
-            )
+        # The trackers open (MLflow's import and store, W&B's service) on a thread of their own while this one waits
+        # for Ray and the actors load their models: nothing is logged before the step-0 eval, which waits for them.
+        tracking = _Tracking(lambda: self._open_tracking(state, params, total))
         self.last_ckpt, self.last_save_time = resume_from, time.monotonic()
         status = "FAILED"
         step = 0
         try:
             with Interrupts(self._resume_hint) as interrupts:
-                self.tracker.rewind(int(state["step"]) if state else -1)  # a fresh run: an empty metrics.jsonl
-                self.tracker.log_artifacts(run_artifacts(self.spec, self.plan, self.run_dir))
-                clock.mark("tracking")
                 self.realized = starting.result(stop=lambda: interrupts.requested)
                 if self.realized is None:  # a signal while Ray was starting: nothing ran, nothing to save
                     status = "KILLED"
@@ -426,6 +460,14 @@ class Runner:
                 clock.mark("waiting for Ray")
                 self.recipe.setup(self.realized)
                 clock.mark("engines")
+                self.tracker, self.attempt = tracking.result()
+                if resume_from is None and self.spec.checkpoint.resume == "auto" and self.tracker.previous_steps():
+                    print(
+                        f"no checkpoint in {self.ckpt.root}: starting again from step 1 (the previous attempt "
+                        f"logged {self.tracker.previous_steps()} step(s); the trackers keep the points they hold)",
+                        file=sys.stderr,
+                    )
+                clock.mark("tracking")
                 start = 0
                 if resume_from is not None:
                     self._load(resume_from, state)
@@ -506,7 +548,10 @@ class Runner:
             raise
         finally:
             self.recipe.teardown()
-            self.tracker.finish(status)
+            if self.tracker is None:  # stopped before the step-0 eval: the trackers may still be opening
+                self.tracker, self.attempt = tracking.result_or_none()
+            if self.tracker is not None:
+                self.tracker.finish(status)
             if self.attempt is not None:
                 attempts.end(self.run_dir, self.attempt, status)
             if self.realized is not None:
