@@ -281,7 +281,7 @@ class HFRolloutSpec:
     in_policy: bool = key(
         False,
         "generate in the policy's own ranks with the weights it trains (no engine processes, no weight sync: "
-        "OpenRLHF without vLLM engines, TRL's default); needs the rollout on the policy's devices with one engine "
+        "TRL's GRPOTrainer without vLLM; veRL's hybrid worker); needs the rollout on the policy's devices, one engine "
         "per policy rank, whole weights on every rank (trainer.backend=deepspeed, trainer.zero_stage <= 2) and "
         "rollout.async_mode=false",
     )

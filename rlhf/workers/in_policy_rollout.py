@@ -1,6 +1,6 @@
-"""``rollout.hf.in_policy``: a policy rank generates with the very module it trains (OpenRLHF without vLLM engines,
-TRL's default), so the run has no engine processes and no weight sync: after each optimizer step the next samples
-come from the new weights by construction.
+"""``rollout.hf.in_policy``: a policy rank generates with the very module it trains (as TRL's GRPOTrainer does
+without vLLM, and veRL's hybrid worker holds the rollout in the trainer's process), so the run has no engine
+processes and no weight sync: after each optimizer step the next samples come from the new weights by construction.
 
 The engine is rlhf.engines.hf_engine.HFEngine over the training engine's module (``TrainEngine.module``: the HF or
 peft model DeepSpeed wraps), switched to eval mode for each call and back after, so training keeps its own mode.
