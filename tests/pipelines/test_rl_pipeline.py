@@ -8,7 +8,8 @@ module, read by every test that needs it): the GRPO recipe's run is the one whos
 transformers, the DAPO recipe's (refill bounded to 2 rounds) the one whose dynamic filtering refills, the RLOO
 recipe's the one rewarded by a python file (and the synchronous baseline of the async test), REINFORCE++'s the one
 in the split placement (policy, reference and rollout on a device each), GSPO's the one rewarded by a reward model
-role, and REINFORCE++-baseline's the two-rank, two-engine run rewarded by the HTTP endpoint.
+role, and REINFORCE++-baseline's the two-rank, two-engine run rewarded by the HTTP endpoint. Dr. GRPO's, PPO's and
+DAPO's policy ranks generate themselves (rollout.hf.in_policy); every other run has engines of its own.
 """
 
 from __future__ import annotations
@@ -57,7 +58,11 @@ def shared_run(tmp_path_factory):
 
 # The runs more than one test reads (name, recipe, overrides).
 GRPO = ("grpo", "grpo_tiny_cpu", *SMALL)
-DAPO = ("dapo", "dapo_tiny_cpu", *SMALL, "algorithm.filters.max_refill_rounds=2")
+# The policy's ranks generate (rollout.hf.in_policy) in the runs that are about an algorithm alone: Dr. GRPO, PPO (a
+# critic beside) and DAPO (refills); the other runs keep engines of their own (the placements, the reward sources, two
+# engines, async mode).
+IN_POLICY = "rollout.hf.in_policy=true"
+DAPO = ("dapo", "dapo_tiny_cpu", *SMALL, "algorithm.filters.max_refill_rounds=2", IN_POLICY)
 SPLIT = ["placement=split", "hardware.devices_per_node=3", "hardware.cpus_per_node=3"]
 RPP_SPLIT = ("rpp_split", "reinforce_pp_tiny_cpu", *SPLIT, *SMALL)
 PARITY_REWARD = (
@@ -161,11 +166,12 @@ def test_tiny_rl_recipe_trains_two_steps(
     else:
         # PPO samples once per prompt: keep its 32 prompts so a step fills the global batch.
         sizes = SMALL[1:] if recipe == "ppo_tiny_cpu" else SMALL
-        result, steps = train(tmp_path, recipe, *sizes)
+        extra = [IN_POLICY] if recipe in ("dr_grpo_tiny_cpu", "ppo_tiny_cpu") else []
+        result, steps = train(tmp_path, recipe, *sizes, *extra)
     assert_trained(result, steps)
     if recipe == "ppo_tiny_cpu":
         assert all(math.isfinite(s["train/critic_loss"]) for s in steps)
-    # The engines sampled with the weights the trainer has: after a sync their log-probs agree.
+    # The engines sampled with the weights the trainer has (after a sync, or being the trainer): log-probs agree.
     assert steps[-1]["train/logprobs_diff"] < 1e-3
 
 
