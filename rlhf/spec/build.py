@@ -202,12 +202,14 @@ def _cache_key(
 ) -> tuple | None:
     """What a composed config depends on: the overrides, the folders' YAML files (paths, sizes, mtimes), the
     working directory. None (compose afresh) when an override reaches into Hydra's own settings (a search path
-    names more folders)."""
-    from rlhf.spec.paths import conf_dir, recipe_dirs
+    names more folders). The folders include those an enclosing ``config_dirs_on_search_path`` holds open, so a
+    config composed with a plugin's folder is never served where that folder is not on the path, nor the reverse."""
+    from rlhf.spec.paths import active_config_dirs, conf_dir, recipe_dirs
 
     if any(o.lstrip("+~").startswith("hydra.") for o in rewritten):
         return None
-    folders = [conf_dir(), *recipe_dirs(), *([Path(config_dir).expanduser().resolve()] if config_dir else [])]
+    folders = [conf_dir(), *recipe_dirs(), *active_config_dirs()]
+    folders += [Path(config_dir).expanduser().resolve()] if config_dir else []
     return (tuple(rewritten), config_name, os.getcwd(), _yaml_stamp(folders))
 
 

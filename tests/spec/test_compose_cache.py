@@ -33,3 +33,19 @@ def test_a_recipe_named_by_its_file_is_read_as_it_is_now(tmp_path):
     assert load_spec([f"+recipe={mine}"]).seed == 3
     mine.write_text(RECIPE.format(seed=4))
     assert load_spec([f"+recipe={mine}"]).seed == 4
+
+
+def test_a_config_composed_with_a_folder_held_open_is_not_served_once_it_is_closed(tmp_path):
+    """A plugin's conf folder held on the search path (config_dirs_on_search_path, as the toy backends' tests do):
+    the same overrides composed after it is closed must not come from the cache."""
+    import pytest
+    from hydra.errors import MissingConfigException
+
+    from rlhf.spec.paths import config_dirs_on_search_path
+
+    (tmp_path / "recipe").mkdir()
+    (tmp_path / "recipe" / "only_here.yaml").write_text(RECIPE.format(seed=5))
+    with config_dirs_on_search_path(tmp_path):
+        assert compose(["+recipe=only_here"]).seed == 5
+    with pytest.raises(MissingConfigException):
+        compose(["+recipe=only_here"])
