@@ -181,13 +181,26 @@ _worker_start_env: tuple[str, dict[str, str]] | None = None
 def worker_start_env() -> dict[str, str] | None:
     """The variables every worker of the cluster this process is connected to begins with, when this process
     started it as a private cluster (None otherwise: an attached cluster, whose workers get them through the job's
-    runtime_env, or a cluster started some other way, e.g. the rehearsal's)."""
+    runtime_env, or a cluster started some other way, e.g. the rehearsal's several simulated nodes)."""
     import ray
 
     if _worker_start_env is None or not ray.is_initialized():
         return None
     address, env = _worker_start_env
     return env if ray.get_runtime_context().gcs_address == address else None
+
+
+@contextlib.contextmanager
+def workers_start_with(env: dict[str, str]) -> Iterator[None]:
+    """A Ray cluster started (``ray.init``) in this block on this host inherits ``env``, its workers included, and
+    is recorded as the cluster whose workers begin with it (:func:`worker_start_env`), so actors set the rest of
+    their variables in their process instead of a ``runtime_env`` of their own (rlhf.launch.actor_env)."""
+    import ray
+
+    global _worker_start_env
+    with _environment(env):
+        yield
+    _worker_start_env = (ray.get_runtime_context().gcs_address, dict(env))
 
 
 @contextlib.contextmanager
@@ -311,10 +324,8 @@ def start_or_attach(
     # named for this process, so its reaper removes it when a SIGKILL leaves no chance to (rlhf.launch.reaper)
     folder = Path(tempfile.mkdtemp(prefix=worker_preload.folder_prefix(os.getpid()))) if warm else None
     env.update(worker_preload.env(preload, folder, warm))
-    global _worker_start_env
-    with _sigterm_blocked(), _environment(env):
+    with _sigterm_blocked(), workers_start_with(env):
         _init_private(ray_spec, cpus, num_gpus, store)
-    _worker_start_env = (ray.get_runtime_context().gcs_address, env)
     start_reaper()
     return Cluster(
         address=ray.get_runtime_context().gcs_address,

@@ -62,6 +62,7 @@ class Proc:
     pid: int | None = None
     ray_gpus: tuple[int, ...] = ()
     note: str = ""  # printed under the row (an engine's vLLM variables)
+    rank_env: str = ""  # a trainer rank's variables: set in its "process", or through its actor's "runtime_env"
 
 
 @dataclass
@@ -94,6 +95,11 @@ class Rehearsal:
             )
             if p.note:
                 lines.append(f"  {'':<9}   {p.note}")
+        ways = {p.rank_env for p in self.procs if p.rank_env}
+        if ways:
+            how = {"process": "set in each process by the actor (a private cluster, as rlhf-run starts one node)",
+                   "runtime_env": "through each actor's runtime_env (a cluster joined by ray.address)"}
+            lines.append("rank variables: " + "; ".join(how[w] for w in sorted(ways)))
         if self.sync:
             lines += ["", f"weight sync group (data backend {self.sync_backend})"]
             for member, rank, route, device in self.sync:
@@ -124,8 +130,13 @@ def cluster_shape(spec: ExperimentSpec) -> tuple[int, int, int]:
 def simulated_cluster(nodes: int, gpus_per_node: int, cpus_per_node: int) -> Iterator[None]:
     """A private Ray cluster on 127.0.0.1 declaring ``nodes`` nodes of ``gpus_per_node`` GPUs (logical resources:
     nothing needs a GPU to hold them). Several nodes are simulated with Ray's own cluster utilities (a raylet each);
-    the driver's head node holds no GPU, so every bundle lands on a declared node."""
-    from rlhf.launch.cluster import LOOPBACK_ENV
+    the driver's head node holds no GPU, so every bundle lands on a declared node.
+
+    Each shape takes the path a run on it takes: one node is what ``rlhf-run`` starts as its private cluster (the
+    workers begin with the job's variables and each actor sets its rank's in its own process, rlhf.launch.actor_env),
+    several nodes are joined as ``ray.address`` joins a real cluster (every variable through the actor's
+    ``runtime_env``)."""
+    from rlhf.launch.cluster import LOOPBACK_ENV, worker_env, workers_start_with
 
     os.environ.setdefault(LOOPBACK_ENV, "0")
     import ray
@@ -138,16 +149,17 @@ def simulated_cluster(nodes: int, gpus_per_node: int, cpus_per_node: int) -> Ite
     # they only cost start-up time. Ray's system config (set at the head, read by every raylet) turns that off.
     system_config = {"prestart_worker_first_driver": False}
     if nodes == 1:
-        ray.init(
-            address="local",
-            num_cpus=cpus_per_node,
-            num_gpus=gpus_per_node,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            _system_config=system_config,
-            logging_level="ERROR",
-            log_to_driver=False,
-        )
+        with workers_start_with(worker_env()):
+            ray.init(
+                address="local",
+                num_cpus=cpus_per_node,
+                num_gpus=gpus_per_node,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                _system_config=system_config,
+                logging_level="ERROR",
+                log_to_driver=False,
+            )
     else:
         from ray.cluster_utils import Cluster
 
@@ -256,6 +268,7 @@ def rehearse(spec: ExperimentSpec, plan: Plan, *, timeout_s: float = 300.0) -> R
                         pl["device"],
                         pl["pid"],
                         tuple(pl["gpu_ids"]),
+                        rank_env=pl["rank_env"],
                     )
                 )
         lap("trainer actors")

@@ -107,6 +107,8 @@ class BaseWorker:
             "noset": bool(os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES")),
             "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}",
             "device": device,
+            # how RANK reached this process: its actor's runtime_env (a fresh worker), or set in the process
+            "rank_env": "runtime_env" if "RANK" in (ctx.runtime_env.get("env_vars") or {}) else "process",
         }
 
     def shutdown(self) -> None:

@@ -98,6 +98,13 @@ def test_the_device_map_gives_each_tp_engine_its_own_bundles_and_a_share_beside_
     assert "sync        trainers states+weights; engines weights" in text
 
 
+def test_each_shape_hands_the_ranks_their_variables_as_its_run_would():
+    # one node: rlhf-run's private cluster, whose actors set their rank's variables in their own process (so they can
+    # take a preloaded idle worker); several nodes: a cluster joined by ray.address, where runtime_env carries them
+    assert "rank variables: set in each process by the actor" in _run_shape("1x8x192")["sft_llama3_8b"]["map"]
+    assert "rank variables: through each actor's runtime_env" in _run_shape("2x4x32")["split-tp1-2n"]["map"]
+
+
 def test_the_70b_engines_span_their_own_node_and_the_sync_broadcasts_to_every_worker():
     text = _run_shape("6x8x96")["ppo_llama3_70b"]["map"]
     workers = [ln for ln in text.splitlines() if ln.startswith("  rollout") and "TP worker" in ln]
