@@ -358,12 +358,19 @@ def _scalar(v: Any) -> str:
     return json.dumps(s.replace("${", "\\${"))  # a literal ${ is not an interpolation
 
 
+def _comment(text: str) -> str:
+    """``text`` safe after a ``#``: a script's words (a model path, a flag's value) may hold a line break, which
+    would end the comment, or a control character, which YAML refuses anywhere in the file; each is written as its
+    escape instead."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def render_yaml(recipe: Recipe, purpose: str, header: list[str], sources: dict[str, str]) -> str:
     """The recipe file: package header, purpose, defaults list, then the values section by section. A required
     placeholder is written as ``???`` where its value would be; an optional one is left out of the sections (the
     default here stands) and shown, commented, at the end."""
     holders = recipe.placeholders
-    lines = ["# @package _global_", f"# {purpose}", *[f"# {h}" for h in header], "", "defaults:"]
+    lines = ["# @package _global_", f"# {_comment(purpose)}", *[f"# {_comment(h)}" for h in header], "", "defaults:"]
     lines += [f"  - override /{g}: {o}" for g, o in recipe.choices.items()]
     order = [f.name for f in schema.ExperimentSpec.__dataclass_fields__.values()]
 
@@ -374,9 +381,9 @@ def render_yaml(recipe: Recipe, purpose: str, header: list[str], sources: dict[s
                 lines.append(f"{'  ' * indent}{key}:")
                 emit(value, indent + 1, dotted + ".")
             elif dotted in holders:
-                lines.append(f"{'  ' * indent}{key}: ???  # {holders[dotted].comment()}")
+                lines.append(f"{'  ' * indent}{key}: ???  # {_comment(holders[dotted].comment())}")
             else:
-                comment = f"  # {sources[dotted]}" if dotted in sources else ""
+                comment = f"  # {_comment(sources[dotted])}" if dotted in sources else ""
                 lines.append(f"{'  ' * indent}{key}: {_scalar(value)}{comment}")
 
     kept = {k: v for k, v in recipe.values.items() if not (k in holders and not holders[k].required)}
@@ -388,9 +395,9 @@ def render_yaml(recipe: Recipe, purpose: str, header: list[str], sources: dict[s
             emit(nested[section], 1, section + ".")
         else:
             if section in holders:
-                lines.append(f"{section}: ???  # {holders[section].comment()}")
+                lines.append(f"{section}: ???  # {_comment(holders[section].comment())}")
             else:
-                comment = f"  # {sources[section]}" if section in sources else ""
+                comment = f"  # {_comment(sources[section])}" if section in sources else ""
                 lines.append(f"{section}: {_scalar(nested[section])}{comment}")
     optional = [h for h in holders.values() if not h.required]
     if optional:
@@ -398,7 +405,7 @@ def render_yaml(recipe: Recipe, purpose: str, header: list[str], sources: dict[s
             "",
             f"# {UNKNOWN} set outside the script, unknown here; the defaults here stand unless you give these:",
         ]
-        lines += [f"#   {h.key}=...  # {h.comment()} (here: {_scalar(h.default_here)})" for h in optional]
+        lines += [f"#   {h.key}=...  # {_comment(h.comment())} (here: {_scalar(h.default_here)})" for h in optional]
     return "\n".join(lines) + "\n"
 
 
