@@ -34,6 +34,9 @@ from typing import Any
 
 from rlhf.errors import UserError, WorkerFailure
 
+REMOTE_KEY = "trainer.remote_timeout_s"  # what a hung call's message names: the key that bounds it
+STARTUP_KEY = "trainer.startup_timeout_s"  # ... for an actor's start-up (model load, engine build)
+
 
 @dataclass(frozen=True)
 class Call:
@@ -81,7 +84,7 @@ def wait(
     what: str,
     timeout_s: float | None,
     *,
-    timeout_key: str = "trainer.remote_timeout_s",
+    timeout_key: str = REMOTE_KEY,
     error: type[WorkerFailure] = WorkerFailure,
     grace_s: float = 0.0,
     blame_first: str | None = None,

@@ -190,6 +190,7 @@ class RoleGroup:
         timeout_s: float | None = None,
         heartbeat_s: float | None = None,
         ledger: BundleLedger | None = None,
+        startup_timeout_s: float | None = None,
         **kwargs: Any,
     ) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -220,6 +221,7 @@ class RoleGroup:
         self.actors = []
         self._spawn_args: list[tuple[Any, dict[str, Any], tuple, dict[str, Any]]] = []
         self.timeout_s = timeout_s
+        self.startup_timeout_s = timeout_s if startup_timeout_s is None else startup_timeout_s
         self.heartbeat_s = heartbeat_s
         for rank in range(world):
             rank_env = {
@@ -300,19 +302,25 @@ class RoleGroup:
     def run_per_rank(self, method: str, per_rank: Sequence[Any], **kwargs: Any) -> list[Any]:
         return self.get(self.async_run_per_rank(method, per_rank, **kwargs), method)
 
-    def get(self, refs: list[Any], what: str = "call") -> list[Any]:
+    def start_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """:meth:`run_all` for a start-up call (loading a model), bounded by ``trainer.startup_timeout_s``."""
+        return self.get(self.async_run_all(method, *args, **kwargs), method, startup=True)
+
+    def get(self, refs: list[Any], what: str = "call", *, startup: bool = False) -> list[Any]:
         """Results in rank order. The first failure raises at once (naming role and rank), so a dead rank never
         leaves us waiting on the survivors stuck in a collective; a call taking longer than the group's timeout
-        (``trainer.remote_timeout_s``) is reported as hung, with what the rank needs and what its bundle has free, and
-        a rank that leaves its heartbeat unanswered for ``trainer.heartbeat_timeout_s`` as stalled (rlhf.waits)."""
-        from rlhf.waits import Call, wait
+        (``trainer.remote_timeout_s``; ``startup``: ``trainer.startup_timeout_s``, which bounds loading a model) is
+        reported as hung, with what the rank needs and what its bundle has free, and a rank that leaves its heartbeat
+        unanswered for ``trainer.heartbeat_timeout_s`` as stalled (rlhf.waits)."""
+        from rlhf.waits import REMOTE_KEY, STARTUP_KEY, Call, wait
 
         actors = self.actors if len(refs) == len(self.actors) else [None] * len(refs)  # heartbeat: rank r's actor
         calls = [
             Call(ref, self.role, rank, hint=partial(self._hint, rank), actor=actors[rank])
             for rank, ref in enumerate(refs)
         ]
-        return wait(calls, what, self.timeout_s, error=WorkerError, heartbeat_s=self.heartbeat_s)
+        bound, key = (self.startup_timeout_s, STARTUP_KEY) if startup else (self.timeout_s, REMOTE_KEY)
+        return wait(calls, what, bound, timeout_key=key, error=WorkerError, heartbeat_s=self.heartbeat_s)
 
     def _hint(self, rank: int) -> str:
         """Its log, and what it needs in which bundle against what that bundle has free (for a failure message)."""
@@ -433,6 +441,7 @@ class Realized:
             env={**self.worker_env(), **(env or {})},
             accelerator=self.spec.hardware.accelerator,
             timeout_s=self.spec.trainer.remote_timeout_s,
+            startup_timeout_s=self.spec.trainer.startup_s,
             heartbeat_s=self.spec.trainer.heartbeat_timeout_s,
             driver_ip=self.cluster.node_ip,
             ledger=self.ledger,

@@ -229,7 +229,7 @@ def rehearse(spec: ExperimentSpec, plan: Plan, *, timeout_s: float = 300.0) -> R
     t0 = time.monotonic()
     check_cluster_shape(spec)
     # every wait bounded by the rehearsal's own timeout, not the run's half-hour one
-    spec = replace(spec, trainer=replace(spec.trainer, remote_timeout_s=timeout_s))
+    spec = replace(spec, trainer=replace(spec.trainer, remote_timeout_s=timeout_s, startup_timeout_s=None))
     out = Rehearsal(spec.recipe or "(no recipe)")
     realized = realize(spec, plan, timeout_s=timeout_s)
     node_index = _node_index()

@@ -47,6 +47,7 @@ class RolloutEngineGroup:
     respawners: list[Any] = field(default_factory=list)  # per engine, a callable starting it (again)
     placements: list[EnginePlacement] = field(default_factory=list)  # where each engine and its workers go
     timeout_s: float | None = None
+    startup_timeout_s: float | None = None  # trainer.startup_timeout_s (None: timeout_s)
     heartbeat_s: float | None = None  # trainer.heartbeat_timeout_s (rlhf.waits)
     needs: list[Callable[[], str]] = field(default_factory=list)  # per engine: what it needs, what is free there
 
@@ -89,9 +90,9 @@ def engine_placements(
 
 
 def wait_ready(started: RolloutEngineGroup, engines: list[int], method: str = "ready") -> list[dict[str, Any]]:
-    """Each engine's ``method()`` (start-up), all at once, bounded by ``trainer.remote_timeout_s``: an engine that
+    """Each engine's ``method()`` (start-up), all at once, bounded by ``trainer.startup_timeout_s``: an engine that
     does not answer in time is named with what it needs and what its bundles have free."""
-    from rlhf.waits import Call, wait
+    from rlhf.waits import STARTUP_KEY, Call, wait
 
     calls = [
         Call(
@@ -104,7 +105,10 @@ def wait_ready(started: RolloutEngineGroup, engines: list[int], method: str = "r
         )
         for i in engines
     ]
-    return wait(calls, "start-up", started.timeout_s, error=WorkerFailure, heartbeat_s=started.heartbeat_s)
+    bound = started.timeout_s if started.startup_timeout_s is None else started.startup_timeout_s
+    return wait(
+        calls, "start-up", bound, timeout_key=STARTUP_KEY, error=WorkerFailure, heartbeat_s=started.heartbeat_s
+    )
 
 
 def restart_engine(started: RolloutEngineGroup, engine: int) -> Any:
@@ -148,6 +152,7 @@ def start_rollout_engines(
         respawners=starters,
         placements=placements,
         timeout_s=spec.trainer.remote_timeout_s,
+        startup_timeout_s=spec.trainer.startup_s,
         heartbeat_s=spec.trainer.heartbeat_timeout_s,
     )
     started.needs = [_needs(realized, p) for p in placements]
@@ -164,6 +169,7 @@ def start_engine_outside(spec: ExperimentSpec, model_path: str, *, cpus: float =
     begin = partial(_start, backend.launch(spec, p, model_path, role_env=None, base_env=faults.env()), p, None)
     started = RolloutEngineGroup(spec.rollout.backend, [begin()], [], respawners=[begin], placements=[p])
     started.timeout_s = spec.trainer.remote_timeout_s
+    started.startup_timeout_s = spec.trainer.startup_s
     started.heartbeat_s = spec.trainer.heartbeat_timeout_s
     started.info = wait_ready(started, [0])
     return started

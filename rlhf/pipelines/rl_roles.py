@@ -289,7 +289,7 @@ class RLWorkers:
         reference is the SFT model in OpenRLHF's workflow)."""
         if self.reference is None:
             return
-        self.reference.run_all("init_frozen", "reference", model_path=path, offload=self.spec.reference.offload)
+        self.reference.start_all("init_frozen", "reference", model_path=path, offload=self.spec.reference.offload)
 
     # -- experience ----------------------------------------------------------------------------------------------
     def _forward(self, group: Any, fn: Any, exp: ExperienceBatch, name: str | None) -> list[Any]:

@@ -140,19 +140,19 @@ def load_models(
         while_loading()
     info: dict[str, Any] = {}
     for group, method, refs in pending:
-        infos = group.get(refs, models.what or method)
+        infos = group.get(refs, models.what or method, startup=True)
         if infos and isinstance(infos[0], dict) and "pid" in infos[0]:
             group.record_pids([i["pid"] for i in infos])  # failure messages then name each rank's log
         if group is roles.policy:
             info = infos[0]
     if roles.fuse_ref:
-        roles.policy.run_all("init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload)
+        roles.policy.start_all("init_frozen", "reference", model_path=ref_path, offload=spec.reference.offload)
         roles.reference = roles.policy
     if roles.fuse_teacher:
-        roles.policy.run_all("init_frozen", "teacher", model_path=models.teacher_path, offload=spec.teacher.offload)
+        roles.policy.start_all("init_frozen", "teacher", model_path=models.teacher_path, offload=spec.teacher.offload)
         roles.teacher = roles.policy
     if roles.fuse_rm:
-        roles.critic.run_all(
+        roles.critic.start_all(
             "init_frozen", "reward", kind="reward", model_path=rm_path, normalize_reward=spec.reward.normalize
         )
         roles.reward = roles.critic

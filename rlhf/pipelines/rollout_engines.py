@@ -107,14 +107,16 @@ class PolicyEngines:
     sleep_after_restart = False
 
     def __init__(self, spec: ExperimentSpec, policy: Any) -> None:
-        from rlhf.waits import Call, wait
+        from rlhf.waits import STARTUP_KEY, Call, wait
 
         self.spec = spec
         self.policy = policy
         self.actors = list(policy.actors)
         trainer = spec.trainer
         calls = [Call(a.rollout_ready.remote(), "policy", i, actor=a) for i, a in enumerate(self.actors)]
-        self.info = wait(calls, "rollout_ready", trainer.remote_timeout_s, heartbeat_s=trainer.heartbeat_timeout_s)
+        self.info = wait(
+            calls, "rollout_ready", trainer.startup_s, timeout_key=STARTUP_KEY, heartbeat_s=trainer.heartbeat_timeout_s
+        )
 
     def __len__(self) -> int:
         return len(self.actors)

@@ -46,7 +46,7 @@ class RolloutWorkers:
             )
         self.rollout = RolloutEngines(spec, realized, model_path, env)
         if pending is not None:
-            self.reward.get(pending, "init")
+            self.reward.get(pending, "init", startup=True)
 
     @contextmanager
     def generation(self, next_is_sync: bool = False) -> Iterator[None]:

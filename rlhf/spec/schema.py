@@ -534,6 +534,12 @@ class TrainerSpec:
     remote_timeout_s: float = key(
         1800.0, "a call to a training rank or rollout engine taking longer is treated as hung (restarted)", gt=0
     )
+    startup_timeout_s: float | None = key(
+        None,
+        "an actor's start-up (its process placed, its model loaded, an engine built; again after a restart) taking "
+        "longer is treated as hung; null: trainer.remote_timeout_s. Set it apart when steps are short and models big",
+        gt=0,
+    )
     heartbeat_timeout_s: float = key(
         30.0,
         "a training rank or rollout engine that answered a liveness call before and leaves one unanswered this "
@@ -548,6 +554,11 @@ class TrainerSpec:
         "| skip (the engine drops the step's update: DeepSpeed ZeRO 1-3, or fsdp2; 3 skipped in a row stop the run)",
         choices=("stop", "skip"),
     )
+
+    @property
+    def startup_s(self) -> float:
+        """The bound on an actor's start-up: ``startup_timeout_s``, else ``remote_timeout_s``."""
+        return self.startup_timeout_s if self.startup_timeout_s is not None else self.remote_timeout_s
 
 
 @dataclass(frozen=True)

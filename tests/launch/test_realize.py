@@ -32,6 +32,12 @@ class Probe:
     def echo(self, x: int, y: int = 0) -> int:
         return x + y
 
+    def nap(self, seconds: float) -> float:
+        import time
+
+        time.sleep(seconds)
+        return seconds
+
     def fail(self, user: bool) -> None:
         raise UserError("bad row in f.jsonl") if user else RuntimeError("boom")
 
@@ -86,6 +92,28 @@ def test_colocated_roles_share_bundles_with_rank_environment(cluster):
             policy.run_all("fail", False)
         with pytest.raises(UserError, match="bad row"):  # the user's error, not wrapped in Ray's
             policy.run_all("fail", True)
+    finally:
+        realized.shutdown()
+
+
+def test_a_start_up_call_is_bounded_by_the_startup_timeout_and_any_other_by_the_remote_timeout(cluster):
+    # A big model's load may take longer than a step is allowed to hang: two bounds, each named when it ends a wait.
+    spec = _spec("placement=colocate_actor_ref", "trainer.remote_timeout_s=1", "trainer.startup_timeout_s=30")
+    realized = realize(spec, plan(spec))
+    try:
+        policy = realized.create_group("policy", Probe, "p")
+        assert policy.start_all("nap", 2.0) == [2.0, 2.0]  # past remote_timeout_s, within startup_timeout_s
+        with pytest.raises(WorkerError, match=r"did not finish nap within 1 s \(trainer.remote_timeout_s\)"):
+            policy.run_all("nap", 2.0)
+    finally:
+        realized.shutdown()
+    spec = _spec("placement=colocate_actor_ref", "trainer.remote_timeout_s=30", "trainer.startup_timeout_s=1")
+    realized = realize(spec, plan(spec))
+    try:
+        policy = realized.create_group("policy", Probe, "p")
+        assert policy.run_all("nap", 2.0) == [2.0, 2.0]
+        with pytest.raises(WorkerError, match=r"did not finish nap within 1 s \(trainer.startup_timeout_s\)"):
+            policy.start_all("nap", 2.0)
     finally:
         realized.shutdown()
 

@@ -106,6 +106,7 @@ IMPOSSIBLE = [
     (CPU_RL, "sweep.direction=up", "sweep.direction", "one of maximize, minimize"),
     (CPU_RL, "seed=-1", "seed", ">= 0"),
     (SFT, "trainer.epochs=0", "trainer.epochs", ">= 1"),
+    (SFT, "trainer.startup_timeout_s=0", "trainer.startup_timeout_s", "> 0"),
 ]
 # fmt: on
 
@@ -211,3 +212,8 @@ def test_no_number_anywhere_in_the_schema_crashes_validation_or_the_plan():
 def test_non_finite_numbers_are_outside_every_domain(value):
     errors = [e for e in validate(load_spec([CPU_RL, f"trainer.lr={value}"])) if e.key == "trainer.lr"]
     assert errors and "finite" in errors[0].fix
+
+
+def test_start_up_is_bounded_by_the_remote_timeout_until_given_a_bound_of_its_own():
+    assert load_spec([SFT, "trainer.remote_timeout_s=40"]).trainer.startup_s == 40.0
+    assert load_spec([SFT, "trainer.remote_timeout_s=40", "trainer.startup_timeout_s=900"]).trainer.startup_s == 900.0
