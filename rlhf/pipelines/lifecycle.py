@@ -30,6 +30,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -420,12 +421,17 @@ class Runner:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # Every row of the local data files before any process: a bad row stops the job with nothing started.
         check_rows(self.spec)
+        # Our Ctrl-C/SIGTERM handlers go in before Ray starts: a signal while the data builds (Ray already
+        # starting or attaching beside it) then stops the run at step 0 instead of killing the process outright.
+        signals = ExitStack()
+        interrupts = signals.enter_context(Interrupts(self._resume_hint))
         # Ray starts (its own processes, and its idle workers importing what the actors need) while this process
         # tokenises the data; what only the data build finds stops the cluster it started.
         starting = _Background(lambda: self.realize(self.spec, self.plan))
         try:
             count = self.recipe.prepare()
         except BaseException:
+            signals.close()
             starting.discard()
             raise
         self.phases = tuple(getattr(self.recipe, "phases", ()))
@@ -441,6 +447,7 @@ class Runner:
             params = count.params() if isinstance(count, StepCount) else {}
             self.restarts.steps = [int(s) for s in state.get("restarts", [])]
         except BaseException:
+            signals.close()
             starting.discard()
             raise
         # The trackers open (MLflow's import and store, W&B's service) on a thread of their own while this one waits
@@ -450,7 +457,7 @@ class Runner:
         status = "FAILED"
         step = 0
         try:
-            with Interrupts(self._resume_hint) as interrupts:
+            with signals:  # ours until the teardown, as before the data build
                 self.realized = starting.result(stop=lambda: interrupts.requested)
                 if self.realized is None:  # a signal while Ray was starting: nothing ran, nothing to save
                     status = "KILLED"

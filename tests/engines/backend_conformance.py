@@ -218,3 +218,9 @@ def main() -> None:
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     main()
+    # Every assertion passed and the group is left: skip the interpreter's teardown of native libraries, where a
+    # DeepSpeed rank once aborted (SIGABRT, "terminate called without an active exception": a native thread still
+    # joinable at exit) on a loaded machine after writing its results. A failure above still exits 1.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
