@@ -102,6 +102,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     ),
 }
 TARGETS = {"tiny": 1.0, "large": 2.0, "varlen": 1.5}  # rlhf/TRL throughput the issue asks for
+STARTUP_TARGET = 1.5  # rlhf/TRL start-up to the first step (the one-process issue: the local executor)
 # The varlen model ends an answer after ~80 tokens on average: its end-of-answer logit raised by this many nats
 # along the mean final hidden state (a random model would almost never end one within 256 tokens).
 VARLEN_EOS_SHIFT = 2.5
@@ -306,6 +307,7 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
         "checkpoint.save_steps=0",
         "checkpoint.resume=never",
         f"hardware.cpus_per_node={cfg['threads']}",
+        f"launch.executor={cfg.get('executor', 'auto')}",
     ]
     if cfg["rollout"] == "vllm":
         # KV cache for all of a step's samples, decoded in one wave (vLLM's CPU default is 256 sequences).
@@ -343,10 +345,20 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
             cpu.append(cpu_snapshot())
         return log_orig(self, metrics, step)
 
-    for owner, name in ((rl.RLRecipe, "step"), (Tracking, "log")):
+    # The start-up phases as the run prints them (rlhf.pipelines.startup_clock), kept for the table.
+    from rlhf.pipelines import startup_clock
+
+    phases: dict[str, float] = {}
+    line_orig = startup_clock.StartupClock.line
+
+    def line(self):
+        phases.update({"launch": self.launch_s, **dict(self.phases)})
+        return line_orig(self)
+
+    for owner, name in ((rl.RLRecipe, "step"), (Tracking, "log"), (startup_clock.StartupClock, "line")):
         if not callable(getattr(owner, name, None)):
             raise SystemExit(f"bench: rlhf changed: {owner.__qualname__}.{name} is gone; update bench/grpo_vs_trl.py")
-    rl.RLRecipe.step, Tracking.log = start, log
+    rl.RLRecipe.step, Tracking.log, startup_clock.StartupClock.line = start, log, line
 
     run_dir = Path(cfg["run_dir"])
     import inspect
@@ -355,9 +367,14 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
 
     args: list[Any] = [spec, p, run_dir]
     if "realize" in inspect.signature(run_pipeline).parameters:
-        from rlhf.launch.realize import realize
+        try:
+            from rlhf.launch.job import realizer  # the executor the plan chose (launch.executor)
 
-        args.append(realize)
+            args.append(realizer(getattr(p, "executor", "ray")))
+        except ImportError:  # an older rlhf: Ray only
+            from rlhf.launch.realize import realize
+
+            args.append(realize)
     t0 = time.time()
     result = run_pipeline(*args)
     t_done = time.time()
@@ -379,7 +396,8 @@ def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
             }
         )
     return {
-        "system": f"rlhf({cfg['rollout']})",
+        "system": f"rlhf({cfg['rollout']},{getattr(p, 'executor', 'ray')})",
+        "startup_phases": phases,
         "async": bool(spec.rollout.async_mode),
         "steps": len(rows),
         "samples_per_step": n,
@@ -575,6 +593,7 @@ def summarize(res: dict[str, Any], warmup: int) -> dict[str, Any]:
         "gen_tokens_per_s": tokens / s_per_step if s_per_step and tokens else None,
         "tokens_per_sample": tokens / n if tokens else None,
         "steady_steps": len(steady_steps),
+        "startup_phases": res.get("startup_phases") or {},
     }
     for k in ("generation", "experience", "train", "sync"):
         out[k] = _mean([s.get(k) for s in steady_steps])
@@ -670,7 +689,8 @@ def _fmt(x: Any, spec: str = ".3g") -> str:
 
 def print_table(name: str, w: dict, cfg: dict, sums: dict[str, dict[str, Any]], runs: dict[str, list]) -> None:
     systems = list(sums)
-    rl = next((s for s in systems if s.startswith("rlhf")), None)
+    rls = [s for s in systems if s.startswith("rlhf")]
+    rl = rls[0] if rls else None
     trl = "TRL" if "TRL" in sums else None
     ratio_ok = rl is not None and trl is not None
     print()
@@ -711,25 +731,27 @@ def print_table(name: str, w: dict, cfg: dict, sums: dict[str, dict[str, Any]], 
             "async mode: the steady state leaves out the last step (no next rollout overlaps it); rlhf's "
             "generation column is only the wait for the rollout started during the previous step"
         )
-    head = f"{'':34}" + "".join(f"{s:>14}" for s in systems) + (f"{'rlhf/TRL':>12}" if ratio_ok else "")
+    # one ratio column per rlhf system (executors side by side: --executors ray,local)
+    ratio_heads = [f"{r.split('(')[1].rstrip(')').split(',')[-1]}/TRL" if len(rls) > 1 else "rlhf/TRL" for r in rls]
+    head = f"{'':34}" + "".join(f"{s:>18}" for s in systems) + ("".join(f"{h:>12}" for h in ratio_heads) * ratio_ok)
     print(head)
     print("-" * len(head))
+    ratio_keys = (
+        "samples_per_s", "gen_tokens_per_s", "samples_per_cpu_s", "startup_s", "steady_s_per_step", "generation",
+        "experience", "train", "cpu_s_per_step",
+    )
     for label, key, spec in rows:
-        line = f"{label:34}" + "".join(f"{_fmt(sums[s].get(key), spec or '.3g'):>14}" for s in systems)
-        if ratio_ok and key in ("samples_per_s", "gen_tokens_per_s", "samples_per_cpu_s"):
-            a, b = sums[rl].get(key), sums[trl].get(key)
-            line += f"{_fmt(a / b if a and b else None, '.2f') + 'x':>12}"
-        elif ratio_ok and key in (
-            "startup_s",
-            "steady_s_per_step",
-            "generation",
-            "experience",
-            "train",
-            "cpu_s_per_step",
-        ):
-            a, b = sums[rl].get(key), sums[trl].get(key)
-            line += f"{_fmt(a / b if a and b else None, '.2f') + 'x':>12}"
+        line = f"{label:34}" + "".join(f"{_fmt(sums[s].get(key), spec or '.3g'):>18}" for s in systems)
+        if ratio_ok and key in ratio_keys:
+            for r in rls:
+                a, b = sums[r].get(key), sums[trl].get(key)
+                line += f"{_fmt(a / b if a and b else None, '.2f') + 'x':>12}"
         print(line)
+    phase_names = list(dict.fromkeys(k for r in rls for k in sums[r].get("startup_phases") or {}))
+    if phase_names:
+        print("start-up phases (s), as the run prints them:")
+        for name in phase_names:
+            print(f"  {name:32}" + "".join(f"{_fmt((sums[r].get('startup_phases') or {}).get(name)):>18}" for r in rls))
     for s in systems:
         procs = sums[s].get("cpu_by_process_s_per_step") or {}
         if procs:
@@ -739,11 +761,16 @@ def print_table(name: str, w: dict, cfg: dict, sums: dict[str, dict[str, Any]], 
         for s, lst in runs.items():
             print(f"  {s} samples/s per repeat: " + ", ".join(_fmt(x.get("samples_per_s")) for x in lst))
     if ratio_ok:
-        a, b = sums[rl].get("samples_per_s"), sums[trl].get("samples_per_s")
-        if a and b:
-            target = TARGETS[name]
-            verdict = "meets" if a / b >= target else "MISSES"
-            print(f"throughput rlhf/TRL = {a / b:.2f}x (samples/s); target >= {target:g}x: {verdict}")
+        for r in rls:
+            a, b = sums[r].get("samples_per_s"), sums[trl].get("samples_per_s")
+            if a and b:
+                target = TARGETS[name]
+                verdict = "meets" if a / b >= target else "MISSES"
+                print(f"throughput {r}/TRL = {a / b:.2f}x (samples/s); target >= {target:g}x: {verdict}")
+            a, b = sums[r].get("startup_s"), sums[trl].get("startup_s")
+            if a and b:
+                verdict = "meets" if a / b <= STARTUP_TARGET else "MISSES"
+                print(f"start-up {r}/TRL = {a / b:.2f}x; target <= {STARTUP_TARGET:g}x: {verdict}")
     print(
         "phases: rlhf from metrics.jsonl timing/* (experience = old+ref log-probs, rewards, advantages); TRL from "
         "wrapped _generate_single_turn / _generate_and_score_completions (experience = rewards + ref log-probs), "
@@ -758,6 +785,12 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=None, help="RL steps per system (default: the workload's)")
     ap.add_argument("--warmup", type=int, default=None, help="first steps excluded from the steady state")
     ap.add_argument("--only", choices=["rlhf", "trl"], default=None)
+    ap.add_argument(
+        "--executors",
+        default="auto",
+        help="rlhf's launch.executor, comma-separated for several rlhf runs side by side (e.g. ray,local: the "
+        "start-up before and after the local executor)",
+    )
     ap.add_argument(
         "--repeats",
         type=int,
@@ -853,14 +886,20 @@ def main() -> int:
     varlen = prepare_varlen(out, w, a.seed) if "prompt_tokens" in w else None
     if a.trl_micro_batch:
         w["trl_micro_batch"] = a.trl_micro_batch
-    systems = ["rlhf", "trl"] if a.only is None else [a.only]
+    executors = [e.strip() for e in a.executors.split(",") if e.strip()]
+    bad = [e for e in executors if e not in ("auto", "ray", "local")]
+    if bad or not executors:
+        ap.error(f"--executors {a.executors}: each must be auto, ray or local")
+    rlhf_systems = [f"rlhf:{e}" for e in executors]
+    systems = [*rlhf_systems, "trl"] if a.only is None else (rlhf_systems if a.only == "rlhf" else ["trl"])
     runs: dict[str, list[dict[str, Any]]] = {}
     raw: dict[str, list[dict[str, Any]]] = {}
     failed = False
     for rep in range(a.repeats):
         order = systems if rep % 2 == 0 else systems[::-1]
-        for system in order:
-            tag = f"{a.workload}-r{rep}"
+        for system_run in order:
+            system, _, executor = system_run.partition(":")
+            tag = f"{a.workload}-r{rep}" + (f"-{executor}" if executor else "")
             run_dir = out / f"{system}-{tag}"
             cfg = dict(
                 workload=w,
@@ -878,6 +917,7 @@ def main() -> int:
                 run_dir=str(run_dir),
                 tag=tag,
                 varlen=varlen,
+                executor=executor or "auto",
             )
             load_before = _load()
             res = run_child(system, cfg, out, timeout)

@@ -22,7 +22,7 @@ is bounded by the wait's deadline instead); a stalled actor is killed (Ray ends 
 and ends the collectives its peers wait in, and the failure is handled as a dead process's.
 
 A :class:`rlhf.errors.UserError` raised remotely is re-raised as it is (the user's to fix, not a worker failure).
-Nothing here imports Ray until a wait runs."""
+Nothing here imports Ray until a wait on Ray's calls runs."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlhf.errors import UserError, WorkerFailure
+from rlhf.futures import LocalRef, is_local, wait_any
 
 REMOTE_KEY = "trainer.remote_timeout_s"  # what a hung call's message names: the key that bounds it
 STARTUP_KEY = "trainer.startup_timeout_s"  # ... for an actor's start-up (model load, engine build)
@@ -98,7 +99,10 @@ def wait(
     calls of role ``blame_first`` before the others (the weight sync blames an engine before the sender that lost
     it). Calls still unanswered at the deadline raise kind ``hung`` naming every one of them, the one blamed (of
     role ``blame_first`` if any) first. With ``heartbeat_s``, an actor behind a pending call that leaves a heartbeat
-    unanswered that long raises kind ``stalled`` at once (see the module's docstring)."""
+    unanswered that long raises kind ``stalled`` at once (see the module's docstring). Calls on the local executor's
+    roles (rlhf.futures.LocalRef) are waited for the same way, without heartbeats (they run in this process)."""
+    if calls and all(is_local(c.ref) for c in calls):
+        return _wait_local(calls, what, timeout_s, timeout_key, error, grace_s, blame_first)
     import ray
 
     index = {c.ref: i for i, c in enumerate(calls)}
@@ -136,16 +140,77 @@ def wait(
     if failures:
         raise _failure(calls, failures, what, error, blame_first)
     if pending:
-        late = sorted((calls[i] for i in pending.values()), key=lambda c: (c.role != blame_first, calls.index(c)))
-        first = late[0]
-        names = ", ".join(c.name for c in late)
-        raise error(
-            f"{names} did not finish {what} within {timeout_s:.0f} s ({timeout_key}){first.hint_text()}",
-            role=first.role,
-            rank=first.rank,
-            kind="hung",
-        )
+        raise _hung(calls, list(pending.values()), what, timeout_s, timeout_key, error, blame_first)
     return [results[i] for i in range(len(calls))]
+
+
+def _hung(
+    calls: Sequence[Call], pending: Sequence[int], what: str, timeout_s: float | None, timeout_key: str,
+    error: type[WorkerFailure], blame_first: str | None,
+) -> WorkerFailure:
+    late = sorted((calls[i] for i in pending), key=lambda c: (c.role != blame_first, calls.index(c)))
+    first = late[0]
+    names = ", ".join(c.name for c in late)
+    return error(
+        f"{names} did not finish {what} within {timeout_s:.0f} s ({timeout_key}){first.hint_text()}",
+        role=first.role,
+        rank=first.rank,
+        kind="hung",
+    )
+
+
+def _wait_local(
+    calls: Sequence[Call],
+    what: str,
+    timeout_s: float | None,
+    timeout_key: str,
+    error: type[WorkerFailure],
+    grace_s: float,
+    blame_first: str | None,
+) -> list[Any]:
+    """:func:`wait` for the local executor's calls: the same deadline, grace and blame; a call that raised is
+    ``failed`` (``checksum`` for a weight-sync checksum mismatch) with its traceback, a UserError re-raised as is.
+    A call still running at the deadline is ``hung``: its thread cannot be stopped, so the run stops (a local run
+    restarts nothing)."""
+    refs: list[LocalRef] = [c.ref for c in calls]
+    pending = dict.fromkeys(range(len(calls)))
+    failures: list[int] = []
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    grace_end: float | None = None
+    while pending:
+        ends = [t for t in (deadline, grace_end) if t is not None]
+        left = None if not ends else max(min(ends) - time.monotonic(), 0.0)
+        done = wait_any([refs[i] for i in pending], left)
+        if not done:
+            break  # the deadline (or, after a failure, the grace period) passed
+        for i in [i for i in pending if refs[i].done]:
+            del pending[i]
+            e = refs[i].error
+            if isinstance(e, UserError):
+                raise e
+            if e is not None:
+                failures.append(i)
+        if failures:
+            if grace_s <= 0:
+                break
+            grace_end = grace_end or time.monotonic() + grace_s
+    if failures:
+        i = min(failures, key=lambda j: (calls[j].role != blame_first, j))
+        call, ref = calls[i], refs[i]
+        lines = [ln for ln in ref.trace.strip().splitlines() if ln.strip()]
+        cause = lines[-1] if lines else type(ref.error).__name__
+        kind = "checksum" if "ChecksumMismatch" in cause else "failed"
+        failure = error(
+            f"{call.name} failed in {what}: {cause}{call.hint_text()}\n{ref.trace.rstrip()}",
+            role=call.role,
+            rank=call.rank,
+            kind=kind,
+        )
+        failure.__cause__ = ref.error
+        raise failure
+    if pending:
+        raise _hung(calls, list(pending), what, timeout_s, timeout_key, error, blame_first)
+    return [r.result() for r in refs]
 
 
 def _failure(

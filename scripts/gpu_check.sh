@@ -2,6 +2,10 @@
 # The first thing to run on a GPU machine (one GPU is enough; meant to take under 10 minutes on one H200), after
 #   pip install -e ".[vllm]"        (or inside docker/Dockerfile.gpu's image)
 # One line per check; the first failure stops it with exit status 1. What it checks, in order:
+#   0. a two-step one-process GRPO on the local executor (launch.executor=local): FSDP2 and an hf engine beside the
+#      policy in the driver's own process, bf16, a weight sync between them every step. It needs torch,
+#      transformers and rlhf's pure-Python dependencies only (no Ray, vLLM or DeepSpeed), so it runs first: on an
+#      image without those, `bash scripts/gpu_check.sh` passes it and then stops at step 1 naming what is missing
 #   1. versions: torch + CUDA + GPU, vllm within the supported range, deepspeed, ray, transformers
 #   2. the vLLM APIs the engine calls, by signature (LLM.sleep/wake_up/collective_rpc, reload_weights, the
 #      SamplingParams and engine arguments it passes, the Ray executor's VLLM_RAY_* variables)
@@ -30,6 +34,23 @@ step() {  # step NAME TIMEOUT_S CMD...: one line, stop at the first failure
     exit 1
   fi
 }
+
+local_out=$(mktemp -d)
+step "one-process GRPO: local executor, FSDP2, hf engine (bf16)" 300 "$PY" -m rlhf.cli.run +recipe=grpo_tiny_cpu \
+  hardware=1xh100 trainer=default trainer.backend=fsdp2 trainer.precision=bf16 trainer.optimizer=adamw rollout=hf \
+  launch.executor=local model.architecture=qwen2 trainer.max_steps=2 eval.steps=0 logging=console \
+  logging.progress=false hydra.run.dir="$local_out"
+"$PY" - "$local_out/metrics.jsonl" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+steps = [r for r in rows if "train/policy_loss" in r]
+assert [r["step"] for r in steps] == [1, 2], f"steps logged: {[r['step'] for r in steps]}"
+for r in steps:
+    assert r["train/logprobs_diff"] < 1e-2, r["train/logprobs_diff"]  # the engine sampled with the trained weights
+    print(f"       step {r['step']}: policy loss {r['train/policy_loss']:.4f}, sync {r['train/timing/broadcast']:.3f} s, "
+          f"trainer/engine log-prob diff {r['train/logprobs_diff']:.2e}")
+PYEOF
+[ $? -eq 0 ] || { echo "FAIL one-process GRPO metrics (run folder: $local_out)"; exit 1; }
 
 step "versions" 120 "$PY" - <<'PYEOF'
 import importlib.metadata as md

@@ -5,7 +5,10 @@
   (rlhf-run sets it itself before it imports ray).
 - Helpers shared by test folders (tests/sockets_helper.py) importable from every test.
 - ``ray_cluster``: one private Ray cluster for the session (4 CPUs, 127.0.0.1), shared by every folder's tests
-  that need one (tests/launch/test_realize.py keeps its own, module-scoped, for its own teardown).
+  that need one (tests/launch/test_realize.py keeps its own, module-scoped, for its own teardown); a test that asks
+  for it is in the Ray tier.
+- The tiers (README, "Tests"): ``pytest -q`` runs unit tests and the end-to-end runs the local executor hosts;
+  ``pytest -q -m ray`` what only Ray shows.
 """
 
 import os
@@ -15,6 +18,22 @@ import pytest
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, os.path.dirname(__file__))
+
+
+def _hypothesis_profiles() -> None:
+    """Property-based tests in the suite draw the same examples every run (``derandomize``), with no per-example
+    deadline (a wall-clock bound that a loaded machine breaks) and no example database (CI starts fresh);
+    ``HYPOTHESIS_PROFILE=fuzz`` (scripts/fuzz.sh) draws new ones each run."""
+    try:
+        from hypothesis import settings
+    except ImportError:  # not a dev install: no property tests run
+        return
+    settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
+    settings.register_profile("fuzz", derandomize=False, deadline=None, database=None, print_blob=True)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+_hypothesis_profiles()
 
 
 @pytest.fixture(scope="session")
@@ -56,9 +75,16 @@ if _gone:
     raise RuntimeError(f"tests/conftest.py HEAVIEST_FIRST names {_gone}, which no longer exist: update the list")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection, which then sees the tier marks added here
 def pytest_collection_modifyitems(config, items):
-    """Whole modules reordered (a module's tests stay together, in their order, so its module-scoped fixtures are
-    set up once): the heaviest listed above first, then modules with end-to-end (``slow``) tests, then the rest."""
+    """The tiers: a test that asks for the session's Ray cluster (``ray_cluster``) is in the Ray tier (``ray``
+    mark), whatever its module says; ``pytest -q`` runs the rest (addopts: -m "not ray"), ``pytest -q -m ray`` the
+    Ray tier. Then whole modules reordered (a module's tests stay together, in their order, so its module-scoped
+    fixtures are set up once): the heaviest listed above first, then modules with end-to-end (``slow``) tests, then
+    the rest."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
     first: dict[str, int] = {}
     band: dict[str, tuple[int, int]] = {}
     for i, item in enumerate(items):

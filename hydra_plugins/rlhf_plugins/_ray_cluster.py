@@ -80,6 +80,8 @@ def _run_job_here(
 
     os.chdir(cwd)  # relative paths (sweep folder, mlflow.db, data) mean what they meant to the launcher
     os.environ[RESERVED_ENV] = reserved_prefix
+    # The job runs in the placement groups reserved for it on this cluster, never in this task's own process.
+    config.launch.executor = "ray"
     setup_globals()
     Singleton.set_state(singleton_state)
     HydraConfig.instance().set_config(config)

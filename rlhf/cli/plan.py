@@ -33,6 +33,7 @@ def _gb(x: float) -> str:
 def render(p: Plan) -> str:
     d = p.derived
     lines = [f"plan for {p.spec_name}: {p.params / 1e9:.3f}B parameters, {d.total_devices} device(s)"]
+    lines.append(f"executor: {p.executor} ({p.executor_reason})")
     if p.training_engine:
         lines.append(f"training engine: {p.training_engine}")
     if p.rollout_engine:

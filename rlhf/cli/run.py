@@ -167,7 +167,7 @@ def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float |
     check(spec)
     if sweep_id and not spec.sweep.id:
         spec = replace(spec, sweep=replace(spec.sweep, id=sweep_id))
-    set_ray_env(spec.ray)  # before anything imports ray
+    set_ray_env(spec.ray)  # before anything imports ray (sets variables only: the local executor imports none)
     if sweep_id or not _PREFLIGHT_DONE:
         _preflight(spec)
     watch_run_dir(run_dir)  # a driver that dies without a word: the reaper ends its trackers' runs FAILED
@@ -175,6 +175,7 @@ def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float |
     OmegaConf.save(cfg, run_dir / "resolved_config.yaml")
     (run_dir / "plan.json").write_text(p.to_json())
     print(f"rlhf-run: {spec.recipe or '(no recipe)'} [{spec.algorithm.name}] -> {run_dir}")
+    print(f"executor: {p.executor} ({p.executor_reason})", file=sys.stderr)
     if not p.fits:
         print(f"warning: the memory plan says this {p.verdict()} (rlhf-plan shows the table)", file=sys.stderr)
     from rlhf.launch.job import run as run_job

@@ -42,7 +42,10 @@ def import_deepspeed() -> ModuleType:
     op marked unbuildable (the backend then reduces through the process group, as it does on platforms without
     it)."""
     loaded = sys.modules.get("deepspeed")
-    if loaded is not None:
+    if loaded is not None:  # imported already (transformers' own import of it, in the local executor's process)
+        import deepspeed.ops
+
+        deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False  # in time: the op is built when comm starts
         return loaded
     if "DS_ACCELERATOR" not in os.environ and _no_accelerator():
         os.environ["DS_ACCELERATOR"] = "cpu"

@@ -16,6 +16,7 @@ from rlhf.engines.backends import train_backend
 from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.launch.memory import GB, GroupMemory, SyncBytes, estimate, param_count, phases, sync_bytes
 from rlhf.spec.derive import Derived, derive
+from rlhf.spec.executor import choose
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -72,6 +73,8 @@ class Plan:
     rollout_engine: str = ""  # the rollout backend's (rlhf.engines.protocol.RolloutBackend.describe); "": no engines
     # per device group: phase -> {"trained": parts, "rollout": parts} in device memory (rlhf.launch.memory.phases)
     phases: tuple[dict[str, dict[str, tuple[str, ...]]], ...] = ()
+    executor: str = "ray"  # launch.executor resolved: ray | local (rlhf.spec.executor)
+    executor_reason: str = ""  # why that executor, one line
 
     @property
     def fits(self) -> bool:
@@ -97,6 +100,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec": self.spec_name,
+            "executor": self.executor,
+            "executor_reason": self.executor_reason,
             "params": self.params,
             "training_engine": self.training_engine,
             "rollout_engine": self.rollout_engine,
@@ -231,6 +236,7 @@ def plan(spec: ExperimentSpec) -> Plan:
     memory = estimate(spec, derived)
     params, _ = param_count(spec.model)
     sync = sync_bytes(spec, derived, params)
+    executor = choose(spec, derived)
     return Plan(
         spec_name=spec.recipe or "(no recipe)",
         derived=derived,
@@ -244,4 +250,6 @@ def plan(spec: ExperimentSpec) -> Plan:
         training_engine=train_backend(spec.trainer.backend).describe(spec),
         rollout_engine=rollout_backend(spec.rollout.backend).describe(spec) if "rollout" in roles else "",
         phases=tuple(phases(spec, g.roles) for g in groups),
+        executor=executor.name,
+        executor_reason=executor.reason,
     )

@@ -9,19 +9,20 @@ roles and the missing resources named, never a silent hang.
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any
 
 from rlhf import faults
-from rlhf.errors import UserError, WorkerFailure
+from rlhf.errors import UserError
 from rlhf.launch import actor_env, worker_preload
 from rlhf.launch.cluster import Cluster, start_or_attach, worker_start_env
 from rlhf.launch.ledger import BundleLedger
 from rlhf.launch.plan import DeviceGroup, Plan, RolePlacement
+from rlhf.launch.ports import free_port
 from rlhf.launch.reservation import adopt_reserved
+from rlhf.launch.role_calls import RoleCalls, WorkerError  # noqa: F401 - WorkerError: re-exported
+from rlhf.spec.executor import heartbeat_s
 from rlhf.spec.schema import ExperimentSpec
 
 log = logging.getLogger(__name__)
@@ -32,10 +33,6 @@ ATTACHED_PG_TIMEOUT_S = 300.0  # an existing cluster may autoscale
 
 class PlacementError(UserError):
     """The cluster cannot hold a device group's bundles."""
-
-
-class WorkerError(WorkerFailure):
-    """A worker of a role failed, died or hung; the message names the role and rank."""
 
 
 @dataclass
@@ -78,43 +75,11 @@ def _remote(actor_cls: type) -> Any:
     return ray.remote(actor_cls)
 
 
-def _ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (Linux: /proc/sys/net/ipv4/ip_local_port_range, 32768 by
-    default); 49152 (IANA's) where it cannot be read."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 49152
-
-
-def _free_port(host: str = "127.0.0.1") -> int:
-    """A port free now on ``host`` for a rendezvous that binds it later (seconds later, in another process).
-
-    Below the ephemeral range: a port the kernel hands out for ``bind(0)`` or as an outgoing connection's source
-    port can be taken in that gap by any of the cluster's processes (seen in the suite: rank 0's store failed with
-    EADDRINUSE); ports below the range are taken only by a process that names them."""
-    import random
-
-    low = _ephemeral_low()
-    if low > 20000:
-        for port in random.sample(range(20000, low), min(64, low - 20000)):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind((host, port))
-                except OSError:
-                    continue
-                return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _node_ip_and_port() -> tuple[str, int]:
     import ray
 
     ip = ray.util.get_node_ip_address()
-    return ip, _free_port(ip)
+    return ip, free_port(ip)
 
 
 def _missing_resources(bundles: list[dict[str, float]]) -> str:
@@ -169,8 +134,8 @@ def bundle_free(pg: Any, bundle_index: int) -> dict[str, float]:
     return {k[: -len(suffix)]: v for k, v in ray.available_resources().items() if k.endswith(suffix)}
 
 
-class RoleGroup:
-    """N Ray actors of one class for one role, one per rank, in the role's bundles.
+class RoleGroup(RoleCalls):
+    """N Ray actors of one class for one role, one per rank, in the role's bundles (the calls: RoleCalls).
 
     Each actor gets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR (the rank-0 node) and MASTER_PORT in its environment,
     so ``deepspeed.init_distributed`` (or torch's env:// init) forms the group without further arguments.
@@ -269,7 +234,7 @@ class RoleGroup:
 
         rank0_ip = slots.node_ips[0]
         if rank0_ip in (driver_ip, "127.0.0.1", ""):
-            return (rank0_ip or "127.0.0.1"), _free_port(rank0_ip or "127.0.0.1")
+            return (rank0_ip or "127.0.0.1"), free_port(rank0_ip or "127.0.0.1")
         # Rank 0 lives on another node: ask that node for a free port.
         probe = ray.remote(num_cpus=0)(_node_ip_and_port).options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -281,48 +246,7 @@ class RoleGroup:
     def __len__(self) -> int:
         return len(self.actors)
 
-    # -- calling methods -----------------------------------------------------------------------------------------
-    def async_run_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """ObjectRefs of ``method(*args, **kwargs)`` on every rank."""
-        return [getattr(a, method).remote(*args, **kwargs) for a in self.actors]
-
-    def async_run_per_rank(self, method: str, per_rank: Sequence[Any], **kwargs: Any) -> list[Any]:
-        """ObjectRefs of ``method(per_rank[r], **kwargs)`` on rank r (a tuple is spread as positional args)."""
-        if len(per_rank) != len(self.actors):
-            raise ValueError(f"role {self.role}: {len(per_rank)} per-rank arguments for {len(self.actors)} ranks")
-        refs = []
-        for actor, arg in zip(self.actors, per_rank, strict=True):
-            args = arg if isinstance(arg, tuple) else (arg,)
-            refs.append(getattr(actor, method).remote(*args, **kwargs))
-        return refs
-
-    def run_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return self.get(self.async_run_all(method, *args, **kwargs), method)
-
-    def run_per_rank(self, method: str, per_rank: Sequence[Any], **kwargs: Any) -> list[Any]:
-        return self.get(self.async_run_per_rank(method, per_rank, **kwargs), method)
-
-    def start_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """:meth:`run_all` for a start-up call (loading a model), bounded by ``trainer.startup_timeout_s``."""
-        return self.get(self.async_run_all(method, *args, **kwargs), method, startup=True)
-
-    def get(self, refs: list[Any], what: str = "call", *, startup: bool = False) -> list[Any]:
-        """Results in rank order. The first failure raises at once (naming role and rank), so a dead rank never
-        leaves us waiting on the survivors stuck in a collective; a call taking longer than the group's timeout
-        (``trainer.remote_timeout_s``; ``startup``: ``trainer.startup_timeout_s``, which bounds loading a model) is
-        reported as hung, with what the rank needs and what its bundle has free, and a rank that leaves its heartbeat
-        unanswered for ``trainer.heartbeat_timeout_s`` as stalled (rlhf.waits)."""
-        from rlhf.waits import REMOTE_KEY, STARTUP_KEY, Call, wait
-
-        actors = self.actors if len(refs) == len(self.actors) else [None] * len(refs)  # heartbeat: rank r's actor
-        calls = [
-            Call(ref, self.role, rank, hint=partial(self._hint, rank), actor=actors[rank])
-            for rank, ref in enumerate(refs)
-        ]
-        bound, key = (self.startup_timeout_s, STARTUP_KEY) if startup else (self.timeout_s, REMOTE_KEY)
-        return wait(calls, what, bound, timeout_key=key, error=WorkerError, heartbeat_s=self.heartbeat_s)
-
-    def _hint(self, rank: int) -> str:
+    def hint(self, rank: int) -> str:
         """Its log, and what it needs in which bundle against what that bundle has free (for a failure message)."""
         needs = {k: v for k, v in self.resources.items() if v}
         where = (
@@ -332,18 +256,12 @@ class RoleGroup:
         log = self.log_hint(rank)
         return f"{log.removeprefix('; ')}; {where}" if log else where
 
-    def pid(self, rank: int) -> int | None:
-        return self.pids.get(rank) if hasattr(self, "pids") else None
-
     def log_hint(self, rank: int) -> str:
         """'; its log: PATH' for the rank's Ray worker log, when it can be found."""
         from rlhf.launch.cluster import worker_log
 
         log = worker_log(self.pid(rank))
         return f"; its log: {log}" if log else ""
-
-    def record_pids(self, pids: Sequence[int]) -> None:
-        self.pids = dict(enumerate(pids))
 
     def respawn(self, rank: int) -> Any:
         """Replace rank ``rank``'s actor (killed if still alive) by a new one in the same bundle with the same
@@ -442,7 +360,7 @@ class Realized:
             accelerator=self.spec.hardware.accelerator,
             timeout_s=self.spec.trainer.remote_timeout_s,
             startup_timeout_s=self.spec.trainer.startup_s,
-            heartbeat_s=self.spec.trainer.heartbeat_timeout_s,
+            heartbeat_s=heartbeat_s(self.spec),
             driver_ip=self.cluster.node_ip,
             ledger=self.ledger,
             **kwargs,
@@ -506,13 +424,14 @@ def realize(spec: ExperimentSpec, plan: Plan, *, timeout_s: float | None = None)
     return Realized(spec, plan, cluster, slots, ledger_of(plan))
 
 
-def preload_modules(spec: ExperimentSpec) -> tuple[str, ...]:
+def preload_modules(spec: ExperimentSpec, *, own_process: bool = False) -> tuple[str, ...]:
     """What a private cluster's idle workers import before an actor takes them (rlhf.launch.worker_preload). On
     CPU: torch, transformers, the model's code (``model.architecture``; a model folder of another architecture
     only loses the head start) and the engines' modules, DeepSpeed with them when it trains. With GPUs only torch:
     DeepSpeed's accelerator probe and the model code's attention checks ask CUDA for its devices, which fixes the
-    devices a process sees before Ray has set CUDA_VISIBLE_DEVICES for the actor it will host."""
-    if spec.hardware.accelerator != "cpu":
+    devices a process sees before Ray has set CUDA_VISIBLE_DEVICES for the actor it will host; ``own_process`` (the
+    local executor's, whose devices are its own already): all of them on GPUs too."""
+    if spec.hardware.accelerator != "cpu" and not own_process:
         return ("torch",)
     arch = spec.model.architecture
     modules = ["torch", "transformers", f"transformers.models.{arch}.modeling_{arch}", "rlhf.engines.hf_engine"]

@@ -23,6 +23,7 @@ from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.errors import WorkerFailure
 from rlhf.launch import actor_env
 from rlhf.launch.cluster import worker_start_env
+from rlhf.spec.executor import heartbeat_s
 from rlhf.spec.schema import ExperimentSpec
 
 __all__ = [
@@ -50,6 +51,7 @@ class RolloutEngineGroup:
     startup_timeout_s: float | None = None  # trainer.startup_timeout_s (None: timeout_s)
     heartbeat_s: float | None = None  # trainer.heartbeat_timeout_s (rlhf.waits)
     needs: list[Callable[[], str]] = field(default_factory=list)  # per engine: what it needs, what is free there
+    stop: Callable[[list[Any]], None] | None = None  # how the actors end (None: Ray's; the local executor's own)
 
     @property
     def where(self) -> list[str]:
@@ -63,6 +65,10 @@ class RolloutEngineGroup:
         return out
 
     def kill(self) -> None:
+        if self.stop is not None:
+            self.stop(self.actors)
+            self.actors = []
+            return
         import ray
 
         try:
@@ -153,7 +159,7 @@ def start_rollout_engines(
         placements=placements,
         timeout_s=spec.trainer.remote_timeout_s,
         startup_timeout_s=spec.trainer.startup_s,
-        heartbeat_s=spec.trainer.heartbeat_timeout_s,
+        heartbeat_s=heartbeat_s(spec),
     )
     started.needs = [_needs(realized, p) for p in placements]
     if start:
@@ -170,7 +176,7 @@ def start_engine_outside(spec: ExperimentSpec, model_path: str, *, cpus: float =
     started = RolloutEngineGroup(spec.rollout.backend, [begin()], [], respawners=[begin], placements=[p])
     started.timeout_s = spec.trainer.remote_timeout_s
     started.startup_timeout_s = spec.trainer.startup_s
-    started.heartbeat_s = spec.trainer.heartbeat_timeout_s
+    started.heartbeat_s = heartbeat_s(spec)
     started.info = wait_ready(started, [0])
     return started
 

@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 PRELOAD_ENV = "RLHF_WORKER_PRELOAD"  # comma-separated modules
@@ -82,17 +83,12 @@ def wait_ready(folder: Path, count: int, *, claim_s: float = 10.0, timeout_s: fl
         time.sleep(0.05)
 
 
-def preload() -> None:
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-    if os.environ.get(PYTHON_ENV) != sys.executable:
-        return
-    folder, _, count = os.environ.get(SLOTS_ENV, "").rpartition(":")
-    slot = _claim(folder, int(count)) if folder and count.isdigit() else None
-    if slot is None:
-        return
+def import_modules(names: Iterable[str]) -> None:
+    """Import each of ``names`` (DeepSpeed through rlhf.engines.deepspeed_import); one that fails is left for its
+    user to import again and report. Also the local executor's head start (rlhf.launch.local)."""
     import importlib
 
-    for name in filter(None, os.environ.get(PRELOAD_ENV, "").split(",")):
+    for name in names:
         try:
             if name == DEEPSPEED:
                 from rlhf.engines.deepspeed_import import import_deepspeed
@@ -102,6 +98,17 @@ def preload() -> None:
                 importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the actor imports it again and reports what fails
             continue
+
+
+def preload() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    if os.environ.get(PYTHON_ENV) != sys.executable:
+        return
+    folder, _, count = os.environ.get(SLOTS_ENV, "").rpartition(":")
+    slot = _claim(folder, int(count)) if folder and count.isdigit() else None
+    if slot is None:
+        return
+    import_modules(filter(None, os.environ.get(PRELOAD_ENV, "").split(",")))
     with contextlib.suppress(OSError):  # the folder is gone: the job ended
         Path(folder, f"ready-{slot}").touch()
 

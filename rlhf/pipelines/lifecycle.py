@@ -43,6 +43,7 @@ from rlhf.pipelines.interrupts import Interrupts
 from rlhf.pipelines.run_files import run_artifacts
 from rlhf.pipelines.startup_clock import StartupClock
 from rlhf.pipelines.step_count import StepCount
+from rlhf.spec.executor import max_restarts
 from rlhf.spec.schema import ExperimentSpec
 
 # Metric names whose non-finite value means the step's numbers went bad (suffix match on the logged key).
@@ -338,7 +339,7 @@ class Runner:
         self.run_dir = Path(run_dir)
         root = Path(spec.checkpoint.dir)
         self.ckpt = CheckpointManager(root if root.is_absolute() else self.run_dir / root, spec.checkpoint.max_keep)
-        self.restarts = Restarts(spec.trainer.max_restarts)
+        self.restarts = Restarts(max_restarts(spec))
         self.attempt: attempts.Attempt | None = None
         self.tracker: Any = None  # rlhf.tracking.Tracking, once the trackers are open (before the step-0 eval)
         self.realized: Any = None
@@ -417,7 +418,7 @@ class Runner:
         from rlhf.tracking import Progress, summary_lines
 
         t_start = time.time()
-        clock = StartupClock()
+        clock = StartupClock(getattr(self.plan, "executor", ""))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # Every row of the local data files before any process: a bad row stops the job with nothing started.
         check_rows(self.spec)
@@ -464,7 +465,7 @@ class Runner:
                     done = (CheckpointManager.step_of(self.last_ckpt) or 0) if self.last_ckpt else 0
                     raise RunInterrupted(interrupts.requested, done, self.last_ckpt, self.run_dir)
                 interrupts.reinstall()  # connecting to Ray may have replaced the SIGTERM handler
-                clock.mark("waiting for Ray")
+                clock.mark("waiting for Ray" if clock.executor != "local" else "local executor")
                 self.recipe.setup(self.realized)
                 clock.mark("engines")
                 self.tracker, self.attempt = tracking.result()

@@ -14,6 +14,7 @@ from typing import Any
 
 from rlhf.engines.protocol import Rollout, SamplingSpec
 from rlhf.errors import WorkerFailure
+from rlhf.spec.executor import heartbeat_s
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -54,7 +55,7 @@ class RolloutEngines:
         trainer = self.spec.trainer
         calls = [Call(ref, "rollout", i, self.label(i), actor=self.actors[i]) for i, ref in refs]
         parts = wait(
-            calls, "generate", trainer.remote_timeout_s, error=EngineFailure, heartbeat_s=trainer.heartbeat_timeout_s
+            calls, "generate", trainer.remote_timeout_s, error=EngineFailure, heartbeat_s=heartbeat_s(self.spec)
         )
         return [r for part in parts for r in part]
 
@@ -91,7 +92,7 @@ class RolloutEngines:
             Call(getattr(self.actors[i], method).remote(arg), "rollout", i, self.label(i), actor=self.actors[i])
             for i in which
         ]
-        wait(calls, method, trainer.remote_timeout_s, error=EngineFailure, heartbeat_s=trainer.heartbeat_timeout_s)
+        wait(calls, method, trainer.remote_timeout_s, error=EngineFailure, heartbeat_s=heartbeat_s(self.spec))
 
     def kill(self) -> None:
         self.started.kill()
@@ -115,7 +116,7 @@ class PolicyEngines:
         trainer = spec.trainer
         calls = [Call(a.rollout_ready.remote(), "policy", i, actor=a) for i, a in enumerate(self.actors)]
         self.info = wait(
-            calls, "rollout_ready", trainer.startup_s, timeout_key=STARTUP_KEY, heartbeat_s=trainer.heartbeat_timeout_s
+            calls, "rollout_ready", trainer.startup_s, timeout_key=STARTUP_KEY, heartbeat_s=heartbeat_s(self.spec)
         )
 
     def __len__(self) -> int:
@@ -141,7 +142,7 @@ class PolicyEngines:
 
         trainer = self.spec.trainer
         calls = [Call(ref, "policy", i, self.label(i), actor=self.actors[i]) for i, ref in refs]
-        parts = wait(calls, "generate", trainer.remote_timeout_s, heartbeat_s=trainer.heartbeat_timeout_s)
+        parts = wait(calls, "generate", trainer.remote_timeout_s, heartbeat_s=heartbeat_s(self.spec))
         return [r for part in parts for r in part]
 
     def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:

@@ -35,7 +35,8 @@ def process_age_s() -> float:
 class StartupClock:
     """Marks phases in order; ``line()`` names each with its seconds, and the total from the process start."""
 
-    def __init__(self) -> None:
+    def __init__(self, executor: str = "") -> None:
+        self.executor = executor  # launch.executor resolved (ray | local), named in the line
         self.launch_s = process_age_s()
         self._last = time.monotonic()
         self.phases: list[tuple[str, float]] = []
@@ -52,7 +53,8 @@ class StartupClock:
     def line(self) -> str:
         parts = [f"launch (imports, compose, plan, preflight) {self.launch_s:.1f} s"] if self.launch_s else []
         parts += [f"{name} {s:.1f} s" for name, s in self.phases]
-        return f"start-up {self.total_s:.1f} s to the first step: " + ", ".join(parts)
+        where = f" (executor: {self.executor})" if self.executor else ""
+        return f"start-up {self.total_s:.1f} s to the first step{where}: " + ", ".join(parts)
 
     def metrics(self) -> dict[str, float]:
         out = {f"startup/{name.lower().replace(' and ', '_').replace(' ', '_')}_s": s for name, s in self.phases}

@@ -24,6 +24,7 @@ from typing import Any
 
 from rlhf.engines.protocol import Rollout, SamplingSpec
 from rlhf.errors import WorkerFailure
+from rlhf.spec.executor import heartbeat_s
 from rlhf.spec.schema import ExperimentSpec
 from rlhf.waits import Call, wait
 
@@ -163,7 +164,7 @@ class WeightSync:
         # rollout.weight_sync_lora=adapter: the LoRA adapters alone travel (validation made sure the engines load them)
         self.adapter = spec.model.lora.rank > 0 and ro.weight_sync_lora == "adapter"
         self.timeout_s = ro.weight_sync_timeout_s
-        self.heartbeat_s = spec.trainer.heartbeat_timeout_s
+        self.heartbeat_s = heartbeat_s(spec)
         self.measure_memory = measure_memory
         self.version = 0
         self.syncs = 0
@@ -186,8 +187,6 @@ class WeightSync:
 
     def connect(self) -> None:
         """Choose routes and form the group: the policy's rank 0 plus every worker of every engine."""
-        import ray
-
         from rlhf.engines.weight_sync import GroupConfig
 
         ro, hw = self.spec.rollout, self.spec.hardware
@@ -203,7 +202,12 @@ class WeightSync:
         ranks, data_ranks, world = sync_ranks(self.routes)
         backend = ro.weight_sync_backend or ("nccl" if hw.accelerator == "gpu" else "gloo")
         host = locs[0]["node_ip"]
-        port = ray.get(sender.sync_reserve.remote(host), timeout=self.timeout_s)
+        (port,) = wait_named(
+            [Call(sender.sync_reserve.remote(host), "policy", 0, actor=sender)],
+            self.timeout_s,
+            "weight-sync set-up",
+            self.heartbeat_s,
+        )
         base_cfg = GroupConfig(host, port, world, 0, backend, tuple(data_ranks), self.timeout_s)
         shared = None
         if any("shared_memory" in r for r in self.routes):
@@ -277,15 +281,12 @@ class WeightSync:
         return sender, [p for p in packs[1:] if p], receivers
 
     def close(self) -> None:
-        import ray
-
         if self.requested == "object_store":
             return
-        refs = [a.sync_close.remote() for a in self.policy.actors[:1]] + [
-            a.sync_close.remote() for a in self.engines.actors
-        ]
+        calls = [Call(a.sync_close.remote(), "policy", 0) for a in self.policy.actors[:1]]
+        calls += [Call(a.sync_close.remote(), "rollout", i) for i, a in enumerate(self.engines.actors)]
         try:
-            ray.get(refs, timeout=30)
+            wait(calls, "closing the weight sync", 30.0, grace_s=30.0)
         except Exception:  # noqa: BLE001 - closing after a failure: the members may be gone
             pass
 

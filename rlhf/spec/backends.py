@@ -22,6 +22,9 @@ class Backend:
     # (rollout.weight_sync_lora=adapter; validation refuses it for a backend without). Declared on the registry line,
     # not on the backend object, because validation reads it without importing rlhf.engines.
     lora_adapter: bool = False
+    # rollout axis: its engine runs in the trainer's own interpreter, so the local executor can host it beside the
+    # policy in one process (vLLM runs in a venv of its own: Ray's)
+    in_process: bool = False
 
 
 # trainer.backend: rlhf.engines.training.TrainBackend (the object the module exposes as BACKEND)
@@ -33,7 +36,7 @@ TRAIN_BACKENDS: dict[str, Backend] = {
 # rollout.backend: rlhf.engines.protocol.RolloutBackend (the object the module exposes as BACKEND). vLLM's package is
 # looked for in the engine's own interpreter (rlhf.spec.paths), not in this one: its rule is in rollout_backends.
 ROLLOUT_BACKENDS: dict[str, Backend] = {
-    "hf": Backend("rlhf.engines.hf_backend:BACKEND", lora_adapter=True),
+    "hf": Backend("rlhf.engines.hf_backend:BACKEND", lora_adapter=True, in_process=True),
     "vllm": Backend("rlhf.engines.vllm_backend:BACKEND", extra="vllm", lora_adapter=True),
 }
 

@@ -104,10 +104,13 @@ def _default(key: str) -> Any:
 
 
 def with_stand_ins(cfg: DictConfig, fills: Mapping[str, Any] | None = None) -> DictConfig:
-    """A copy of ``cfg`` with every ``???`` replaced: by ``fills[key]`` where given, else by the key's default."""
+    """A copy of ``cfg`` with every ``???`` replaced: by ``fills[key]`` where given, else by the key's default (a
+    fill that is itself ``???``, as a script's own ``--input_template ???`` carried as text, stands in for nothing:
+    the default then)."""
     out = cfg.copy()
     for key in missing_keys(cfg):
-        OmegaConf.update(out, key, escaped(fills[key]) if fills and key in fills else _default(key), merge=False)
+        fill = fills.get(key, MISSING) if fills else MISSING
+        OmegaConf.update(out, key, escaped(fill) if fill != MISSING else _default(key), merge=False)
     return out
 
 

@@ -525,10 +525,12 @@ class TrainerSpec:
     activation_mb_per_token: float | None = key(
         None, "override the plan's activation estimate (MiB per token; null: the formula)", gt=0
     )
-    max_restarts: int = key(
-        3,
+    max_restarts: int | None = key(
+        None,
         "crashed or hung actors restarted per run before it stops (a rollout engine in place; a training rank: "
-        "every actor, from the last checkpoint); 0: stop at the first",
+        "every actor, from the last checkpoint); 0: stop at the first; null: 3 on the ray executor, 0 on local "
+        "(one process: a failure stops the run at its last checkpoint, resumed with --resume). A value above 0 asks "
+        "for Ray (launch.executor)",
         ge=0,
     )
     remote_timeout_s: float = key(
@@ -540,11 +542,12 @@ class TrainerSpec:
         "longer is treated as hung; null: trainer.remote_timeout_s. Set it apart when steps are short and models big",
         gt=0,
     )
-    heartbeat_timeout_s: float = key(
-        30.0,
+    heartbeat_timeout_s: float | None = key(
+        None,
         "a training rank or rollout engine that answered a liveness call before and leaves one unanswered this "
         "long while the driver waits on it is stalled (killed, then restarted as a crashed one); independent of "
-        "how long real work takes (trainer.remote_timeout_s)",
+        "how long real work takes (trainer.remote_timeout_s); null: 30 on the ray executor, none on local (its "
+        "roles run in the driver's own process). A value asks for Ray (launch.executor)",
         gt=0,
         le=3600,
     )
@@ -809,6 +812,21 @@ class AgentSpec:
 
 
 @dataclass(frozen=True)
+class LaunchSpec:
+    """How the job's processes are started (rlhf.spec.executor): Ray where there is more than one process, the
+    driver's own process where there is one."""
+
+    executor: str = key(
+        "auto",
+        "ray: placement groups and one Ray actor per rank and engine | local: the roles of a one-process job (one "
+        "rank; generation in the policy's process or one hf engine beside it) in the driver's own process, no "
+        "cluster (as TRL and OpenRLHF's SFT/RM/DPO trainers run) | auto: local when the job is one process on "
+        "this machine, else ray (rlhf-plan and the start-up line say which and why)",
+        choices=("auto", "ray", "local"),
+    )
+
+
+@dataclass(frozen=True)
 class RaySpec:
     """The Ray cluster a job runs on."""
 
@@ -862,5 +880,6 @@ class ExperimentSpec:
     logging: LoggingSpec = field(default_factory=LoggingSpec)
     agent: AgentSpec = field(default_factory=AgentSpec)
     sft_warmup: SFTWarmupSpec = field(default_factory=SFTWarmupSpec)
+    launch: LaunchSpec = field(default_factory=LaunchSpec)
     ray: RaySpec = field(default_factory=RaySpec)
     sweep: SweepSpec = field(default_factory=SweepSpec)

@@ -14,6 +14,7 @@ from typing import Any
 
 from rlhf.spec import backends, names, paths, reasoning_gym_source, recording
 from rlhf.spec.derive import REWARD_SOURCE_KEYS_TEXT, Derived, derive, reward_source
+from rlhf.spec.executor import local_problems
 from rlhf.spec.hub_source import FORM as HUB_FORM
 from rlhf.spec.hub_source import parse_hub_source
 from rlhf.spec.keys import domain_violations
@@ -655,6 +656,8 @@ def validate(spec: ExperimentSpec) -> list[SpecError]:
     _check_paths(spec, c)
     _check_recording(spec, c)
     _check_logging(spec, c)
+    for key, value, fix in local_problems(spec, d):  # launch.executor=local asked for what only Ray hosts
+        c.errors.append(SpecError(key, value, fix))
     return c.errors
 
 

@@ -7,9 +7,7 @@ import logging
 import os
 import warnings
 
-import ray
-
-from rlhf.engines.protocol import LIVENESS
+from rlhf.futures import ray_actor
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -43,9 +41,10 @@ class BaseWorker:
         self.role = role
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        if spec.hardware.accelerator == "gpu" and os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"):
-            import ray
-
+        ray = ray_actor()  # None on the local executor: its process computes where it was started
+        if ray is not None and spec.hardware.accelerator == "gpu" and os.environ.get(
+            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+        ):
             gpu_ids = ray.get_gpu_ids()
             if gpu_ids:  # colocated roles see every GPU: use the one Ray assigned
                 os.environ["LOCAL_RANK"] = str(int(gpu_ids[0]))
@@ -74,10 +73,10 @@ class BaseWorker:
     def ping(self) -> dict[str, int | str]:
         return {"role": self.role, "rank": self.rank, "world_size": self.world_size, "pid": os.getpid()}
 
-    @ray.method(concurrency_group=LIVENESS)
     def heartbeat(self) -> dict[str, object]:
         """The driver's liveness call while it waits on this rank (rlhf.waits), answered in its own concurrency
-        group while a long call runs: pid and node (the call it runs is the one the driver waits on)."""
+        group while a long call runs (rlhf.workers.liveness.remote_class marks it): pid and node (the call it runs
+        is the one the driver waits on)."""
         from rlhf.workers import liveness
 
         return {**liveness.answer(track=False), "role": self.role, "rank": self.rank}

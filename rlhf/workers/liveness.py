@@ -3,29 +3,57 @@ class gets a concurrency group of its own for it (``LIVENESS``, Ray's public con
 comes at once while the default group runs a long call, and only a process that no longer runs (SIGSTOP, a wedged
 kernel, a host swapping) leaves it unanswered.
 
-Imports Ray and the standard library only: it runs in every actor's interpreter (the vLLM venv too)."""
+Imports the standard library only (Ray when a class becomes an actor): it runs in every actor's interpreter (the
+vLLM venv too) and in the local executor's one process."""
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 import time
 from typing import Any
 
-import ray
-
 from rlhf.engines.protocol import LIVENESS
+
+# The methods a role's class answers in the liveness group when it is a Ray actor (those it has of these).
+LIVENESS_METHODS = ("heartbeat", "ping")
 
 
 def remote_class(cls: type, **options: Any) -> Any:
-    """``cls`` as a Ray actor class with the liveness concurrency group its ``heartbeat`` runs in."""
+    """``cls`` as a Ray actor class with the liveness concurrency group its ``heartbeat`` (and ``ping``) run in.
+    The methods are marked here, on a subclass, not where they are defined: the classes stay plain Python classes
+    that the local executor hosts without importing Ray."""
+    import ray
+
+    marked: dict[str, Any] = {}
+    for name in LIVENESS_METHODS:
+        fn = getattr(cls, name, None)
+        if fn is None or getattr(fn, "__ray_liveness__", False):
+            continue
+
+        @functools.wraps(fn)
+        def call(self: Any, *args: Any, __fn: Any = fn, **kwargs: Any) -> Any:
+            return __fn(self, *args, **kwargs)
+
+        call.__ray_liveness__ = True  # type: ignore[attr-defined]
+        marked[name] = ray.method(concurrency_group=LIVENESS)(call)
+    if marked:
+        cls = type(cls.__name__, (cls,), {**marked, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
     return ray.remote(concurrency_groups={LIVENESS: 1}, **options)(cls)
 
 
 def answer(busy: tuple[str, float] | None = None, *, track: bool = True) -> dict[str, Any]:
     """A heartbeat's answer: pid, node (ip and Ray id), and with ``track`` the call running (``doing``: its name or
-    None, ``doing_s``: for how long), from ``busy`` = (name, time.monotonic() at its start)."""
-    ctx = ray.get_runtime_context()
-    out: dict[str, Any] = {"pid": os.getpid(), "node_ip": ray.util.get_node_ip_address(), "node_id": ctx.get_node_id()}
+    None, ``doing_s``: for how long), from ``busy`` = (name, time.monotonic() at its start). Outside a Ray worker
+    (the local executor) the node is this machine's loopback."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ctx = ray.get_runtime_context()
+        node_ip, node_id = ray.util.get_node_ip_address(), ctx.get_node_id()
+    else:
+        node_ip, node_id = "127.0.0.1", None
+    out: dict[str, Any] = {"pid": os.getpid(), "node_ip": node_ip, "node_id": node_id}
     if track:
         out["doing"] = busy[0] if busy else None
         out["doing_s"] = round(time.monotonic() - busy[1], 3) if busy else 0.0

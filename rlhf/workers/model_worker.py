@@ -184,10 +184,10 @@ class EngineWorker(BaseWorker):
         """The object-store weight sync (the reference route): rank 0 packs the full HF-named weights (gathered, LoRA
         merged; ``adapter``: the LoRA adapters alone) in the weight sync's wire format into Ray's object store and
         returns its sender report with the object's ref (inside a list, so Ray passes the ref on instead of the
-        weights); other ranks take part in the gathers when the backend shards and return None."""
-        import ray
-
+        weights; the local executor hands the object itself on); other ranks take part in the gathers when the
+        backend shards and return None."""
         from rlhf.engines.weight_sync.wire import pack_weights
+        from rlhf.futures import put
 
         keep = self.rank == 0
         named = [(n, t.cpu()) for n, t in self._trained().named_weights(keep=keep, adapter=adapter)]
@@ -195,7 +195,7 @@ class EngineWorker(BaseWorker):
             return None
         packed, report = pack_weights(named, version, checksums)
         del named
-        return {"report": report.to_dict(), "weights": [ray.put(packed)]}
+        return {"report": report.to_dict(), "weights": [put(packed)]}
 
     # -- weight sync: the policy's rank 0 sends; every rank gathers when the backend shards ----------------------
     def sync_location(self) -> dict[str, Any]:

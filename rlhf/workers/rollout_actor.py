@@ -5,8 +5,9 @@ engine (:meth:`RolloutActor.build`) and what :meth:`RolloutActor.ready` adds abo
 ``sync_close``, ``sleep(level)``, ``wake(tags)``, ``empty_cache`` and holds ``awake`` (the tags in device memory):
 rlhf.engines.hf_engine.HFEngine and rlhf.engines.vllm_engine.VLLMEngine do.
 
-This module runs in every engine's interpreter (the vLLM venv too): it imports Ray and the standard library, and
-rlhf only where the contract needs it.
+This module runs in every engine's interpreter (the vLLM venv too) and in the local executor's one process: it
+imports the standard library, Ray only where a method asks Ray, and rlhf only where the contract needs it. ``ping``
+and ``heartbeat`` run in the liveness concurrency group of the actor (rlhf.workers.liveness.remote_class).
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import ray
-
-from rlhf.engines.protocol import LIVENESS, MEMORY_TAGS, Rollout, SamplingSpec
+from rlhf.engines.protocol import MEMORY_TAGS, Rollout, SamplingSpec
 from rlhf.workers import liveness
 
 
@@ -62,7 +61,6 @@ class RolloutActor:
         self._engine()
         return {"pid": os.getpid(), "backend": self.backend, **self.info()}
 
-    @ray.method(concurrency_group=LIVENESS)
     def ping(self) -> dict[str, Any]:
         busy = self._busy
         return {
@@ -73,7 +71,6 @@ class RolloutActor:
             "busy_s": round(time.monotonic() - busy[1], 3) if busy else 0.0,
         }
 
-    @ray.method(concurrency_group=LIVENESS)
     def heartbeat(self) -> dict[str, Any]:
         """The driver's liveness call while it waits on this engine (rlhf.waits): pid, node, the call running."""
         return {**liveness.answer(self._busy), "backend": self.backend}
@@ -82,6 +79,8 @@ class RolloutActor:
         """One worker, in this process: it computes on the first GPU this process sees (Ray's CUDA_VISIBLE_DEVICES),
         or, where colocated roles see every GPU (RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES), on the one Ray
         reserved for it. Subclasses add their own checks (and their TP workers)."""
+        import ray
+
         ctx = ray.get_runtime_context()
         own = [int(i) for i in ctx.get_accelerator_ids().get("GPU", [])]
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -34,10 +34,10 @@ class HFRolloutWorker(RolloutActor):
         self.lora = lora  # rollout.weight_sync_lora=adapter: model.lora's settings (rlhf.engines.hf_backend)
 
     def build(self) -> Any:
-        import ray
         import torch
 
         from rlhf.engines.hf_engine import HFEngine
+        from rlhf.futures import ray_actor
         from rlhf.workers.base import _quiet
 
         _quiet()
@@ -45,7 +45,9 @@ class HFRolloutWorker(RolloutActor):
         if threads > 0:
             torch.set_num_threads(threads)
         noset = bool(os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"))
-        device = engine_device(self.accelerator, [int(i) for i in ray.get_gpu_ids()], noset)
+        ray = ray_actor()  # None on the local executor: its engine computes where its process does
+        gpu_ids = [int(i) for i in ray.get_gpu_ids()] if ray is not None else []
+        device = engine_device(self.accelerator, gpu_ids, noset)
         dtype = "float32" if self.accelerator == "cpu" else ("bfloat16" if self.precision == "bf16" else "float32")
         return HFEngine.from_path(self.model_path, dtype=dtype, device=device, lora=self.lora)
 

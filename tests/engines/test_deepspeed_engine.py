@@ -24,14 +24,14 @@ SPEC = ModelSpec(make_local=True)
 def process_group():
     import torch.distributed as dist
 
-    from rlhf.launch.realize import _free_port
+    from rlhf.launch.ports import free_port
 
     env = {
         "RANK": "0",
         "WORLD_SIZE": "1",
         "LOCAL_RANK": "0",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(free_port()),
     }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -129,9 +129,9 @@ def test_fsdp2_accepts_what_deepspeed_refuses_and_the_headline_recipe():
 
 
 def _two_ranks(backend: str, cases: list[str], out: Path) -> None:
-    from rlhf.launch.realize import _free_port
+    from rlhf.launch.ports import free_port
 
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "WORLD_SIZE": "2",

@@ -36,10 +36,10 @@ AGGREGATIONS += ["seq-mean-token-mean"]
 @pytest.fixture(scope="module", autouse=True)
 def process_group():
 
-    from rlhf.launch.realize import _free_port
+    from rlhf.launch.ports import free_port
 
     env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
-    env["MASTER_PORT"] = str(_free_port())
+    env["MASTER_PORT"] = str(free_port())
     with pytest.MonkeyPatch.context() as mp:  # the variables restored after the module
         for k, v in env.items():
             mp.setenv(k, v)

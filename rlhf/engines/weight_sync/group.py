@@ -47,22 +47,33 @@ class GroupConfig:
         return cls(**d)
 
 
+NODE_IP_ENV = "RLHF_NODE_IP"  # set by the local executor (rlhf.launch.local): every member is in this process
+
+
 def member_location() -> dict[str, Any]:
     """Where this process runs, for choosing its weight-sync route: node address and Ray node id, GPU UUID, pid."""
     import os
 
     loc: dict[str, Any] = {"node_ip": "127.0.0.1", "node_id": None, "pid": os.getpid(), "gpu_uuid": None}
-    try:
-        import ray
-
-        loc["node_ip"] = ray.util.get_node_ip_address()
-        if ray.is_initialized():
-            loc["node_id"] = ray.get_runtime_context().get_node_id()
-    except Exception:  # noqa: BLE001 - a worker process of vLLM's own (mp executor) has no Ray: the node's address
-        loc["node_ip"] = socket.gethostbyname(socket.gethostname())
+    if os.environ.get(NODE_IP_ENV):  # the local executor's one process: its members meet on loopback
+        loc["node_ip"] = os.environ[NODE_IP_ENV]
+    else:
+        loc["node_ip"], loc["node_id"] = _ray_node()
     if torch.cuda.is_available():
         loc["gpu_uuid"] = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
     return loc
+
+
+def _ray_node() -> tuple[str, str | None]:
+    """Ray's address of this node and its node id (None outside a connected process), or the host's address where
+    this process has no Ray."""
+    try:
+        import ray
+
+        node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        return ray.util.get_node_ip_address(), node_id
+    except Exception:  # noqa: BLE001 - a worker process of vLLM's own (mp executor) has no Ray: the node's address
+        return socket.gethostbyname(socket.gethostname()), None
 
 
 def listen_socket(host: str) -> socket.socket:

@@ -1,0 +1,309 @@
+"""The local executor: a one-process job's roles in the driver's own process (``launch.executor``, chosen by
+rlhf.spec.executor), with no cluster and no second interpreter.
+
+The same role classes Ray would host (rlhf.workers) are built here, behind the handle the pipelines already use:
+``realized.create_group`` returns a :class:`LocalRoleGroup` whose calls (rlhf.launch.role_calls.RoleCalls) answer
+``actor.method.remote(...)`` with a future (rlhf.futures.LocalRef), and ``realized.start_rollout`` the same engine
+group as on Ray. So no pipeline, engine or weight-sync route knows which executor it runs on.
+
+Threads stand where Ray has processes (a "lane": one thread that runs its calls in order, as an actor runs its
+calls): every training-side role (policy, reference, teacher, critic, reward) shares the one rank's lane, as roles
+fused into one process do on Ray, and the rollout engine beside the policy has a lane of its own, so a weight sync
+streams from one to the other as it does between two processes, and async generation overlaps training.
+
+The rank's variables (RANK=0, WORLD_SIZE=1, MASTER_ADDR on loopback, its thread count, ``ray.runtime_env``) are set
+in this process while the job runs and restored after it. What needs more than one process (ranks, engines in a
+side environment, restarts, heartbeats) is Ray's; validation refuses it here (rlhf.spec.executor.ray_only).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlhf import faults
+from rlhf.errors import UserError
+from rlhf.futures import LocalRef
+from rlhf.launch import actor_env
+from rlhf.launch.plan import Plan, RolePlacement
+from rlhf.launch.ports import free_port
+from rlhf.launch.role_calls import RoleCalls
+from rlhf.spec.schema import ExperimentSpec
+
+# How long the teardown waits for a role to leave its process group and free its engine, per lane; a lane still
+# running a call (a second Ctrl-C stops the run mid-step) is not waited for: its thread ends with the process.
+SHUTDOWN_WAIT_S = 30.0
+
+
+class Lane:
+    """One thread running submitted calls in order (a Ray actor's process, here)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: queue.SimpleQueue[tuple[LocalRef, Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._busy = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            ref, fn = item
+            self._busy.set()
+            try:
+                ref.run(fn)
+            finally:
+                self._busy.clear()
+
+    def submit(self, fn: Callable[[], Any], label: str) -> LocalRef:
+        ref = LocalRef(label)
+        self._queue.put((ref, fn))
+        return ref
+
+    @property
+    def busy(self) -> bool:
+        return self._busy.is_set()
+
+    def close(self) -> None:
+        """No more calls; the thread ends after the queued ones (not waited for)."""
+        self._queue.put(None)
+
+
+class _Method:
+    def __init__(self, actor: LocalActor, name: str) -> None:
+        self._actor, self._name = actor, name
+
+    def remote(self, *args: Any, **kwargs: Any) -> LocalRef:
+        return self._actor._call(self._name, args, kwargs)
+
+
+class LocalActor:
+    """One role object on a lane, called as a Ray actor is: ``actor.method.remote(*args)`` returns a LocalRef.
+    The object is built on its lane when the actor is made (as Ray builds an actor in its process); a failure to
+    build it is what every later call raises, as calls on a Ray actor whose constructor failed do."""
+
+    def __init__(self, lane: Lane, cls: type, args: Sequence[Any], kwargs: dict[str, Any], name: str) -> None:
+        self._lane = lane
+        self._name = name
+        self._instance: Any = None
+        self.created = lane.submit(lambda: self._build(cls, args, kwargs), f"{name} start-up")
+
+    def _build(self, cls: type, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        self._instance = cls(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> _Method:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _Method(self, name)
+
+    def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> LocalRef:
+        def run() -> Any:
+            if self.created.error is not None:
+                raise RuntimeError(f"{self._name} failed to start: {self.created.error}") from self.created.error
+            return getattr(self._instance, method)(*args, **kwargs)
+
+        return self._lane.submit(run, f"{self._name}.{method}")
+
+    def __repr__(self) -> str:
+        return f"LocalActor({self._name} on {self._lane.name})"
+
+
+class LocalRoleGroup(RoleCalls):
+    """One role's one rank in this process (the calls: RoleCalls)."""
+
+    def __init__(self, role: str, actor: LocalActor, spec: ExperimentSpec) -> None:
+        self.role = role
+        self.actors = [actor]
+        self.timeout_s = spec.trainer.remote_timeout_s
+        self.startup_timeout_s = spec.trainer.startup_s
+        self.heartbeat_s = None  # the driver's own process: nothing to watch from outside
+        self.pids = {0: os.getpid()}
+
+    def hint(self, rank: int) -> str:
+        return f"in the driver's process (pid {os.getpid()}, launch.executor=local)"
+
+    def respawn(self, rank: int) -> Any:
+        raise UserError(
+            f"role {self.role}: the local executor restarts nothing (trainer.max_restarts); resume from the last "
+            "checkpoint with --resume, or use launch.executor=ray for in-run restarts"
+        )
+
+    def kill(self) -> None:
+        """Leave the process group (the engines' ``shutdown``), without waiting on a rank still mid-call."""
+        _stop(self.actors)
+        self.actors = []
+
+
+def _stop(actors: list[Any]) -> None:
+    """``shutdown()`` on each actor whose lane is free, waited for (bounded); a busy lane is left to the exit."""
+    from rlhf.waits import Call, wait
+
+    calls = [Call(a.shutdown.remote(), "shutdown", i) for i, a in enumerate(actors) if not a._lane.busy]
+    try:
+        wait(calls, "shutdown", SHUTDOWN_WAIT_S, grace_s=SHUTDOWN_WAIT_S)
+    except Exception:  # noqa: BLE001 - a role that cannot leave cleanly is ended with the process
+        pass
+
+
+@dataclass
+class LocalRealized:
+    """A plan realized in this process: the same questions as rlhf.launch.realize.Realized answers for Ray."""
+
+    spec: ExperimentSpec
+    plan: Plan
+    saved_env: dict[str, str | None] = field(default_factory=dict)
+    saved_threads: int = 0
+    rank_lane: Lane = field(default_factory=lambda: Lane("rlhf-local-rank"))
+    engine_lanes: list[Lane] = field(default_factory=list)
+    role_groups: list[LocalRoleGroup] = field(default_factory=list)
+    rollout_groups: list[Any] = field(default_factory=list)  # rlhf.launch.rollout.RolloutEngineGroup
+    executor: str = "local"
+
+    def placement(self, role: str) -> RolePlacement:
+        try:
+            return self.plan.roles[role]
+        except KeyError:
+            raise UserError(f"role {role} is not in the plan (roles: {', '.join(self.plan.roles)})") from None
+
+    def colocated(self, a: str, b: str) -> bool:
+        """As the plan groups them (the same answer Ray's placement gives, so both run the same schedule)."""
+        return self.placement(a).group == self.placement(b).group
+
+    def can_fuse(self, role: str, other: str) -> bool:
+        a, b = self.placement(role), self.placement(other)
+        return a.group == b.group and a.ranks == b.ranks and b.bundles_per_rank == 1
+
+    def worker_env(self) -> dict[str, str]:
+        return {}
+
+    def _set_env(self, env: dict[str, str]) -> None:
+        """``env`` in this process for the job's duration (the previous values come back at shutdown)."""
+        for k in env:
+            self.saved_env.setdefault(k, os.environ.get(k))
+        actor_env.apply(env)  # OMP_NUM_THREADS also sizes torch's pool
+
+    def create_group(
+        self,
+        role: str,
+        actor_cls: type,
+        *args: Any,
+        fused: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> LocalRoleGroup:
+        """The role's one rank, built on the rank's lane (``fused`` roles live in it as on Ray)."""
+        self.placement(role)
+        for other in fused:
+            if not self.can_fuse(role, other):
+                raise UserError(f"role {other} cannot share {role}'s process (different devices or ranks)")
+        self._set_env(env or {})
+        group = LocalRoleGroup(role, LocalActor(self.rank_lane, actor_cls, args, kwargs, f"role {role}"), self.spec)
+        self.role_groups.append(group)
+        return group
+
+    def start_rollout(self, model_path: str, env: dict[str, str] | None = None, *, start: bool = True) -> Any:
+        """The rollout engine on a lane of its own, as its backend describes it (rlhf.engines.protocol
+        RolloutBackend.launch: the actor class and its arguments; its interpreter is this one)."""
+        from rlhf.engines.protocol import EnginePlacement
+        from rlhf.engines.rollout_backends import rollout_backend
+        from rlhf.launch.rollout import RolloutEngineGroup, wait_ready
+
+        backend = rollout_backend(self.spec.rollout.backend)
+        placement = self.placement("rollout")
+        cpus = float(self.spec.hardware.cpus_per_node) / max(self.spec.hardware.devices_per_node, 1)
+        where = EnginePlacement(0, (0,), cpus * placement.fraction, 0.0, None)
+        launch = backend.launch(self.spec, where, model_path, role_env=env, base_env=faults.env())
+        module, name = launch.actor.split(":")
+        actor_cls = getattr(importlib.import_module(module), name)
+        lane = Lane("rlhf-local-rollout-0")
+        self.engine_lanes.append(lane)
+        actor = LocalActor(lane, actor_cls, launch.args, dict(launch.kwargs), "rollout engine 0")
+        started = RolloutEngineGroup(
+            self.spec.rollout.backend,
+            [actor],
+            [],
+            1,
+            placements=[where],
+            timeout_s=self.spec.trainer.remote_timeout_s,
+            startup_timeout_s=self.spec.trainer.startup_s,
+            heartbeat_s=None,
+            needs=[lambda: f"in the driver's process (pid {os.getpid()}, launch.executor=local)"],
+            stop=_stop,
+        )
+        if start:
+            started.info = wait_ready(started, [0])
+        self.rollout_groups.append(started)
+        return started
+
+    def restart_rollout_engine(self, started: Any, engine: int) -> Any:
+        raise UserError(
+            "the local executor restarts nothing (trainer.max_restarts); resume from the last checkpoint with "
+            "--resume, or use launch.executor=ray for in-run restarts"
+        )
+
+    def kill_actors(self) -> None:
+        """End every role and engine (each leaves its process group) and their lanes."""
+        for r in self.rollout_groups:
+            r.kill()
+        self.rollout_groups.clear()
+        for g in self.role_groups:
+            g.kill()
+        self.role_groups.clear()
+
+    def shutdown(self) -> None:
+        """End the roles, close the lanes and give this process its variables and thread count back."""
+        try:
+            self.kill_actors()
+        finally:
+            for lane in [self.rank_lane, *self.engine_lanes]:
+                lane.close()
+            for k, v in self.saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            self.saved_env.clear()
+            if self.saved_threads:
+                import sys
+
+                torch = sys.modules.get("torch")
+                if torch is not None:
+                    torch.set_num_threads(self.saved_threads)
+
+
+def realize(spec: ExperimentSpec, plan: Plan) -> LocalRealized:
+    """The plan in this process: the rank's variables set (restored at shutdown), no cluster. The run lifecycle
+    calls it on a thread of its own while the data builds, so the modules the roles need (torch, transformers, the
+    model's code, DeepSpeed) are imported here, as a Ray cluster's idle workers import them (and DeepSpeed through
+    rlhf.engines.deepspeed_import before any other import of it can reach the original)."""
+    import sys
+
+    from rlhf.engines.weight_sync.group import NODE_IP_ENV
+    from rlhf.launch.realize import preload_modules
+    from rlhf.launch.worker_preload import import_modules
+
+    import_modules(preload_modules(spec, own_process=True))
+
+    realized = LocalRealized(spec, plan)
+    torch = sys.modules.get("torch")
+    realized.saved_threads = torch.get_num_threads() if torch is not None else 0
+    realized._set_env(
+        {
+            "RANK": "0",
+            "WORLD_SIZE": "1",
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port()),
+            NODE_IP_ENV: "127.0.0.1",
+            **dict(spec.ray.runtime_env),
+        }
+    )
+    return realized
