@@ -18,7 +18,7 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.errors import CompactHydraException
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,8 @@ def _run_job_here(
     os.chdir(cwd)  # relative paths (sweep folder, mlflow.db, data) mean what they meant to the launcher
     os.environ[RESERVED_ENV] = reserved_prefix
     # The job runs in the placement groups reserved for it on this cluster, never in this task's own process.
-    config.launch.executor = "ray"
+    if OmegaConf.select(config, "launch") is not None:
+        config.launch.executor = "ray"
     setup_globals()
     Singleton.set_state(singleton_state)
     HydraConfig.instance().set_config(config)

@@ -138,6 +138,11 @@ class WindowBatcher:
         self._calls = itertools.count()
         self._worker: asyncio.Task | None = None
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for the next engine call (not those of the call under way)."""
+        return len(self._pending)
+
     async def generate(self, prompt_ids: list[int], sampling: SamplingSpec) -> Rollout:
         future = asyncio.get_running_loop().create_future()
         n = next(self._seq)

@@ -126,6 +126,11 @@ class OpenAIServer:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def waiting(self) -> int:
+        """Generation requests waiting for the next engine call (batched into it when it starts)."""
+        return 0 if self._batcher is None else self._batcher.waiting
+
     def start(self, timeout_s: float = 30.0) -> str:
         """Bind, serve in a daemon thread, wait until it answers; returns :attr:`base_url`."""
         import uvicorn

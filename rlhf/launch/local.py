@@ -286,9 +286,11 @@ def realize(spec: ExperimentSpec, plan: Plan) -> LocalRealized:
     import sys
 
     from rlhf.engines.weight_sync.group import NODE_IP_ENV
+    from rlhf.launch.cluster import start_reaper
     from rlhf.launch.realize import preload_modules
     from rlhf.launch.worker_preload import import_modules
 
+    start_reaper()  # a SIGKILLed driver's runs are still ended FAILED in its trackers, as on Ray
     import_modules(preload_modules(spec, own_process=True))
 
     realized = LocalRealized(spec, plan)

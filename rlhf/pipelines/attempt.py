@@ -11,6 +11,7 @@ find the interrupted one (rlhf.cli.resume).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -75,8 +76,21 @@ def begin(run_dir: Path, steps: int, checkpoints: Path) -> Attempt:
 
 
 def end(run_dir: Path, attempt: Attempt, status: str, reason: str = "") -> None:
+    """Record the attempt's end. A disk too full for the few bytes (a run stopped by a full disk) is said in one
+    line, not a traceback over the run's own message: the next rlhf-run in the folder ends the attempt then."""
     attempt.status, attempt.reason = status, reason
-    _write(run_dir, attempt)
+    try:
+        _write(run_dir, attempt)
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        import sys
+
+        print(
+            f"warning: no space left to record the attempt's end ({status}) in {Path(run_dir) / ATTEMPT_FILE}; the "
+            "next rlhf-run in this folder ends it",
+            file=sys.stderr,
+        )
 
 
 def end_if_dead(run_dir: Path, found_by: str) -> list[str]:

@@ -269,6 +269,12 @@ class EngineWorker(BaseWorker):
             sender.close()
             self._sync_sender = None
 
+    def shutdown(self) -> None:
+        """Close the weight-sync group, then leave the process group: the process may outlive the job (the local
+        executor's is the driver's)."""
+        self.sync_close()
+        super().shutdown()
+
     def save_checkpoint(self, path: str, client_state: dict[str, Any] | None = None) -> None:
         from rlhf import faults
 

@@ -48,17 +48,12 @@ class FakeEngine:
     """A deterministic RolloutEngine: ``reply(prompt_ids) -> token ids``; cut at max_new_tokens ("length"), else
     "stop". Log-prob of output token k is ``-(k + 1) / 100`` so tests can check alignment. Records every call."""
 
-    def __init__(self, reply: Callable[[list[int]], list[int]], delay_s: float = 0.0) -> None:
+    def __init__(self, reply: Callable[[list[int]], list[int]]) -> None:
         self.reply = reply
-        self.delay_s = delay_s
         self.calls: list[tuple[list[list[int]], SamplingSpec]] = []
 
     def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
-        import time
-
         self.calls.append(([list(p) for p in prompts], sampling))
-        if self.delay_s:
-            time.sleep(self.delay_s)
         out = []
         for p in prompts:
             for _ in range(sampling.n):

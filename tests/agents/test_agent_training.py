@@ -1,5 +1,5 @@
-"""The example agents train through the whole RL pipeline: real Ray, the hf rollout engine, DeepSpeed, the shipped
-agent recipes, GRPO and REINFORCE++-baseline. The OpenAI agent's chat calls go over real HTTP on 127.0.0.1.
+"""The example agents train through the whole RL pipeline on the local executor: the hf rollout engine, DeepSpeed,
+the shipped agent recipes, GRPO and REINFORCE++-baseline. The OpenAI agent's chat calls go over real HTTP on 127.0.0.1.
 
 Each run records what ``make_experience`` received (a spy in this process, where the driver runs the agent), so the
 tests check the samples themselves: rewards are the agent's, environment/tool tokens sit in the trajectory with
@@ -115,7 +115,7 @@ def assert_agent_rewards_and_masks(steps: list[dict], allowed_rewards: set[float
 
 
 @pytest.mark.parametrize("algorithm", ["grpo", "reinforce_pp_baseline"])
-def test_arith_environment_trains_with_feedback_masked_out(algorithm, ray_cluster, examples_env, recorded, tmp_path):
+def test_arith_environment_trains_with_feedback_masked_out(algorithm, examples_env, recorded, tmp_path):
     spec, result, metrics = train("agent_arith_tiny_cpu", algorithm, tmp_path / "run")
     assert (spec.agent.path, spec.agent.executor) == (str(EXAMPLES / "agents" / "arith_env.py"), "multi_turn")
     assert result["steps"] == STEPS
@@ -147,7 +147,7 @@ def test_arith_environment_trains_with_feedback_masked_out(algorithm, ray_cluste
 
 
 @pytest.mark.parametrize("algorithm", ["grpo", "reinforce_pp_baseline"])
-def test_calculator_agent_trains_through_the_openai_server(algorithm, ray_cluster, examples_env, recorded, tmp_path):
+def test_calculator_agent_trains_through_the_openai_server(algorithm, examples_env, recorded, tmp_path):
     spec, result, metrics = train("agent_calculator_tiny_cpu", algorithm, tmp_path / "run")
     assert spec.agent.path == str(EXAMPLES / "agents" / "calculator_openai.py")
     assert spec.agent.executor == "openai" and not spec.data.apply_chat_template
@@ -183,7 +183,7 @@ async def run_agent(prompt, label, session):
 
 
 def test_openai_agent_episodes_of_several_calls_train_with_tool_results_masked(
-    ray_cluster, examples_env, recorded, tmp_path
+    examples_env, recorded, tmp_path
 ):
     agent = tmp_path / "two_calls.py"
     agent.write_text(TWO_CALLS)

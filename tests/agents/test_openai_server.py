@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import urllib.request
 
 import openai
 import pytest
 from agent_helpers import FakeEngine
+from ceilings import ceiling, wait_until
 
 from rlhf.agents import AgentError, OpenAIAgentExecutor, OpenAIServer
 from rlhf.engines.protocol import SamplingSpec
@@ -23,13 +25,13 @@ def enc(tokenizer, text: str) -> list[int]:
 
 
 def get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as r:
+    with urllib.request.urlopen(url, timeout=ceiling(10)) as r:
         return json.loads(r.read())
 
 
 def post(url: str, body: dict) -> dict:
     req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
+    with urllib.request.urlopen(req, timeout=ceiling(10)) as r:
         return json.loads(r.read())
 
 
@@ -96,9 +98,23 @@ def test_session_calls_are_stitched_into_one_rollout_with_one_action_range_per_c
     assert enc(tokenizer, tokenizer.decode(r.prompt_ids + r.output_ids)) != r.prompt_ids + r.output_ids
 
 
-def test_concurrent_sessions_share_engine_calls(tokenizer):
-    engine = FakeEngine(lambda p: toks(tokenizer, "<|end|>"), delay_s=0.05)
+class _FirstCallWaitsForTheRest(FakeEngine):
+    """Its first call returns only once every session's call is in it or waits in the server's batcher for the next
+    one: the batching then meets all of them, whatever the machine's speed (rather than however many calls a timing
+    window happened to catch)."""
 
+    def __init__(self, reply, agent, sessions: int) -> None:
+        super().__init__(reply)
+        self.agent, self.sessions = agent, sessions
+
+    def generate(self, prompts, sampling):
+        if not self.calls:
+            here = len(prompts)
+            wait_until(lambda: here + self.agent.server.waiting >= self.sessions, "every session's call arrived", 60)
+        return super().generate(prompts, sampling)
+
+
+def test_concurrent_sessions_share_engine_calls(tokenizer):
     async def run_agent(prompt, label, session):
         await session.client().chat.completions.create(
             model=session.model, messages=[{"role": "user", "content": prompt}]
@@ -106,12 +122,13 @@ def test_concurrent_sessions_share_engine_calls(tokenizer):
         return {"reward": 1.0}
 
     agent = OpenAIAgentExecutor(run_agent)
+    engine = _FirstCallWaitsForTheRest(lambda p: toks(tokenizer, "<|end|>"), agent, sessions=8)
     try:
         out = agent.run(engine, tokenizer, ["q"] * 8, [""] * 8, SamplingSpec(max_new_tokens=2), 64)
     finally:
         agent.close()
     assert len(out) == 8 and all(r.output_ids == toks(tokenizer, "<|end|>") for r in out)
-    assert len(engine.calls) < 8
+    assert len(engine.calls) <= 2  # the first call, then every call that waited for it, together
     assert sum(len(c[0]) for c in engine.calls) == 8
 
 
@@ -136,8 +153,20 @@ def test_changed_history_is_an_agent_error_naming_the_sample_and_the_divergence(
     assert "'ab<|end|>'" in message and "'something else" in message
 
 
+class _NeverAnswers(FakeEngine):
+    """Generates only after the test ends: a call to it can only end by its timeout."""
+
+    def __init__(self, reply) -> None:
+        super().__init__(reply)
+        self.released = threading.Event()
+
+    def generate(self, prompts, sampling):
+        self.released.wait(ceiling(300))
+        return super().generate(prompts, sampling)
+
+
 def test_a_call_that_times_out_is_an_agent_error_not_a_hang(tokenizer):
-    engine = FakeEngine(lambda p: toks(tokenizer, "<|end|>"), delay_s=1.5)
+    engine = _NeverAnswers(lambda p: toks(tokenizer, "<|end|>"))
     agent = OpenAIAgentExecutor(call_timeout_s=0.3)
     try:
         with pytest.raises(
@@ -145,6 +174,7 @@ def test_a_call_that_times_out_is_an_agent_error_not_a_hang(tokenizer):
         ):
             agent.run(engine, tokenizer, ["q"], [""], SamplingSpec(max_new_tokens=2), 64)
     finally:
+        engine.released.set()
         agent.close()
 
 

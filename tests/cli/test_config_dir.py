@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 BIN = Path(sys.executable).parent
 
@@ -69,7 +70,9 @@ def my_conf(tmp_path: Path) -> Path:
 
 def run(cmd: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, HYDRA_FULL_ERROR="0")
-    return subprocess.run([str(BIN / cmd), *args], capture_output=True, text=True, timeout=180, cwd=cwd, env=env)
+    return subprocess.run(
+        [str(BIN / cmd), *args], capture_output=True, text=True, timeout=ceiling(180), cwd=cwd, env=env
+    )
 
 
 def test_config_dir_adds_a_model_and_an_algorithm_every_command_sees(my_conf: Path):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from ceilings import ceiling
 
 from rlhf.cli.common import explain_compose_error
 from rlhf.spec.build import compose, load_spec
@@ -59,7 +60,7 @@ def test_rlhf_run_refuses_an_old_key_with_exit_2_and_starts_nothing(tmp_path):
         [sys.executable, "-m", "rlhf.cli.run", "+recipe=grpo_tiny_cpu", "rollout.gpu_memory_utilization=0.5"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=ceiling(300),
         cwd=tmp_path,
     )
     assert proc.returncode != 0

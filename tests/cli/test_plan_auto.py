@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 from rlhf.cli import plan as plan_cli
 from rlhf.launch.cost import PHASES
@@ -70,7 +71,7 @@ def test_the_written_8b_recipe_validates_plans_and_composes_to_the_chosen_layout
     # rlhf-recipes validate, with the file as a recipe of the user's config folder (a process of its own: this one
     # has composed the file by its path, which Hydra's config store remembers under the same name)
     r = subprocess.run([str(BIN / "rlhf-recipes"), "-cd", str(conf), "validate", "auto_8b"], capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=ceiling(120))
     assert r.returncode == 0 and "ok    auto_8b: fits" in r.stdout, r.stdout + r.stderr
     try:
         plan_cli.main([f"+recipe={out_file}"])
@@ -98,7 +99,7 @@ def test_a_layout_that_cannot_fit_anywhere_names_what_to_change(capsys):
 )
 def test_bad_input_is_one_clear_error_listing_the_options(override, needle, option):
     args = [override] if override.startswith("+recipe") else ["+recipe=grpo_llama3_8b", override]
-    r = subprocess.run([str(BIN / "rlhf-plan"), "--auto", *args], capture_output=True, text=True, timeout=120,
+    r = subprocess.run([str(BIN / "rlhf-plan"), "--auto", *args], capture_output=True, text=True, timeout=ceiling(120),
                        env=dict(os.environ, HYDRA_FULL_ERROR="0"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.startswith("error:") and needle in r.stderr and option in r.stderr

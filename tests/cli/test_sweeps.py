@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +94,7 @@ def test_optuna_study_gets_each_trials_objective_and_an_invalid_trial_fails_alon
         [sys.executable, "-c", STUDY_READER, str(study_file), *args],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=ceiling(600),
         cwd=tmp_path,
         env=env,
     )

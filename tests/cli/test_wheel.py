@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,7 @@ def test_installed_wheel_plans_a_shipped_recipe(tmp_path):
         ],
         check=True,
         capture_output=True,
-        timeout=300,
+        timeout=ceiling(300),
     )
     (wheel,) = tmp_path.glob("rlhf-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -46,7 +47,7 @@ def test_installed_wheel_plans_a_shipped_recipe(tmp_path):
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
         check=True,
         capture_output=True,
-        timeout=300,
+        timeout=ceiling(300),
     )
     # The wheel's copy first, the current environment's dependencies after it (no editable finder: no .pth).
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]])}
@@ -57,7 +58,7 @@ def test_installed_wheel_plans_a_shipped_recipe(tmp_path):
         text=True,
         cwd=tmp_path,
         env=env,
-        timeout=120,
+        timeout=ceiling(120),
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines()[0].startswith(str(target))
@@ -72,7 +73,7 @@ def test_installed_wheel_plans_a_shipped_recipe(tmp_path):
         "print(c.hydra.launcher._target_, c.algorithm.name)"
     )
     out = subprocess.run(
-        [sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=ceiling(120)
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines()[0].startswith(str(target))

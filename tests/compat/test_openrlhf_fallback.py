@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 from rlhf.agents.errors import AgentError
 from rlhf.agents.loader import load_agent, load_agent_module
@@ -155,7 +156,7 @@ def test_a_real_openrlhf_package_on_the_path_is_used_instead(tmp_path):
         """
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stub), str(REPO)])}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=ceiling(300))
     assert out.returncode == 0, out.stderr
     # The stub's grade_answer says True for anything: the reward file used it, not ours.
     assert out.stdout.split() == ["stub", "[1.0]", "False"]
@@ -223,6 +224,6 @@ def test_a_ray_worker_loading_an_openrlhf_reward_file_gets_the_fallback(ray_clus
         res = Reward(p).score(["\\boxed{4}", "\\boxed{5}"], ["", ""], ["", ""], ["4", "4"])
         return res.rewards, worker_sys.modules["openrlhf"].__doc__
 
-    rewards, doc = ray.get(score_in_worker.remote(path), timeout=300)
+    rewards, doc = ray.get(score_in_worker.remote(path), timeout=ceiling(300))
     assert rewards == [1.0, 0.0]
     assert "stand-in" in doc

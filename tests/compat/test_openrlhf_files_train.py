@@ -1,6 +1,6 @@
 """OpenRLHF-style reward and agent files, written here as OpenRLHF's examples are (imports from ``openrlhf.utils`` and
-``openrlhf.utils.agent``, torch tensors as rewards), train a few steps through the real pipeline: Ray, DeepSpeed,
-the hf rollout engine, the tiny model. No openrlhf package is installed."""
+``openrlhf.utils.agent``, torch tensors as rewards), train a few steps through the real pipeline: DeepSpeed,
+the hf rollout engine, the tiny model (the local executor). No openrlhf package is installed."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def _assert_trained(result: dict, metrics: list[dict]) -> list[dict]:
     return train
 
 
-def test_openrlhf_reward_file_trains(ray_cluster, tmp_path):
+def test_openrlhf_reward_file_trains(tmp_path):
     path = tmp_path / "math_reward_func.py"
     path.write_text(textwrap.dedent(REWARD_FILE))
     result, metrics = _train("grpo_tiny_cpu", tmp_path / "run", "reward.verifier=", f"reward.function={path}")
@@ -112,7 +112,7 @@ def test_openrlhf_reward_file_trains(ray_cluster, tmp_path):
     assert len(accuracy) == STEPS and all(0.0 <= a <= 1.0 for a in accuracy)
 
 
-def test_openrlhf_agent_file_trains(ray_cluster, tmp_path):
+def test_openrlhf_agent_file_trains(tmp_path):
     path = tmp_path / "agent_func.py"
     path.write_text(textwrap.dedent(AGENT_FILE))
     result, metrics = _train("agent_arith_tiny_cpu", tmp_path / "run", f"agent.path={path}", "agent.max_turns=2")

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from ceilings import ceiling
 
 from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutBackend, RolloutEngine, SamplingSpec
 from rlhf.engines.rollout_backends import rollout_backend
@@ -140,10 +141,10 @@ def engine(request, ray_cluster):
         realized.shutdown()
 
 
-def _get(ref, timeout=300):
+def _get(ref, timeout=300.0):
     import ray
 
-    return ray.get(ref, timeout=timeout)
+    return ray.get(ref, timeout=ceiling(timeout))
 
 
 def _perturbed(path: str, seed: int) -> list[tuple[str, torch.Tensor]]:

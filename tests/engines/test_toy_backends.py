@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import test_rollout_backends as rollout_conformance
 import test_train_backends as train_conformance
+from ceilings import ceiling
 
 from rlhf.spec import backends
 from rlhf.spec.build import load_spec
@@ -132,7 +133,7 @@ def test_a_grpo_job_trains_through_the_toy_backends(toy_registered, ray_cluster,
         f"ray.address={ray.get_runtime_context().gcs_address}",
         f"+ray.runtime_env.PYTHONPATH={PLUGIN}",  # the job's Ray workers: the registry lines at start-up
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=ceiling(900))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (row,) = [r for r in read_metrics(run_dir) if "train/reward" in r]
     assert row["step"] == 1 and row["train/policy_loss"] == row["train/policy_loss"]  # a real, finite step

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 from rlhf.engines.backends import TRAIN_BACKENDS, train_backend
 from rlhf.engines.training import TrainBackend
@@ -152,7 +153,7 @@ def _two_ranks(backend: str, cases: list[str], out: Path) -> None:
     logs = []
     for p in procs:
         try:
-            logs.append(p.communicate(timeout=600)[0])
+            logs.append(p.communicate(timeout=ceiling(600))[0])
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()

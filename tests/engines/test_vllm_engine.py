@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from ceilings import ceiling
 from logprob_checks import (
     FILTERS,
     check_filtered_sampling_reports_full_logprobs,
@@ -188,26 +189,17 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def rollout_actor(tiny_models: tuple[Path, Path]) -> Any:
-    ray = pytest.importorskip("ray")
-    # Loopback only: without this Ray 2.60 binds the machine's external interface.
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    started = not ray.is_initialized()
-    if started:
-        ray.init(
-            address="local", include_dashboard=False, num_cpus=4, _node_ip_address="127.0.0.1", log_to_driver=False
-        )
-    try:
-        actor = start_vllm_rollout_actor(
-            str(tiny_models[0]), num_cpus=2, dtype="float32", cpu_kvcache_gib=0.25, max_model_len=256, seed=0
-        )
-        info = ray.get(actor.ready.remote(), timeout=300)
-        assert info["python"] == str(vllm_runtime_env()["py_executable"])
-        yield actor, info
-        ray.kill(actor)
-    finally:
-        if started:
-            ray.shutdown()
+def rollout_actor(ray_cluster, tiny_models: tuple[Path, Path]) -> Any:
+    """The vLLM engine's actor in the session's Ray cluster (so every test using it is in the Ray tier)."""
+    import ray
+
+    actor = start_vllm_rollout_actor(
+        str(tiny_models[0]), num_cpus=2, dtype="float32", cpu_kvcache_gib=0.25, max_model_len=256, seed=0
+    )
+    info = ray.get(actor.ready.remote(), timeout=ceiling(300))
+    assert info["python"] == str(vllm_runtime_env()["py_executable"])
+    yield actor, info
+    ray.kill(actor)
 
 
 @pytest.mark.vllm

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 import torch
+from ceilings import ceiling
 
 from rlhf.engines.weight_sync import GroupConfig, WeightReceiver, WeightSender, listen_socket
 
@@ -64,7 +65,7 @@ def test_copies_are_settled_and_checksummed_on_the_kept_bytes_before_the_acknowl
         for name, t in got:
             assert torch.equal(t, dict(_weights(v))[name])
         assert receiver.report.first_mismatch is None
-    thread.join(timeout=60)
+    thread.join(timeout=ceiling(60))
     receiver.close()
     assert not errors, errors
     # every acknowledgement of a shared bucket comes after its copies have settled

@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 from rlhf.spec.validate import vllm_cpu_available
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.ray,
     pytest.mark.skipif(not vllm_cpu_available(), reason="the engine actors run with the vLLM interpreter"),
 ]
 
@@ -22,9 +24,9 @@ BIN = Path(sys.executable).parent
 def test_the_chosen_8b_layout_passes_the_placement_rehearsal(tmp_path):
     recipe = tmp_path / "grpo8b_auto.yaml"
     r = subprocess.run([str(BIN / "rlhf-plan"), "--auto", "+recipe=grpo_llama3_8b", "hardware=8xh100", "--top", "1",
-                        "-o", str(recipe)], capture_output=True, text=True, timeout=120)
+                        "-o", str(recipe)], capture_output=True, text=True, timeout=ceiling(120))
     assert r.returncode == 0, r.stderr
     r = subprocess.run([str(BIN / "rlhf-plan"), "--rehearse", f"+recipe={recipe}"], capture_output=True, text=True,
-                       timeout=900, cwd=tmp_path)
+                       timeout=ceiling(900), cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "rehearsal passed: every check holds" in r.stdout

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,7 +53,7 @@ def test_the_gpu_image_context_builds_and_installs_the_package(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
          str(context)],
-        check=True, capture_output=True, timeout=300,
+        check=True, capture_output=True, timeout=ceiling(300),
     )
     (wheel,) = wheels.glob("rlhf-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -66,13 +67,13 @@ def test_the_gpu_image_context_builds_and_installs_the_package(tmp_path):
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-        check=True, capture_output=True, timeout=300,
+        check=True, capture_output=True, timeout=ceiling(300),
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]])}
     code = "import sys, rlhf; print(rlhf.__file__); from rlhf.cli.plan import main; main(sys.argv[1:])"
     out = subprocess.run(
         [sys.executable, "-S", "-c", code, "+recipe=grpo_qwen2_5_0_5b_h200"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=ceiling(120),
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert str(target) in out.stdout and "verdict: fits" in out.stdout

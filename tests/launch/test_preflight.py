@@ -14,11 +14,11 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 from rlhf.launch.preflight import PreflightFailed, preflight, require_preflight
 from rlhf.launch.preflight.urls import probe_url
@@ -164,14 +164,17 @@ def free_port() -> int:
 
 @pytest.fixture
 def reward_server():
-    """``reward_server(delay_s, status)``: a real HTTP server on 127.0.0.1 answering POSTs after ``delay_s``."""
+    """``reward_server(status, silent)``: a real HTTP server on 127.0.0.1 answering POSTs; a ``silent`` one answers
+    only once the test is over (a server that never answers in time, whatever the machine's speed)."""
     servers = []
+    over = threading.Event()
 
-    def start(delay_s: float = 0.0, status: int = 200) -> str:
+    def start(status: int = 200, silent: bool = False) -> str:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - http.server's name
                 self.rfile.read(int(self.headers["Content-Length"]))
-                time.sleep(delay_s)
+                if silent:
+                    over.wait(ceiling(300))
                 body = json.dumps({"rewards": []}).encode()
                 try:
                     self.send_response(status)
@@ -191,18 +194,17 @@ def reward_server():
         return f"http://127.0.0.1:{server.server_address[1]}/get_reward"
 
     yield start
+    over.set()
     for s in servers:
         s.shutdown()
         s.server_close()
 
 
-def test_dead_reward_url_fails_within_a_second_naming_it(base_spec):
+def test_dead_reward_url_fails_at_once_naming_it(base_spec):
+    # refused, not timed out: the connection's refusal is the answer (a timeout says "no connection ... within")
     url = f"http://127.0.0.1:{free_port()}/get_reward"
-    start = time.monotonic()
     with pytest.raises(PreflightFailed) as err:
         require_preflight(with_(base_spec, reward={"urls": [url]}))
-    took = time.monotonic() - start
-    assert took < 1.5, f"took {took:.2f} s"
     assert f"reward.urls[0]={url!r}: connection refused: nothing listens on 127.0.0.1:" in str(err.value)
     assert "start the server, or fix reward.urls" in str(err.value)
 
@@ -215,19 +217,21 @@ def test_live_url_passes_and_wrong_path_is_an_error(base_spec, reward_server):
     assert e.startswith(f"reward.urls[1]={wrong!r}: answered HTTP 404") and "/get_reward" in e
 
 
-def test_slow_reward_url_warns_and_the_run_may_start(base_spec, reward_server):
-    url = reward_server(delay_s=1.5)
+def test_slow_reward_url_warns_and_the_run_may_start(base_spec, reward_server, monkeypatch):
+    from rlhf.launch.preflight import urls
+
+    # "slow" is any answer here (its threshold injected as 0 s), rather than a server made to take long enough
+    monkeypatch.setattr(urls, "SLOW_ANSWER_S", 0.0)
+    url = reward_server()
     report = require_preflight(with_(base_spec, reward={"urls": [url]}))  # does not raise
     (w,) = report.warnings
-    assert f"reward.urls[0]={url!r}: the first answer took 1." in str(w)
+    assert f"reward.urls[0]={url!r}: the first answer took " in str(w) and "s (slow server?)" in str(w)
 
 
 def test_silent_reward_url_warns_after_the_answer_timeout(reward_server):
-    url = reward_server(delay_s=3.0)
-    start = time.monotonic()
+    url = reward_server(silent=True)
     probe = probe_url(url, answer_timeout_s=0.5)
     assert probe.ok and "no answer within 0.5 s" in probe.warning
-    assert time.monotonic() - start < 1.5
 
 
 # -- data files ------------------------------------------------------------------------------------------------------
@@ -295,11 +299,11 @@ def test_reward_model_without_a_value_head_is_refused_before_start(base_spec, tm
 # -- the entry points ------------------------------------------------------------------------------------------------
 
 
-def run_cli(cmd: str, *args: str, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+def run_cli(cmd: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, HYDRA_FULL_ERROR="0", RAY_TMPDIR=str(cwd / "ray-tmp"))
-    start = time.monotonic()
-    r = subprocess.run([str(BIN / cmd), *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
-    return r, time.monotonic() - start
+    return subprocess.run(
+        [str(BIN / cmd), *args], capture_output=True, text=True, timeout=ceiling(120), cwd=cwd, env=env
+    )
 
 
 def test_rlhf_run_names_every_problem_and_starts_nothing(tmp_path):
@@ -307,7 +311,7 @@ def test_rlhf_run_names_every_problem_and_starts_nothing(tmp_path):
     train = write(tmp_path, "t.jsonl", '{"input": "1+1=", "label": "2"}\n{"input": \n')
     empty = write(tmp_path, "e.jsonl", "")
     overrides = ["reward.verifier=", f"reward.function={reward}", f"data.train_files=[{train}]"]
-    r, took = run_cli("rlhf-run", *overrides, f"data.eval_files=[{empty}]", cwd=tmp_path)
+    r = run_cli("rlhf-run", *overrides, f"data.eval_files=[{empty}]", cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert "preflight found 3 problem(s); nothing was started" in r.stderr
     assert f"reward.function='{reward}': defines no reward_func" in r.stderr
@@ -315,26 +319,24 @@ def test_rlhf_run_names_every_problem_and_starts_nothing(tmp_path):
     assert f"data.eval_files[0]='{empty}': the file is empty" in r.stderr
     assert "Traceback" not in r.stderr + r.stdout and "rlhf-run:" not in r.stdout
     assert not (tmp_path / "ray-tmp").exists() and not (tmp_path / "mlflow.db").exists()  # no Ray, no MLflow
-    print(f"rlhf-run refused in {took:.1f} s")
 
 
-def test_rlhf_run_with_a_dead_reward_url_stops_in_seconds(tmp_path):
+def test_rlhf_run_with_a_dead_reward_url_stops_before_starting_anything(tmp_path):
     url = f"http://127.0.0.1:{free_port()}/get_reward"
-    r, took = run_cli("rlhf-run", "reward.verifier=", f"reward.urls=[{url}]", cwd=tmp_path)
+    r = run_cli("rlhf-run", "reward.verifier=", f"reward.urls=[{url}]", cwd=tmp_path)
     assert r.returncode == 2 and f"reward.urls[0]='{url}': connection refused" in r.stderr, r.stderr
-    assert not (tmp_path / "ray-tmp").exists()
-    assert took < 30, f"{took:.1f} s (compose + validate + preflight; the shared machine is slow)"
+    assert not (tmp_path / "ray-tmp").exists() and "rlhf-run:" not in r.stdout  # refused before the run began
 
 
 def test_plan_check_runs_the_preflight_and_plain_plan_does_not(tmp_path):
     reward = write(tmp_path, "r.py", "def reward_func(queries, prompts, labels)\n    return queries\n")
     args = ["reward.verifier=", f"reward.function={reward}"]
-    plain, _ = run_cli("rlhf-plan", *args, cwd=tmp_path)
+    plain = run_cli("rlhf-plan", *args, cwd=tmp_path)
     assert plain.returncode == 0 and "preflight" not in plain.stderr
-    checked, _ = run_cli("rlhf-plan", "--check", *args, cwd=tmp_path)
+    checked = run_cli("rlhf-plan", "--check", *args, cwd=tmp_path)
     assert checked.returncode == 2 and "verdict:" in checked.stdout
     assert f"reward.function='{reward}': line 1, column" in checked.stderr and "SyntaxError" in checked.stderr
-    good, _ = run_cli("rlhf-plan", "--check", cwd=tmp_path)
+    good = run_cli("rlhf-plan", "--check", cwd=tmp_path)
     assert good.returncode == 0 and "preflight: 0 problem(s), 0 warning(s)" in good.stderr
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ceilings import ceiling
 
 from rlhf.spec.store import find_recipes
 
@@ -64,7 +65,7 @@ def run_on_two_nodes(workdir: Path, *commands: list[str]) -> dict:
         [sys.executable, str(script), str(workdir), json.dumps(list(commands))],
         capture_output=True,
         text=True,
-        timeout=1500,
+        timeout=ceiling(1500),
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
 
 from rlhf.errors import UserError  # noqa: E402
 from rlhf.launch.plan import plan  # noqa: E402

@@ -3,7 +3,11 @@ matrix tensor parallelism 1/2/4 x placement colocate_all / colocate_actor_ref / 
 every check (device shares, each process on its own reservation, TP workers on devices of their own, no
 communicator with two members on one device, colocated roles on exactly their group's devices, the memory phases
 of the plan). One cluster per hardware shape, in a process of its own, shared by all its configs; no model is
-loaded anywhere. A violation exits rlhf-plan non-zero naming role, process and device."""
+loaded anywhere. A violation exits rlhf-plan non-zero naming role, process and device.
+
+In proportion: the default tier rehearses one config per shape class (SAMPLE: one node, colocated, TP > 1 in
+grpo_llama3_8b-zero3; two nodes in split-tp1-2n; the one-node rank variables in sft_llama3_8b); the Ray tier
+(``-m ray``) rehearses the rest of the matrix and every other shipped GPU recipe."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 from rlhf.spec.validate import vllm_cpu_available
 
@@ -62,35 +67,47 @@ SHAPES = {
     "1x1x26": [("grpo_qwen2_5_0_5b", ["+recipe=grpo_qwen2_5_0_5b"]),
                ("grpo_qwen2_5_0_5b_h200", ["+recipe=grpo_qwen2_5_0_5b_h200"])],
 }
-CASES = [(shape, name) for shape, configs in SHAPES.items() for name, _ in configs]
-_results: dict[str, dict] = {}
-WALL: dict[str, float] = {}
+# One config per shape class, rehearsed in the default tier; every other case is the Ray tier's.
+SAMPLE = {"1x8x192": ("grpo_llama3_8b-zero3", "sft_llama3_8b"), "2x4x32": ("split-tp1-2n",)}
+CASES = [(shape, name) for shape, configs in SHAPES.items() for name, _ in configs if name not in SAMPLE.get(shape, ())]
+SAMPLED = [(shape, name) for shape, names in SAMPLE.items() for name in names]
+_results: dict[tuple[str, bool], dict] = {}
+WALL: dict[tuple[str, bool], float] = {}
 
 
-def _run_shape(shape: str) -> dict[str, dict]:
-    if shape not in _results:
-        configs = SHAPES[shape]
+def _run_shape(shape: str, sampled: bool) -> dict[str, dict]:
+    """The rehearsal results of ``shape``'s sampled configs (``sampled``) or of the rest, one cluster for them."""
+    key = (shape, sampled)
+    if key not in _results:
+        configs = [(n, c) for n, c in SHAPES[shape] if (n in SAMPLE.get(shape, ())) == sampled]
         t0 = time.monotonic()
         proc = subprocess.run(
             [sys.executable, str(HERE / "rehearse_configs.py"), shape, json.dumps([c for _, c in configs])],
-            capture_output=True, text=True, timeout=1800,
+            capture_output=True, text=True, timeout=ceiling(1800),
         )
-        WALL[shape] = time.monotonic() - t0
+        WALL[key] = time.monotonic() - t0
         lines = [json.loads(ln[len("RESULT "):]) for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
         assert len(lines) == len(configs), proc.stdout[-3000:] + proc.stderr[-3000:]
-        _results[shape] = {name: r for (name, _), r in zip(configs, lines, strict=True)}
-        print(f"rehearsal cluster {shape}: {len(configs)} config(s) in {WALL[shape]:.1f} s", file=sys.stderr)
-    return _results[shape]
+        _results[key] = {name: r for (name, _), r in zip(configs, lines, strict=True)}
+        print(f"rehearsal cluster {shape}: {len(configs)} config(s) in {WALL[key]:.1f} s", file=sys.stderr)
+    return _results[key]
 
 
+@pytest.mark.parametrize(("shape", "name"), SAMPLED, ids=[n for _, n in SAMPLED])
+def test_the_rehearsal_passes_for_one_config_per_shape_class(shape, name):
+    result = _run_shape(shape, sampled=True)[name]
+    assert result["ok"], "\n".join(result["violations"]) + "\n" + result["map"]
+
+
+@pytest.mark.ray
 @pytest.mark.parametrize(("shape", "name"), CASES, ids=[n for _, n in CASES])
 def test_the_rehearsal_passes(shape, name):
-    result = _run_shape(shape)[name]
+    result = _run_shape(shape, sampled=False)[name]
     assert result["ok"], "\n".join(result["violations"]) + "\n" + result["map"]
 
 
 def test_the_device_map_gives_each_tp_engine_its_own_bundles_and_a_share_beside_the_trainers():
-    text = _run_shape("1x8x192")["grpo_llama3_8b-zero3"]["map"]
+    text = _run_shape("1x8x192", sampled=True)["grpo_llama3_8b-zero3"]["map"]
     for e in range(4):
         assert f"VLLM_RAY_BUNDLE_INDICES={2 * e},{2 * e + 1} VLLM_RAY_PER_WORKER_GPUS=0.25" in text
     assert "rollout engine 0 worker 0      shared_memory  node0:gpu0" in text  # beside the sender: CUDA IPC
@@ -101,12 +118,15 @@ def test_the_device_map_gives_each_tp_engine_its_own_bundles_and_a_share_beside_
 def test_each_shape_hands_the_ranks_their_variables_as_its_run_would():
     # one node: rlhf-run's private cluster, whose actors set their rank's variables in their own process (so they can
     # take a preloaded idle worker); several nodes: a cluster joined by ray.address, where runtime_env carries them
-    assert "rank variables: set in each process by the actor" in _run_shape("1x8x192")["sft_llama3_8b"]["map"]
-    assert "rank variables: through each actor's runtime_env" in _run_shape("2x4x32")["split-tp1-2n"]["map"]
+    one_node = _run_shape("1x8x192", sampled=True)["sft_llama3_8b"]["map"]
+    assert "rank variables: set in each process by the actor" in one_node
+    two_nodes = _run_shape("2x4x32", sampled=True)["split-tp1-2n"]["map"]
+    assert "rank variables: through each actor's runtime_env" in two_nodes
 
 
+@pytest.mark.ray
 def test_the_70b_engines_span_their_own_node_and_the_sync_broadcasts_to_every_worker():
-    text = _run_shape("6x8x96")["ppo_llama3_70b"]["map"]
+    text = _run_shape("6x8x96", sampled=False)["ppo_llama3_70b"]["map"]
     workers = [ln for ln in text.splitlines() if ln.startswith("  rollout") and "TP worker" in ln]
     assert len(workers) == 16 and "shared_memory" not in text  # split placement: every worker elsewhere
     engine_nodes = {ln.split()[-1].split(":")[0] for ln in workers}
@@ -115,12 +135,13 @@ def test_the_70b_engines_span_their_own_node_and_the_sync_broadcasts_to_every_wo
     assert not engine_nodes & {ln.split()[-1].split(":")[0] for ln in trainers}  # ... where no trainer computes
 
 
+@pytest.mark.ray
 def test_a_violation_exits_non_zero_naming_role_process_and_device(tmp_path):
     # a broadcast asked for on a single GPU: the engine's worker would join the sender's GPU in one NCCL group
     proc = subprocess.run(
         [sys.executable, "-m", "rlhf.cli.plan", "--rehearse", "+recipe=grpo_qwen2_5_0_5b",
          "rollout.weight_sync=broadcast"],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        capture_output=True, text=True, timeout=ceiling(900), cwd=tmp_path,
     )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "rehearsal FAILED" in proc.stdout

@@ -9,14 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
 def test_colocated_groups_stay_within_one_node(tmp_path):
     script = Path(__file__).with_name("two_node_job.py")
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True, timeout=900
+        [sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True, timeout=ceiling(900)
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -16,6 +16,7 @@ import textwrap
 import time
 
 import pytest
+from ceilings import ceiling
 
 from rlhf.launch import actor_env, worker_preload
 
@@ -138,10 +139,11 @@ _SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.ray
 def test_the_plans_actors_take_the_workers_that_preloaded_for_them(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     r = subprocess.run(
-        [sys.executable, "-c", _SCRIPT], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=220
+        [sys.executable, "-c", _SCRIPT], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=ceiling(220)
     )
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])

@@ -1,8 +1,11 @@
-"""Faults injected into real runs (Ray, DeepSpeed, hf engines): a rollout engine killed mid-generate or mid-sync and
-a training rank killed or hung are restarted and the run finishes (with the hf engine, with the per-step metrics of
+"""Faults injected into real runs (DeepSpeed, hf engines): a rollout engine killed mid-generate or mid-sync and a
+training rank killed or hung are restarted and the run finishes (with the hf engine, with the per-step metrics of
 an uninterrupted run, and ``train/restarts`` the same in metrics.jsonl and MLflow); exhausted restarts, non-finite
 numbers, a full disk and a reward endpoint that dies stop with a message that names what failed, the last
 checkpoint and the command to resume.
+
+Restarts replace processes, so those runs are Ray's (launch.executor=ray, the Ray tier); the stops (non-finite
+numbers, a full disk, a dead reward endpoint) are the run lifecycle's on any executor and run on the local one.
 
 The two engine deaths (mid-sync and mid-generate) happen in one run, each fault once: the engine restarted after
 the first meets the second, and the run still matches the uninterrupted one step for step."""
@@ -45,6 +48,7 @@ BASE = [
     "logging.progress=false",
 ]
 KEYS = ("train/reward", "train/policy_loss", "train/kl", "train/response_length")
+RAY = "launch.executor=ray"  # restarts replace processes: Ray's
 
 
 def _per_step(run_dir: Path) -> dict[int, tuple]:
@@ -80,7 +84,8 @@ def _close(a: dict[int, tuple], b: dict[int, tuple]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def straight(ray_cluster, tmp_path_factory) -> dict[int, tuple]:
+def straight(tmp_path_factory) -> dict[int, tuple]:
+    """The uninterrupted run (local: the same numbers as on Ray, tests/launch/test_local_executor_parity.py)."""
     run_dir = tmp_path_factory.mktemp("straight")
     _run(run_dir)
     return _per_step(run_dir)
@@ -102,7 +107,7 @@ def engine_deaths(ray_cluster, tmp_path_factory) -> dict:
             mp.setenv(k, v)
         err = io.StringIO()
         with contextlib.redirect_stderr(_Tee(err, sys.stderr)):
-            result = _run(tmp / "run", "rollout.weight_sync=broadcast", "rollout.weight_sync_bucket_mb=0.25")
+            result = _run(tmp / "run", RAY, "rollout.weight_sync=broadcast", "rollout.weight_sync_bucket_mb=0.25")
     restarts = [ln for ln in err.getvalue().splitlines() if ln.startswith("restart ")]
     return {"result": result, "per_step": _per_step(tmp / "run"), "restarts": restarts}
 
@@ -135,12 +140,13 @@ def test_an_engine_killed_mid_sync_is_restarted_and_the_run_matches_an_uninterru
     assert _close(engine_deaths["per_step"], straight)
 
 
+@pytest.mark.ray
 def test_a_training_rank_killed_restarts_every_actor_from_the_last_checkpoint(straight, tmp_path, monkeypatch):
     # optimizer step 7 is in RL step 4 (two per step); the checkpoint is step 2's, so step 3, logged before the
     # crash, is done again
     _faults(monkeypatch, tmp_path, "rank.exit_on_train_step:7")
     db = tmp_path / "mlflow.db"
-    result = _run(tmp_path / "run", "checkpoint.save_steps=2", mlflow_db=db)
+    result = _run(tmp_path / "run", RAY, "checkpoint.save_steps=2", mlflow_db=db)
     assert result["restarts"] == 1
     assert _close(_per_step(tmp_path / "run"), straight)  # restarted from step 2's checkpoint, equal per step
     # train/restarts: one number per step everywhere (the redone step 3 keeps the 0 it was first logged with)
@@ -150,13 +156,14 @@ def test_a_training_rank_killed_restarts_every_actor_from_the_last_checkpoint(st
     assert jsonl == held == {1: 0.0, 2: 0.0, 3: 0.0, 4: 1.0}
 
 
+@pytest.mark.ray
 def test_a_hung_training_rank_is_restarted_after_the_remote_timeout(straight, tmp_path, monkeypatch):
     # The hang is in RL step 1 (optimizer step 2 of 2), before any checkpoint: two steps show the restarted run going
     # on. The restarted actors' start-up has a bound of its own: a loaded 2-core machine stretched an engine's past
     # 25 s (CI, 2026-12-03), which the remote timeout, kept short to find the hang soon, used to bound too.
     _faults(monkeypatch, tmp_path, "rank.hang_on_train_step:2")
     result = _run(
-        tmp_path / "run", "trainer.remote_timeout_s=25", "trainer.startup_timeout_s=600", "trainer.max_steps=2"
+        tmp_path / "run", RAY, "trainer.remote_timeout_s=25", "trainer.startup_timeout_s=600", "trainer.max_steps=2"
     )
     assert result["restarts"] == 1 and sorted(_per_step(tmp_path / "run")) == [1, 2]
 
@@ -167,7 +174,7 @@ def test_exhausted_restarts_stop_naming_the_role_the_checkpoint_and_the_resume_c
     # generate calls: step 1, the weight-sync probe after step 1's sync, step 2 (dies) -> step 1 is the checkpoint
     _faults(monkeypatch, tmp_path, "engine.exit_on_generate:3")
     with pytest.raises(RunFailed) as e:
-        _run(tmp_path / "run", "trainer.max_restarts=0")
+        _run(tmp_path / "run", RAY, "trainer.max_restarts=0")  # the engine's process dies: Ray's
     msg = str(e.value)
     assert "rollout engine 0" in msg and "died during generate" in msg and "trainer.max_restarts" in msg
     assert f"rlhf-run --resume {tmp_path / 'run'}" in msg and "step00000001" in msg
@@ -198,7 +205,7 @@ class _RewardsThenDies(BaseHTTPRequestHandler):
         pass
 
 
-def test_a_dead_reward_endpoint_stops_with_the_resume_command_and_the_steps_say_why(ray_cluster, tmp_path, capfd):
+def test_a_dead_reward_endpoint_stops_with_the_resume_command_and_the_steps_say_why(tmp_path, capfd):
     from rlhf.rewards import RewardError
 
     rows = (Path(__file__).parents[2] / "rlhf" / "data" / "builtin" / "arith.jsonl").read_text().splitlines()
@@ -224,7 +231,7 @@ def test_a_dead_reward_endpoint_stops_with_the_resume_command_and_the_steps_say_
     assert found.info.status == "FAILED"
 
 
-def test_a_nonfinite_loss_stops_naming_step_role_and_metric_and_keeps_the_last_checkpoint(ray_cluster, tmp_path):
+def test_a_nonfinite_loss_stops_naming_step_role_and_metric_and_keeps_the_last_checkpoint(tmp_path):
     with pytest.raises(NonFinite) as e:
         _run(tmp_path / "run", "trainer.lr=1e9", "trainer.max_steps=6")
     msg = str(e.value)
@@ -235,7 +242,7 @@ def test_a_nonfinite_loss_stops_naming_step_role_and_metric_and_keeps_the_last_c
     assert CheckpointManager.driver_state(latest)["step"] == step - 1
 
 
-def test_skip_drops_a_nonfinite_step_and_the_run_goes_on(ray_cluster, tmp_path, monkeypatch):
+def test_skip_drops_a_nonfinite_step_and_the_run_goes_on(tmp_path, monkeypatch):
     # two optimizer steps per RL step here (64 samples, global batch 32): optimizer step 3 is in RL step 2
     _faults(monkeypatch, tmp_path, "rank.nan_loss_on_train_steps:3")
     result = _run(tmp_path / "run", "trainer.on_nonfinite=skip")
@@ -246,14 +253,14 @@ def test_skip_drops_a_nonfinite_step_and_the_run_goes_on(ray_cluster, tmp_path, 
     assert all(math.isfinite(r["train/actor_grad_norm"]) and math.isfinite(r["train/reward"]) for r in rows[2:])
 
 
-def test_skip_stops_after_three_nonfinite_steps_in_a_row(ray_cluster, tmp_path, monkeypatch):
+def test_skip_stops_after_three_nonfinite_steps_in_a_row(tmp_path, monkeypatch):
     _faults(monkeypatch, tmp_path, "rank.nan_loss_on_train_steps:3-99")  # RL steps 2, 3, 4, ...
     with pytest.raises(NonFinite) as e:
         _run(tmp_path / "run", "trainer.on_nonfinite=skip", "trainer.max_steps=6")
     assert "step 4, role policy" in str(e.value) and "3 steps in a row" in str(e.value)
 
 
-def test_a_full_disk_names_the_path_and_removes_the_partial_checkpoint(ray_cluster, tmp_path, monkeypatch):
+def test_a_full_disk_names_the_path_and_removes_the_partial_checkpoint(tmp_path, monkeypatch):
     # The rank's save fails the way a full disk fails it (ENOSPC raised at the rank's save_checkpoint; the disk
     # really fills in test_full_disk.py).
     _faults(monkeypatch, tmp_path, "rank.enospc_on_save:2")

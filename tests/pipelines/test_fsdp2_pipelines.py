@@ -17,10 +17,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling, wait_until
 from tiny_shapes import TWO_RANKS
 
 from rlhf.launch.job import run
@@ -64,7 +64,7 @@ def _cli(recipe: str, run_dir: Path, *overrides: str) -> list[str]:
 
 def _rlhf_run(recipe: str, run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        _cli(recipe, run_dir, *overrides), capture_output=True, text=True, cwd=run_dir.parent, timeout=900
+        _cli(recipe, run_dir, *overrides), capture_output=True, text=True, cwd=run_dir.parent, timeout=ceiling(900)
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
@@ -94,12 +94,11 @@ def test_sft_fsdp2_matches_zero3_and_resumes_bit_equal_after_a_kill(ray_cluster,
             cwd=tmp_path,
         )
         manager = CheckpointManager(killed / "checkpoints")
-        deadline = time.time() + 600
-        while manager.latest() is None:
-            if proc.poll() is not None or time.time() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                pytest.fail(f"no checkpoint before the job ended (rc={proc.returncode}): {(tmp_path / 'killed.log')}")
-            time.sleep(0.02)
+        try:
+            wait_until(manager.latest, "the job's first checkpoint", 600, alive=lambda: proc.poll() is None)
+        except AssertionError:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
         step = manager.driver_state(manager.latest())["step"]
         running = proc.poll() is None
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and what it started; Ray reaps its actors

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 from rlhf.pipelines.checkpoint import CheckpointManager
 
@@ -56,7 +57,7 @@ def _userns_tmpfs(tmp_path: Path) -> bool:
     probe = tmp_path / "probe"
     probe.mkdir()
     cmd = ["unshare", "-Urm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {probe}"]
-    return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+    return subprocess.run(cmd, capture_output=True, timeout=ceiling(30)).returncode == 0
 
 
 def _ours(stderr: str) -> list[str]:
@@ -78,7 +79,7 @@ def test_a_full_disk_at_each_save_point_keeps_the_last_checkpoint_and_leaves_no_
         "HOME": str(Path.home()),
     }
     cmd = ["unshare", "-Urm", "bash", "-c", SCRIPT, "full-disk", *ARGS]
-    done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=ceiling(1200))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     run_dir = disk / "run"  # the path as the runs saw it
 

@@ -37,7 +37,7 @@ SEED = 42  # the embedded default's own seed: what the README's table claims
 MARGIN_SE = 3.0
 
 
-def test_grpo_raises_mean_eval_pass1_by_three_standard_errors(ray_cluster, tmp_path):
+def test_grpo_raises_mean_eval_pass1_by_three_standard_errors(tmp_path):
     spec = load_spec(
         [
             "+recipe=quickstart_cpu",

@@ -1,8 +1,9 @@
 """rlhf.waits' heartbeat against real Ray actors in their own processes: an actor SIGSTOPped during a long call is
-reported stalled within trainer.heartbeat_timeout_s (plus the heartbeat's interval), named with its pid, node and
-what it was doing, and its process is ended; an actor busy for longer than the heartbeat timeout still answers (its
-heartbeat runs in a concurrency group of its own) and is not stalled; an actor class without a heartbeat is not
-watched."""
+reported stalled by its unanswered heartbeat (not by the call's far deadline), no sooner than
+trainer.heartbeat_timeout_s, named with its pid, node and what it was doing, and its process is ended; an actor busy
+for longer than the heartbeat timeout still answers (its heartbeat runs in a concurrency group of its own) and is
+not stalled; an actor class without a heartbeat is not watched. No bound here races the machine: the stalls are
+told from the deadline by their kind, and the only time compared is a lower bound."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 
 import pytest
 import ray
+from ceilings import ceiling
 
 from rlhf.engines.protocol import LIVENESS
 from rlhf.errors import WorkerFailure
@@ -20,7 +22,7 @@ from rlhf.waits import Call, last_heartbeat, wait
 from rlhf.workers import liveness
 
 HEARTBEAT_S = 3.0
-MARGIN_S = 4.0  # the heartbeat's interval (HEARTBEAT_S / 5) and a loaded 2-core machine's scheduling
+FAR_S = 600.0  # the calls' own deadline: a stall must be found by its heartbeat long before it
 
 
 class _Worker:
@@ -50,7 +52,7 @@ class _Plain:  # no heartbeat method
 def worker(ray_cluster):
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
     actor = liveness.remote_class(_Worker, num_cpus=0).remote()
-    pid = ray.get(actor.heartbeat.remote(), timeout=60)["pid"]
+    pid = ray.get(actor.heartbeat.remote(), timeout=ceiling(60))["pid"]
     try:
         yield actor, pid
     finally:
@@ -67,7 +69,7 @@ def test_an_actor_stopped_during_a_long_call_is_stalled_within_the_timeout_namin
     ref = actor.work.remote(120)
     calls = [Call(ref, "rollout", 0, f"rollout engine 0 (hf, pid {pid})", actor=actor)]
     # the heartbeat answers while work runs; then the process is stopped mid-call
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + ceiling(60)
     while (last_heartbeat(actor) or {}).get("doing") != "work":
         try:
             wait(calls, "generate", 2 * HEARTBEAT_S / 5 + 0.5, heartbeat_s=HEARTBEAT_S)  # room for one heartbeat
@@ -77,35 +79,35 @@ def test_an_actor_stopped_during_a_long_call_is_stalled_within_the_timeout_namin
     os.kill(pid, signal.SIGSTOP)
     stopped = time.monotonic()
     with pytest.raises(WorkerFailure) as e:
-        wait(calls, "generate", 600, heartbeat_s=HEARTBEAT_S)
+        wait(calls, "generate", ceiling(FAR_S), heartbeat_s=HEARTBEAT_S)
     took = time.monotonic() - stopped
     assert e.value.kind == "stalled" and e.value.restartable and (e.value.role, e.value.rank) == ("rollout", 0)
     msg = str(e.value)
     assert msg.startswith(f"rollout engine 0 (hf, pid {pid}) stalled during generate: no answer to a heartbeat for")
     assert f"pid {pid} on node {ray.util.get_node_ip_address()}" in msg and "said it was doing work (for" in msg
     assert "trainer.heartbeat_timeout_s=3" in msg
-    assert HEARTBEAT_S <= took <= HEARTBEAT_S + MARGIN_S, took
+    assert took >= HEARTBEAT_S, took  # not before its heartbeat timeout (kind "stalled": not the far deadline)
     with pytest.raises(ray.exceptions.RayActorError):  # the stalled actor is ended (Ray kills its process)
-        ray.get(ref, timeout=30)
+        ray.get(ref, timeout=ceiling(30))
 
 
 def test_an_actor_stopped_between_waits_is_stalled_in_the_next_one(worker):
     actor, pid = worker
     # seen alive once: its first heartbeat goes out at once (an answer after the wait is taken by the next one)
-    wait([Call(actor.work.remote(1), "policy", 1, actor=actor)], "train_step", 60, heartbeat_s=HEARTBEAT_S)
+    wait([Call(actor.work.remote(1), "policy", 1, actor=actor)], "train_step", ceiling(60), heartbeat_s=HEARTBEAT_S)
     assert last_heartbeat(actor)["pid"] == pid
     os.kill(pid, signal.SIGSTOP)
-    t0 = time.monotonic()
     with pytest.raises(WorkerFailure, match=r"role policy rank 1 stalled during train_step") as e:
-        wait([Call(actor.work.remote(0), "policy", 1, actor=actor)], "train_step", 600, heartbeat_s=HEARTBEAT_S)
-    assert e.value.kind == "stalled" and time.monotonic() - t0 <= HEARTBEAT_S + MARGIN_S
+        calls = [Call(actor.work.remote(0), "policy", 1, actor=actor)]
+        wait(calls, "train_step", ceiling(FAR_S), heartbeat_s=HEARTBEAT_S)
+    assert e.value.kind == "stalled"  # found by its heartbeat, not by the far deadline (kind "hung")
 
 
 def test_a_busy_actor_that_answers_its_heartbeat_is_not_stalled(worker):
     actor, _ = worker
     t0 = time.monotonic()
     calls = [Call(actor.work.remote(3 * HEARTBEAT_S), "rollout", 0, actor=actor)]
-    assert wait(calls, "generate", 600, heartbeat_s=HEARTBEAT_S) == ["done"]
+    assert wait(calls, "generate", ceiling(FAR_S), heartbeat_s=HEARTBEAT_S) == ["done"]
     assert time.monotonic() - t0 >= 3 * HEARTBEAT_S
 
 
@@ -114,6 +116,6 @@ def test_an_actor_without_a_heartbeat_is_not_watched(ray_cluster):
     actor = ray.remote(num_cpus=0)(_Plain).remote()
     try:
         calls = [Call(actor.work.remote(2 * 0.5), "reward", 0, actor=actor)]
-        assert wait(calls, "score", 120, heartbeat_s=0.5) == ["done"]
+        assert wait(calls, "score", ceiling(120), heartbeat_s=0.5) == ["done"]
     finally:
         ray.kill(actor)

@@ -259,7 +259,7 @@ def test_grpo_from_an_sft_run_starts_at_step_0_from_its_weights(sft_run, tmp_pat
 
 
 @pytest.mark.slow
-def test_a_lora_run_folder_and_its_checkpoint_merge_to_the_same_weights(ray_cluster, tmp_path):
+def test_a_lora_run_folder_and_its_checkpoint_merge_to_the_same_weights(tmp_path):
     from safetensors.torch import load_file
 
     src = tmp_path / "lora"  # one rank, ZeRO-2 (the CPU default): its checkpoints hold peft's names

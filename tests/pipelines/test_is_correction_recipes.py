@@ -1,5 +1,5 @@
-"""OpenRLHF 0.11.2's new presets train end to end on CPU (real Ray, DeepSpeed and the hf rollout engine, the session
-cluster): FlashREINFORCE with one sample per prompt and its sequence-level binary-KL trust region, and GRPO with a
+"""OpenRLHF 0.11.2's new presets train end to end on CPU (DeepSpeed and the hf rollout engine, the local executor):
+FlashREINFORCE with one sample per prompt and its sequence-level binary-KL trust region, and GRPO with a
 token-level binary-KL gate. The engines and the trainer agree on CPU, so the trust regions keep every unit."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
         ("grpo_binary_kl_tiny_cpu", ["rollout.prompts_per_step=8", "trainer.global_batch=32"]),
     ],
 )
-def test_binary_kl_trust_region_recipe_trains_two_steps(ray_cluster, tmp_path, recipe, sizes):
+def test_binary_kl_trust_region_recipe_trains_two_steps(tmp_path, recipe, sizes):
     assert "eval.steps=0" in QUIET
     result, steps = train(tmp_path, recipe, *sizes, "trainer.micro_batch_per_device=16")
     assert_trained(result, steps)

@@ -14,7 +14,7 @@ from rlhf.models.loading import resolve_model_path, tokenizer_for
 pytestmark = pytest.mark.slow
 
 
-def test_lora_dpo_split_placement_then_merge(ray_cluster, tiny_spec, tmp_path):
+def test_lora_dpo_split_placement_then_merge(tiny_spec, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 

@@ -1,5 +1,5 @@
-"""On-policy distillation end to end: opd_tiny_cpu through real Ray, DeepSpeed and the hf engine, with the teacher
-fused into the policy's processes (colocate_all) or in its own group (split), and the load-time tokenizer check.
+"""On-policy distillation end to end: opd_tiny_cpu through DeepSpeed and the hf engine (the local executor), with the
+teacher fused into the policy's processes (colocate_all) or in its own group (split), and the load-time tokenizer check.
 
 The teachers are tiny models saved here (the learning figure comes from the recipe run in the README): the student's
 own initial weights, which must score every token exactly as the student does, and a perturbed copy, which must not.
@@ -55,7 +55,7 @@ def distil(run_dir: Path, teacher: Path, *overrides: str) -> tuple[dict, list[di
 
 
 @pytest.mark.slow
-def test_a_student_equal_to_its_teacher_stays_there(ray_cluster, tmp_path):
+def test_a_student_equal_to_its_teacher_stays_there(tmp_path):
     # colocate_all: the teacher is fused into the policy's process; eval pass@1 at step 0 (untrained) and step 2.
     # The same weights score every sampled token alike: zero reward, zero advantage, no update, at every step.
     result, steps, evals = distil(tmp_path, student_folder(), "trainer.max_steps=2", "eval.steps=2")
@@ -68,7 +68,7 @@ def test_a_student_equal_to_its_teacher_stays_there(ray_cluster, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_teacher_in_its_own_group_scores_the_students_samples(ray_cluster, tmp_path):
+def test_a_teacher_in_its_own_group_scores_the_students_samples(tmp_path):
     teacher = perturbed_teacher(tmp_path / "teacher")
     overrides = ["placement=split", "hardware.devices_per_node=3", "hardware.cpus_per_node=3", "eval.steps=0"]
     spec = load_spec(["+recipe=opd_tiny_cpu", f"teacher.model_path={teacher}", *SMALL, *overrides])

@@ -2,7 +2,7 @@
 
 A GRPO run on the tiny model records its two steps; a train-only replay of that recording, with no rollout engine
 started, logs the same per-step losses and gradient norms bit for bit; a resumed run continues the recording; a
-rollout-only run starts no training role (the Ray actors it made are listed); a recording that does not fit the
+rollout-only run starts no training role (the roles the run built are listed); a recording that does not fit the
 spec is refused before anything starts, naming the key; ``rlhf-recipes rollouts show`` summarises one.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 from rlhf.errors import UserError
 from rlhf.pipelines.rl_generation import Scored
@@ -39,7 +40,9 @@ def _spec(*overrides: str):
 
 
 def _run(run_dir: Path, *overrides: str) -> tuple[dict, list[dict], set[str]]:
-    """Run the job; (summary, the logged steps, class names of the Ray actors it started)."""
+    """Run the job (one process: the local executor); (summary, the logged steps, class names of the roles it
+    started: each local actor the executor built, seen by a spy on its constructor)."""
+    import rlhf.launch.local as local
     from rlhf.launch.job import run
     from rlhf.launch.plan import plan
     from rlhf.spec import check
@@ -47,19 +50,19 @@ def _run(run_dir: Path, *overrides: str) -> tuple[dict, list[dict], set[str]]:
 
     spec = _spec(*overrides)
     check(spec)
-    before = set(_actors())
-    result = run(spec, plan(spec), run_dir)
-    started = {cls for aid, cls in _actors().items() if aid not in before}
+    p = plan(spec)
+    assert p.executor == "local"
+    started: set[str] = set()
+    build = local.LocalActor.__init__
+
+    def spy(self, lane, cls, args, kwargs, name):
+        started.add(cls.__name__)
+        build(self, lane, cls, args, kwargs, name)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(local.LocalActor, "__init__", spy)
+        result = run(spec, p, run_dir)
     return result, [r for r in read_metrics(run_dir) if r.get("step", 0) > 0], started
-
-
-def _actors() -> dict[str, str]:
-    """Every actor the session's Ray cluster has had (alive or dead), id -> class name. ray.util.state's
-    list_actors needs the dashboard, which the private test cluster does not start, so this reads the GCS table
-    through ray._private.state (the same source the state API serves)."""
-    import ray._private.state as state
-
-    return {aid: a["ActorClassName"] for aid, a in state.actors().items()}
 
 
 def _compared(row: dict) -> dict:
@@ -71,7 +74,7 @@ class Recorded:
     run_dir: Path
     rec: Path  # the recording
     steps: list[dict]  # its logged steps
-    actors: set[str]  # class names of the Ray actors it started
+    actors: set[str]  # class names of the roles it started
     reward: tuple[str, ...]  # the reward overrides every run of this module uses
 
 
@@ -83,7 +86,7 @@ def reward(tmp_path_factory) -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
-def recorded(ray_cluster, tmp_path_factory, reward) -> Recorded:
+def recorded(tmp_path_factory, reward) -> Recorded:
     """A 2-step GRPO run recording its rollouts."""
     root = tmp_path_factory.mktemp("recorded")
     rec = root / "rollouts"
@@ -125,7 +128,7 @@ def test_a_resumed_run_continues_the_recording_without_repeating_a_step(recorded
 
 
 @pytest.mark.slow
-def test_rollout_only_starts_no_training_role(ray_cluster, tmp_path):
+def test_rollout_only_starts_no_training_role(tmp_path):
     rec = tmp_path / "made"
     only = ["rollout.only=true", f"rollout.record={rec}", "trainer.max_steps=1"]
     result, steps, actors = _run(tmp_path / "run", *only)
@@ -195,7 +198,7 @@ def test_rlhf_run_refuses_a_mismatched_recording_and_starts_nothing(small_record
 
     args = ["+recipe=grpo_tiny_cpu", f"rollout.replay={small_recording}", "rollout.prompts_per_step=4", *QUIET]
     rlhf_run = str(Path(sys.executable).parent / "rlhf-run")
-    r = subprocess.run([rlhf_run, *args], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    r = subprocess.run([rlhf_run, *args], capture_output=True, text=True, cwd=tmp_path, timeout=ceiling(120))
     assert r.returncode != 0
     assert "rollout.prompts_per_step=4: the recording in" in r.stderr and "prompts_per_step=8" in r.stderr
     assert "Started a local Ray" not in r.stderr and not list(tmp_path.rglob("metrics.jsonl"))

@@ -1,4 +1,5 @@
-"""The RL pipeline end to end through real Ray, DeepSpeed and rollout engines on the tiny model.
+"""The RL pipeline end to end through real DeepSpeed and rollout engines on the tiny model: the one-process runs on
+the local executor (default tier), the two-rank, two-engine run and the vLLM engine on Ray (Ray tier).
 
 Every tiny RL recipe trains two steps; the placements (colocate_all, split), async mode, the reward sources
 (verifier, python file, HTTP endpoint on 127.0.0.1, reward model), dynamic filtering with refill and the vLLM
@@ -141,15 +142,13 @@ def assert_trained(result: dict, steps: list[dict], n: int = 2, loss: str = "tra
         "dr_grpo_tiny_cpu",
         "rloo_tiny_cpu",
         "reinforce_pp_tiny_cpu",
-        "reinforce_pp_baseline_tiny_cpu",
+        pytest.param("reinforce_pp_baseline_tiny_cpu", marks=pytest.mark.ray),  # two ranks, two engines: Ray
         "gspo_tiny_cpu",
         "dapo_tiny_cpu",
         "ppo_tiny_cpu",
     ],
 )
-def test_tiny_rl_recipe_trains_two_steps(
-    ray_cluster, shared_run, parity, reward_model, http_reward, tmp_path, recipe
-):
+def test_tiny_rl_recipe_trains_two_steps(shared_run, parity, reward_model, http_reward, tmp_path, recipe):
     # Each recipe's run is the one another test reads where there is one (the module docstring lists them).
     shared = {
         GRPO[1]: GRPO,
@@ -175,7 +174,7 @@ def test_tiny_rl_recipe_trains_two_steps(
     assert steps[-1]["train/logprobs_diff"] < 1e-3
 
 
-def test_saved_policy_loads_with_plain_transformers(ray_cluster, shared_run):
+def test_saved_policy_loads_with_plain_transformers(shared_run):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     result, _ = shared_run(*GRPO)
@@ -184,13 +183,13 @@ def test_saved_policy_loads_with_plain_transformers(ray_cluster, shared_run):
     assert model.config.vocab_size >= len(tok)
 
 
-def test_split_placement_gives_each_role_its_own_device(ray_cluster, shared_run):
+def test_split_placement_gives_each_role_its_own_device(shared_run):
     assert len(plan(load_spec(["+recipe=reinforce_pp_tiny_cpu", *SPLIT, *SMALL])).groups) == 3  # policy, ref, rollout
     result, steps = shared_run(*RPP_SPLIT)
     assert_trained(result, steps)
 
 
-def test_async_mode_samples_are_one_update_stale(ray_cluster, shared_run, parity, tmp_path):
+def test_async_mode_samples_are_one_update_stale(shared_run, parity, tmp_path):
     """Step 2's samples were generated before step 1's update reached the engines, so the engine's log-probs
     differ from the trainer's; synchronously they agree."""
     _, sync_steps = shared_run("parity_sync", "rloo_tiny_cpu", *parity)
@@ -200,7 +199,7 @@ def test_async_mode_samples_are_one_update_stale(ray_cluster, shared_run, parity
     assert async_steps[1]["train/logprobs_diff"] > 10 * max(sync_steps[1]["train/logprobs_diff"], 1e-6)
 
 
-def test_reward_from_a_python_file(ray_cluster, shared_run, parity):
+def test_reward_from_a_python_file(shared_run, parity):
     result, steps = shared_run("parity_sync", "rloo_tiny_cpu", *parity)
     assert_trained(result, steps)
     assert all(0.0 <= s["train/parity"] <= 1.0 for s in steps)
@@ -220,13 +219,13 @@ def test_two_ranks_colocated_with_two_engines_rewarded_by_an_http_endpoint_on_lo
     assert sum(_RewardHandler.calls) == 2 * 64
 
 
-def test_reward_from_a_reward_model_role(ray_cluster, shared_run, reward_model):
+def test_reward_from_a_reward_model_role(shared_run, reward_model):
     result, steps = shared_run("gspo_reward_model", "gspo_tiny_cpu", *reward_model)
     assert_trained(result, steps)
     assert steps[0]["train/reward"] != 0.0
 
 
-def test_dynamic_filtering_refills_dropped_groups(ray_cluster, shared_run):
+def test_dynamic_filtering_refills_dropped_groups(shared_run):
     # A random model almost never answers right: nearly every group is all-zero and dropped, so refills happen.
     result, steps = shared_run(*DAPO)
     assert_trained(result, steps)

@@ -6,12 +6,13 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from ceilings import ceiling, wait_until
 
 
 def tiny_llama_config(tokenizer, layers: int = 2):
@@ -52,18 +53,19 @@ def serving(model: Path, *args: str, start_timeout: float = 120) -> Iterator[str
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
     try:
-        deadline = time.monotonic() + start_timeout
-        while not any("serving" in line for line in lines):
-            assert proc.poll() is None, f"rlhf-serve-rm exited: {''.join(lines)}"
-            assert time.monotonic() < deadline, f"rlhf-serve-rm did not start: {''.join(lines)}"
-            time.sleep(0.1)
+        started = lambda: any("serving" in line for line in lines)  # noqa: E731
+        try:
+            wait_until(started, "rlhf-serve-rm's start", start_timeout, alive=lambda: proc.poll() is None)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {''.join(lines)[-2000:]}") from None
         yield next(line for line in lines if "serving" in line).split(" at ")[1].strip()
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=ceiling(30))
 
 
 def post(url: str, body: dict | bytes, timeout: float = 120) -> dict:
+    timeout = ceiling(timeout)
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     req = urllib.request.Request(url, data, {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -79,5 +81,5 @@ def post_status(url: str, body: dict | bytes, timeout: float = 120) -> tuple[int
 
 
 def health(url: str) -> dict:
-    with urllib.request.urlopen(url.replace("/get_reward", "/health"), timeout=60) as r:
+    with urllib.request.urlopen(url.replace("/get_reward", "/health"), timeout=ceiling(60)) as r:
         return json.loads(r.read())

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 pytestmark = pytest.mark.slow  # two server start-ups: about 30 s on a quiet 2-core machine, 80 s on a busy one
 
@@ -19,7 +20,7 @@ def test_serve_load_drives_both_servers_without_errors(tmp_path):
     out = tmp_path / "figures.json"
     args = ["--clients", "4", "--duration", "2", "--huge-queries", "64", "--over-limit-queries", "5000"]
     args += ["--json", str(out)]
-    r = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=400)
+    r = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=ceiling(400))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "rlhf-serve-rm" in r.stdout and "openai server (hf engine)" in r.stdout and "requests/s" in r.stdout
     assert "small p95, unloaded (ms)" in r.stdout and "small p95, mixed (ms)" in r.stdout

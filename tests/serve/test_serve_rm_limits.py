@@ -1,19 +1,21 @@
 """``rlhf-serve-rm``'s limits over real HTTP on 127.0.0.1: small requests and /health stay answered while a request
 of the largest size runs (and a full queue meanwhile answers 503 with Retry-After); a body or a query count over the
-limit gets 413 naming it; a request past its timeout 504, its queries dropped; a bad --port or --model: our message."""
+limit gets 413 naming it; a request past its timeout 504, its queries dropped; a bad --port or --model: our message.
+
+"While" is read from the server, not from a clock: a small request answered while /health still counts the large
+request's queries as held was served between the large one's forward passes."""
 
 from __future__ import annotations
 
 import http.client
 import json
-import statistics
 import subprocess
 import sys
 import threading
-import time
 from urllib.parse import urlsplit
 
 import pytest
+from ceilings import ceiling, wait_until
 from serve_helpers import health, post, post_status, serving
 
 MAX_QUERIES = 4000
@@ -31,37 +33,29 @@ def server(reward_model_dir):
 def _start_big(url: str) -> tuple[threading.Thread, dict]:
     """The largest request the server takes, in a thread; returns once the server holds it."""
     result: dict = {}
-    thread = threading.Thread(target=lambda: result.update(out=post(url, {"query": BIG}, timeout=900)), daemon=True)
+    thread = threading.Thread(
+        target=lambda: result.update(out=post(url, {"query": BIG}, timeout=ceiling(900))), daemon=True
+    )
     thread.start()
-    deadline = time.monotonic() + 60
-    while health(url)["queued"] < MAX_QUERIES:
-        assert thread.is_alive() and time.monotonic() < deadline, f"the large request was not admitted: {result}"
+    wait_until(lambda: health(url)["queued"] >= MAX_QUERIES, "the large request admitted", 60, alive=thread.is_alive)
     return thread, result
 
 
-def test_small_requests_are_answered_within_a_second_while_a_maximum_size_request_runs_and_a_full_queue_gets_503(
-    server,
-):
+def test_small_requests_are_answered_while_a_maximum_size_request_runs_and_a_full_queue_gets_503(server):
     thread, result = _start_big(server)
     # the queue holds the large request: 200 more queries would exceed it (4000 + 200 > 4100), 1 more does not
     status, body, headers = post_status(server, {"query": ["q"] * 200})
     assert thread.is_alive(), "the large request ended before the second one arrived: nothing was queued"
     assert status == 503 and "--max-queue" in body["error"] and f"queue of {MAX_QUERIES + 100}" in body["error"]
     assert int(headers["retry-after"]) >= 1
-    small, checks = [], []
-    while thread.is_alive():
-        sent = time.monotonic()
+    for i in range(5):
         out = post(server, {"query": ["a small one"]})
-        small.append(time.monotonic() - sent)
-        sent = time.monotonic()
-        assert health(server)["status"] == "ok"
-        checks.append(time.monotonic() - sent)
         assert len(out["rewards"]) == 1
-    thread.join()
-    assert len(small) >= 10, f"only {len(small)} small requests while the large one ran: it did not block them?"
-    p95 = statistics.quantiles(small, n=20)[-1]
-    assert p95 < 1.0, f"small-request p95 {p95:.2f} s under a {MAX_QUERIES}-query request ({len(small)} requests)"
-    assert max(checks) < 1.0, f"/health took {max(checks):.2f} s"
+        state = health(server)
+        assert state["status"] == "ok"
+        # the large request's queries are still held: this small one did not wait for the whole large one
+        assert state["queued"] >= MAX_QUERIES, f"small request {i} was answered only after the large one"
+    thread.join(ceiling(900))
     # scored a forward pass at a time among the small ones, the large request's scores are still its own
     rewards = result["out"]["rewards"]
     assert len(rewards) == MAX_QUERIES
@@ -74,7 +68,7 @@ def test_a_body_over_the_limit_gets_413_naming_it(server):
     assert status == 413 and "at most 1.00 MB" in body["error"] and "--max-body-mb" in body["error"]
     # without Content-Length (chunked), counted while it streams
     parts = urlsplit(server)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=ceiling(60))
     chunks = (json.dumps({"query": ["z" * 1000] * 300}).encode() for _ in range(5))
     conn.request("POST", parts.path, body=chunks, headers={"Content-Type": "application/json"}, encode_chunked=True)
     answer = conn.getresponse()
@@ -96,11 +90,9 @@ def test_a_request_past_its_timeout_gets_504_and_its_queries_are_dropped(reward_
         for _ in range(30):  # the first forward pass (lazy initialisation) may itself take seconds
             if post_status(url, {"query": ["warm up"]})[0] == 200:
                 break
-        sent = time.monotonic()
-        status, body, _ = post_status(url, {"query": huge})
-        took = time.monotonic() - sent
+        status, body, _ = post_status(url, {"query": huge}, timeout=ceiling(300))
         assert status == 504 and "within 3 s (--request-timeout-s)" in body["error"], body
-        assert took < 15 and health(url)["queued"] == 0
+        assert health(url)["queued"] == 0
         post(url, {"query": ["after"]})  # any forward pass of the dropped request in flight is over now
         before = health(url)["queries"]
         post(url, {"query": ["again"]})
@@ -118,7 +110,7 @@ def test_a_request_past_its_timeout_gets_504_and_its_queries_are_dropped(reward_
 )
 def test_bad_limits_and_ports_get_our_message(reward_model_dir, args, says):
     cmd = [sys.executable, "-m", "rlhf.cli.serve_rm", "--model", str(reward_model_dir[0]), *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=ceiling(60))
     assert r.returncode == 2 and f"rlhf-serve-rm: error: {says}" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -129,7 +121,7 @@ def test_a_missing_or_wrong_model_folder_gets_our_message(tmp_path):
         (tmp_path / "run", "no config.json in that folder"),
     ]:
         cmd = [sys.executable, "-m", "rlhf.cli.serve_rm", "--model", str(model), "--port", "0"]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=ceiling(60))
         assert r.returncode == 2, r.stderr
         assert r.stderr.strip() == f"rlhf-serve-rm: error: --model {model}: {says}" + (
             ": give a folder written by save_pretrained (e.g. a run's model/)" if "config" in says else ""

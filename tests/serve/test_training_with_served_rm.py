@@ -1,5 +1,5 @@
 """GRPO trains on rewards from a reward model served by ``rlhf-serve-rm`` in another process (real HTTP on
-127.0.0.1), through real Ray, the hf rollout engine and DeepSpeed.
+127.0.0.1), through the hf rollout engine and DeepSpeed on the local executor.
 
 The reward model is the tiny policy's body with a random value head, saved the way RM training saves one
 (rlhf.models.value_head: sequence-classification layout), so the server loads it through the ordinary path.
@@ -55,12 +55,12 @@ def reward_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def served_rm(reward_model_dir):
     """``python -m rlhf.cli.serve_rm --port 0`` in a subprocess; yields the URL it prints."""
-    with serving(reward_model_dir, "--batch-size", "16", start_timeout=180) as url:
+    with serving(reward_model_dir, "--batch-size", "16", start_timeout=180) as url:  # serving() scales it
         yield url
 
 
 def test_grpo_trains_on_rewards_from_a_served_reward_model(
-    ray_cluster, served_rm, reward_model_dir, tmp_path, monkeypatch
+    served_rm, reward_model_dir, tmp_path, monkeypatch
 ):
     from rlhf.models.loading import resolve_model_path, tokenizer_for
     from rlhf.serve.reward_server import RewardModelScorer

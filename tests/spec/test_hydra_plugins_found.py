@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from ceilings import ceiling
+
 SCRIPT = """
 from hydra.core.plugins import Plugins
 from hydra.plugins.launcher import Launcher
@@ -28,7 +30,7 @@ def test_a_minus_cd_recipe_composes_after_another_hydra_user_scanned_for_plugins
         [sys.executable, "-c", SCRIPT.format(folder=str(tmp_path))],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=ceiling(300),
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-3000:]

@@ -22,6 +22,7 @@ SFT = "+recipe=sft_tiny_cpu"
 # (recipe, override, key, words the fix must contain)
 # fmt: off
 IMPOSSIBLE = [
+    (CPU_RL, "launch.executor=mpi", "launch.executor", "one of auto, ray, local"),
     (CPU_RL, "algorithm.advantage.lambd=-1.0", "algorithm.advantage.lambd", "[0, 1]"),
     (CPU_RL, "algorithm.advantage.gamma=1.5", "algorithm.advantage.gamma", "[0, 1]"),
     (CPU_RL, "algorithm.policy_loss.eps_clip_low=1.2", "algorithm.policy_loss.eps_clip_low", "[0, 1)"),

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 
 from rlhf.models.loading import resolve_model_path
 from rlhf.spec import validate
@@ -62,7 +63,7 @@ def test_no_path_and_no_make_local_names_both_ways_out():
 def test_rlhf_run_with_a_mistyped_path_starts_nothing(tmp_path):
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "rlhf.cli.run", *TINY, f"model.path={tmp_path / 'typo'}", f"hydra.run.dir={run_dir}"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=ceiling(300), cwd=tmp_path)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "model.path" in done.stderr and "no such model folder" in done.stderr
     assert "Traceback" not in done.stderr and not (run_dir / "checkpoints").exists()

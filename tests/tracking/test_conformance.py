@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling
 from readers import READERS
 
 from rlhf.spec.schema import ExperimentSpec, LoggingSpec, SweepSpec
@@ -114,7 +115,7 @@ PARAMS = {"trainer.lr": "0.001", "model.path": "builtin:tiny"}
 KILLED_ATTEMPT = """
 import json, os, sys
 from pathlib import Path
-sys.path.insert(0, sys.argv[4])
+sys.path[:0] = [sys.argv[4], str(Path(sys.argv[4]).parent)]  # this folder, and tests/ (ceilings)
 from test_conformance import PARAMS, info_for, metrics
 from rlhf.tracking import registry
 db, run_dir, name = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
@@ -137,7 +138,7 @@ def test_after_a_killed_process_the_resumed_run_repeats_no_step_and_misses_none(
         [sys.executable, "-c", KILLED_ATTEMPT, str(db), str(run_dir), name, here],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=ceiling(300),
     )
     assert done.returncode == 9, done.stderr[-3000:]
     record = json.loads((run_dir / "record.json").read_text())

@@ -1,6 +1,9 @@
 """``rlhf-run logging.trackers=[mlflow,tensorboard,wandb]`` (W&B offline) as a user runs it, killed with SIGKILL
 after a step its last checkpoint does not hold and run again: every tracker holds the metrics of metrics.jsonl,
-same names, same steps, same values, each step once, and the end summary prints where each one keeps the run."""
+same names, same steps, same values, each step once, and the end summary prints where each one keeps the run.
+
+Where it is killed is certain, not raced: the run (one process) stops itself in step 4's optimizer step (the fault
+point rank.stop_on_train_step), after step 3 went to the trackers and before step 4's checkpoint; then the kill."""
 
 from __future__ import annotations
 
@@ -8,10 +11,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from ceilings import ceiling, wait_until
 from readers import READERS, records
 
 from rlhf.pipelines.checkpoint import CheckpointManager
@@ -61,6 +64,8 @@ def _logged_steps(run_dir: Path) -> set[int]:
 
 
 def test_three_trackers_hold_the_same_metrics_and_a_killed_run_resumed_repeats_no_step(tmp_path):
+    import psutil
+
     run_dir = tmp_path / "run"
     env = dict(os.environ, HYDRA_FULL_ERROR="0")
     env.pop("RLHF_FAULTS", None)
@@ -71,18 +76,17 @@ def test_three_trackers_hold_the_same_metrics_and_a_killed_run_resumed_repeats_n
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=tmp_path,
-            env=env,
+            env={**env, "RLHF_FAULTS": "rank.stop_on_train_step:4"},  # one optimizer step per RL step
             start_new_session=True,
         )
-        deadline = time.time() + 600
-        # a checkpoint at step 2 and step 3 sent to the trackers: the resumed run redoes step 3, which MLflow and
+        stopped = lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED  # noqa: E731
+        try:
+            wait_until(stopped, "the run stopping itself in step 4", 600, alive=lambda: proc.poll() is None)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {(tmp_path / 'killed.log').read_text()[-3000:]}") from None
+        # a checkpoint at step 2, and step 3 sent to the trackers: the resumed run redoes step 3, which MLflow and
         # TensorBoard hold (W&B may not have written it yet: then it gets it from the resumed run)
-        while not (manager.latest() is not None and _held_by_mlflow(run_dir) >= 3):
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(
-                    f"no step past a checkpoint (rc={proc.poll()}): {(tmp_path / 'killed.log').read_text()[-3000:]}"
-                )
-            time.sleep(0.05)
+        assert manager.latest() is not None and _held_by_mlflow(run_dir) == 3
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     saved = CheckpointManager.step_of(manager.latest())
@@ -90,7 +94,7 @@ def test_three_trackers_hold_the_same_metrics_and_a_killed_run_resumed_repeats_n
     assert saved == 2 and 3 in redone
 
     done = subprocess.run(
-        _command(tmp_path, run_dir), capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900
+        _command(tmp_path, run_dir), capture_output=True, text=True, cwd=tmp_path, env=env, timeout=ceiling(900)
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"at step {saved}" in done.stderr
