@@ -750,8 +750,9 @@ def print_table(name: str, w: dict, cfg: dict, sums: dict[str, dict[str, Any]], 
     phase_names = list(dict.fromkeys(k for r in rls for k in sums[r].get("startup_phases") or {}))
     if phase_names:
         print("start-up phases (s), as the run prints them:")
-        for name in phase_names:
-            print(f"  {name:32}" + "".join(f"{_fmt((sums[r].get('startup_phases') or {}).get(name)):>18}" for r in rls))
+        for phase in phase_names:
+            seconds = [(sums[r].get("startup_phases") or {}).get(phase) for r in rls]
+            print(f"  {phase:32}" + "".join(f"{_fmt(s):>18}" for s in seconds))
     for s in systems:
         procs = sums[s].get("cpu_by_process_s_per_step") or {}
         if procs:

@@ -49,24 +49,40 @@ def ray_cluster():
         ray.shutdown()
 
 
-# The modules that took longest in the last measured full run (--durations, 2026-12-03), heaviest first. The suite
-# runs in two pytest-xdist workers, a whole module each at a time (--dist loadfile, in this order): heavy modules
-# first and the many quick ones last let both workers finish together, where a heavy module drawn last would leave
-# one worker alone with it for minutes. Any order is correct; this one is only faster.
+# The modules that took longest in the last measured runs of each tier (--durations, 2026-12-06), heaviest first.
+# The suite runs in two pytest-xdist workers, a whole module each at a time (--dist loadfile, in this order): heavy
+# modules first and the many quick ones last let both workers finish together, where a heavy module drawn last would
+# leave one worker alone with it for minutes. Any order is correct; this one is only faster. Each tier takes the
+# modules of this list it runs, in this order.
 HEAVIEST_FIRST = (
+    # the Ray tier (pytest -m ray)
     "tests/launch/test_rehearsal.py",
     "tests/cli/test_run_lifecycle.py",
     "tests/pipelines/test_faults.py",
-    "tests/pipelines/test_rl_pipeline.py",
     "tests/pipelines/test_fsdp2_pipelines.py",
     "tests/pipelines/test_weight_sync.py",
-    "tests/pipelines/test_weight_sync_tied.py",
     "tests/pipelines/test_lora_adapter_sync.py",
+    "tests/pipelines/test_stalled_roles.py",
+    "tests/pipelines/test_weight_sync_tied.py",
+    "tests/pipelines/test_supervised_pipelines.py",
+    "tests/launch/test_local_executor_parity.py",
+    "tests/launch/test_two_node_cluster.py",
+    "tests/pipelines/test_weight_sync_stress.py",
+    "tests/pipelines/test_rl_pipeline.py",
     "tests/launch/test_ray_cluster_launcher.py",
+    # the default tier (pytest -q)
     "tests/pipelines/test_grpo_learns.py",
     "tests/cli/test_sweeps.py",
-    "tests/pipelines/test_supervised_pipelines.py",
-    "tests/pipelines/test_weight_sync_stress.py",
+    "tests/pipelines/test_seed_workflow.py",
+    "tests/engines/test_train_backends.py",
+    "tests/pipelines/test_reasoning_gym_recipes.py",
+    "tests/pipelines/test_full_disk.py",
+    "tests/pipelines/test_kill_resume.py",
+    "tests/tracking/test_trackers_in_runs.py",
+    "tests/serve/test_serve_load_bench.py",
+    "tests/engines/test_weight_sync_transport.py",
+    "tests/cli/test_cli.py",
+    "tests/pipelines/test_rl_kill_resume.py",
 )
 
 

@@ -80,9 +80,21 @@ class DeepSpeedBackend:
 
         init_distributed(accelerator, timeout_s)
 
+    def leave(self) -> None:
+        # the ZeRO-3 switch first: a later job in this process (the local executor's) builds its models plainly
+        global _HF_DS_CONFIG
+        if _HF_DS_CONFIG is not None:
+            from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+            unset_hf_deepspeed_config()
+            _HF_DS_CONFIG = None
+        from rlhf.engines.distributed import shutdown_distributed
+
+        shutdown_distributed()
+
     def _hf_zero3(self, ds_config: dict[str, Any]) -> None:
         # transformers builds models inside zero.Init (partitioned at load) while an HfDeepSpeedConfig of a ZeRO-3
-        # config exists; keep the first one alive for the process (every model of a worker uses the same stage).
+        # config exists; keep the first one alive until the rank leaves (every model of a rank uses the same stage).
         global _HF_DS_CONFIG
         if ds_config["zero_optimization"]["stage"] == 3 and _HF_DS_CONFIG is None:
             from transformers.integrations import HfDeepSpeedConfig

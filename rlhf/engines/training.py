@@ -182,6 +182,12 @@ class TrainBackend(Protocol):
         GPUs. Idempotent."""
         ...
 
+    def leave(self) -> None:
+        """Leave the role group and drop whatever the backend set for the whole process (DeepSpeed: transformers'
+        ZeRO-3 model construction), so that the process can host another job: the local executor's process is the
+        driver's, and outlives the job. Idempotent; a no-op for a rank that never joined."""
+        ...
+
     def build_trained(
         self, load: ModelLoader, spec: ExperimentSpec, *, lr: float, total_steps: int, grad_accum: int
     ) -> TrainEngine:

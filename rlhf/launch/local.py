@@ -26,6 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# transformers ends its own import by replacing its module object in sys.modules with a lazy one: a thread that
+# imports from it while another thread is still in that import can be handed the replaced object and fail ("cannot
+# import name ..."). Imported here, in the driver's thread, before the executor's threads and the data build beside
+# them import from it at once (every rlhf pipeline imports it anyway).
+import transformers  # noqa: F401
+
 from rlhf import faults
 from rlhf.errors import UserError
 from rlhf.futures import LocalRef
@@ -87,13 +93,28 @@ class _Method:
 class LocalActor:
     """One role object on a lane, called as a Ray actor is: ``actor.method.remote(*args)`` returns a LocalRef.
     The object is built on its lane when the actor is made (as Ray builds an actor in its process); a failure to
-    build it is what every later call raises, as calls on a Ray actor whose constructor failed do."""
+    build it is what every later call raises, as calls on a Ray actor whose constructor failed do.
 
-    def __init__(self, lane: Lane, cls: type, args: Sequence[Any], kwargs: dict[str, Any], name: str) -> None:
+    ``start`` = (lane, methods): the construction and those start-up calls run on that lane instead, in order with
+    its other calls, with the process's random generators left as they were found. A rollout engine starts so on the
+    rank's lane: building it draws random numbers (a LoRA adapter's init), which in a process of its own, as on Ray,
+    would not move the trainer's generator; here, beside the trainer's own start-up, they would."""
+
+    def __init__(
+        self,
+        lane: Lane,
+        cls: type,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        name: str,
+        start: tuple[Lane, tuple[str, ...]] | None = None,
+    ) -> None:
         self._lane = lane
         self._name = name
         self._instance: Any = None
-        self.created = lane.submit(lambda: self._build(cls, args, kwargs), f"{name} start-up")
+        self._start_lane, self._start_methods = start if start is not None else (lane, ())
+        build = lambda: self._build(cls, args, kwargs)  # noqa: E731
+        self.created = self._start_lane.submit(_rng_kept(build) if start else build, f"{name} start-up")
 
     def _build(self, cls: type, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         self._instance = cls(*args, **kwargs)
@@ -109,10 +130,24 @@ class LocalActor:
                 raise RuntimeError(f"{self._name} failed to start: {self.created.error}") from self.created.error
             return getattr(self._instance, method)(*args, **kwargs)
 
+        if method in self._start_methods:
+            return self._start_lane.submit(_rng_kept(run), f"{self._name}.{method}")
         return self._lane.submit(run, f"{self._name}.{method}")
 
     def __repr__(self) -> str:
         return f"LocalActor({self._name} on {self._lane.name})"
+
+
+def _rng_kept(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` run with torch's generators (CPU, and CUDA where there is one) restored afterwards."""
+
+    def run() -> Any:
+        import torch
+
+        with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_available() else []):
+            return fn()
+
+    return run
 
 
 class LocalRoleGroup(RoleCalls):
@@ -224,7 +259,9 @@ class LocalRealized:
         actor_cls = getattr(importlib.import_module(module), name)
         lane = Lane("rlhf-local-rollout-0")
         self.engine_lanes.append(lane)
-        actor = LocalActor(lane, actor_cls, launch.args, dict(launch.kwargs), "rollout engine 0")
+        # built on the rank's lane, after the trainer's own start-up and without moving its generators (LocalActor)
+        start = (self.rank_lane, ("ready",))
+        actor = LocalActor(lane, actor_cls, launch.args, dict(launch.kwargs), "rollout engine 0", start=start)
         started = RolloutEngineGroup(
             self.spec.rollout.backend,
             [actor],

@@ -78,6 +78,15 @@ def ray_only(spec: ExperimentSpec, d: Derived | None = None) -> list[Blocker]:
             )
         elif spec.rollout.num_engines > 1:
             out.append(Blocker("rollout.num_engines", spec.rollout.num_engines, "one engine beside the policy at most"))
+        if spec.trainer.backend == "deepspeed" and spec.trainer.zero_stage == 3:
+            out.append(
+                Blocker(
+                    "trainer.zero_stage",
+                    3,
+                    "ZeRO-3 builds every model of its process partitioned (transformers' HfDeepSpeedConfig is "
+                    "process-wide), the rollout engine's beside the policy too",
+                )
+            )
     if spec.trainer.max_restarts:
         out.append(Blocker("trainer.max_restarts", spec.trainer.max_restarts, "in-run restarts replace processes"))
     if spec.trainer.heartbeat_timeout_s is not None:

@@ -115,7 +115,5 @@ class BaseWorker:
 
         if "torch.distributed" not in sys.modules:
             return  # never joined a group (a rehearsal, or a rank that failed before): nothing to leave
-        from rlhf.engines.distributed import shutdown_distributed
-
-        shutdown_distributed()
+        self.backend.leave()
         self._dist_ready = False

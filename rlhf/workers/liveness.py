@@ -8,7 +8,6 @@ vLLM venv too) and in the local executor's one process."""
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
@@ -22,24 +21,15 @@ LIVENESS_METHODS = ("heartbeat", "ping")
 
 def remote_class(cls: type, **options: Any) -> Any:
     """``cls`` as a Ray actor class with the liveness concurrency group its ``heartbeat`` (and ``ping``) run in.
-    The methods are marked here, on a subclass, not where they are defined: the classes stay plain Python classes
-    that the local executor hosts without importing Ray."""
+    The methods are marked here, when a class becomes a Ray actor, not where they are defined: the classes stay plain
+    Python classes that the local executor hosts without importing Ray. (Ray's ``ray.method`` only sets an attribute
+    on the function, which Ray alone reads; a wrapper would not do: Ray unwraps ``__wrapped__`` before reading it.)"""
     import ray
 
-    marked: dict[str, Any] = {}
     for name in LIVENESS_METHODS:
         fn = getattr(cls, name, None)
-        if fn is None or getattr(fn, "__ray_liveness__", False):
-            continue
-
-        @functools.wraps(fn)
-        def call(self: Any, *args: Any, __fn: Any = fn, **kwargs: Any) -> Any:
-            return __fn(self, *args, **kwargs)
-
-        call.__ray_liveness__ = True  # type: ignore[attr-defined]
-        marked[name] = ray.method(concurrency_group=LIVENESS)(call)
-    if marked:
-        cls = type(cls.__name__, (cls,), {**marked, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        if fn is not None:
+            ray.method(concurrency_group=LIVENESS)(fn)
     return ray.remote(concurrency_groups={LIVENESS: 1}, **options)(cls)
 
 

@@ -205,14 +205,28 @@ def test_ctrl_c_a_group_sigterm_and_a_sigterm_each_stop_at_a_checkpoint_and_the_
 
 
 @pytest.mark.ray
-def test_a_second_ctrl_c_ends_the_driver_at_once_while_every_worker_is_stopped(tmp_path):
-    # SIGSTOP stands for a wedged CUDA kernel or a swapped host: the step, and Ray's calls to those actors, never end,
-    # so the driver can only leave by its own bound (rlhf.pipelines.interrupts.STOP_AT_ONCE_S), which says so.
+def test_on_ray_a_group_sigterm_stops_like_one_and_a_second_ctrl_c_ends_the_driver_while_workers_are_stopped(tmp_path):
+    """What only a private Ray cluster shows, in one run and the same command again: (1) SIGTERM to the whole process
+    group, Ray's GCS, raylet and actors included (`timeout`, SLURM, Kubernetes), stops at a checkpoint like a single
+    SIGTERM: one signal seen, no lost connection to the GCS, nothing of the group left; (2) with every actor stopped
+    (SIGSTOP: a wedged CUDA kernel, a swapped host), Ray's calls to them never end, so after a second Ctrl-C the driver
+    can only leave by its own bound (rlhf.pipelines.interrupts.STOP_AT_ONCE_S), which says so."""
     import psutil
 
     run_dir = tmp_path / "run"
-    proc = _start(tmp_path, run_dir, "launch.executor=ray", "trainer.max_steps=200", "checkpoint.save_steps=0")
-    _wait_for(lambda: _steps_logged(run_dir) >= 1, proc, "a step")
+    ray = ("launch.executor=ray", "trainer.max_steps=200", "checkpoint.save_steps=0")
+    proc = _start(tmp_path, run_dir, *ray, log_name="group")
+    _wait_for(lambda: _steps_logged(run_dir) >= 2, proc, "two steps")
+    assert any("raylet" in " ".join(p.cmdline()) for p in _group_members(proc.pid))  # Ray's processes are in it
+    os.killpg(proc.pid, signal.SIGTERM)
+    _interrupted(proc, tmp_path / "group.log", run_dir, tmp_path)
+    out = (tmp_path / "group.log").read_text()
+    assert len([ln for ln in out.splitlines() if ln.startswith("SIGTERM:")]) == 1  # one signal, not one per process
+    assert "Failed to connect to GCS" not in out and not [n for n in NOISE if n in out], out[-3000:]
+    wait_until(lambda: not _group_members(proc.pid), "nothing of the group left", 30)
+
+    proc = _start(tmp_path, run_dir, *ray)  # the same command again: continues that run
+    _wait_for(lambda: _steps_logged(run_dir) >= 3, proc, "a step after the continued start")
     actors = [p for p in psutil.Process(proc.pid).children(recursive=True) if _is_actor(p)]
     assert actors, "no Ray actor process found under the driver"
     try:

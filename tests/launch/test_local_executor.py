@@ -194,6 +194,7 @@ def test_auto_chooses_as_documented_for_every_shipped_recipe():
             ["placement=split", "hardware.devices_per_node=3", "rollout.num_engines=2"],
             "rollout.num_engines=2: one engine beside the policy at most",
         ),
+        (["trainer.zero_stage=3"], "trainer.zero_stage=3: ZeRO-3 builds every model of its process partitioned"),
         (["launch.executor=ray"], "launch.executor=ray"),
     ],
 )
@@ -213,6 +214,23 @@ def test_local_asked_for_what_it_cannot_host_is_refused_naming_each_key_and_the_
     for key in ("rollout.backend='vllm'", "trainer.max_restarts=1", "ray.address='auto'"):
         assert key in text
     assert text.count("use launch.executor=ray (or auto)") == 3
+
+
+def test_a_zero3_job_without_an_engine_beside_it_stays_local():
+    # ZeRO-3 is refused only beside an engine in the same process (its model would be built partitioned too)
+    assert choose(load_spec(["+recipe=sft_tiny_cpu", "trainer.zero_stage=3"])).name == "local"
+    assert choose(load_spec(["+recipe=dpo_tiny_cpu", "trainer.zero_stage=3"])).name == "local"
+
+
+def test_a_rank_leaving_drops_zero3s_process_wide_model_construction():
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+    from rlhf.engines.deepspeed_backend import BACKEND
+
+    BACKEND._hf_zero3({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
+    assert is_deepspeed_zero3_enabled()  # every from_pretrained in this process would be partitioned now
+    BACKEND.leave()
+    assert not is_deepspeed_zero3_enabled()  # the next job in this process (the local executor's) builds plainly
 
 
 def test_restarts_and_heartbeats_default_by_executor():

@@ -1,6 +1,9 @@
 """A one-process job gives the same numbers on the local executor as on Ray: GRPO (an hf engine beside the policy,
-a weight sync between them every step), SFT and DPO, each trained for a few steps both ways from the same seed; every
-per-step loss (and the RL rewards and KL) agree to 1e-6. Ray is started here, so this lives in the Ray tier."""
+a weight sync between them every step), GRPO with LoRA adapters synced alone (the engine, built beside the trainer,
+draws its adapter's init from the process's generator: the local executor keeps the trainer's draws as they would be
+in a process of their own), SFT and DPO, each trained for a few steps both ways from the same seed; every per-step
+loss (and the RL rewards, KL and gradient norms) agree to 1e-6. Ray is started here, so this lives in the Ray
+tier."""
 
 from __future__ import annotations
 
@@ -19,6 +22,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray]
 QUIET = ["logging.mlflow=false", "logging.progress=false", "checkpoint.save_steps=0"]
 CASES = {
     "grpo": ["+recipe=grpo_tiny_cpu", "trainer.max_steps=3", "rollout.prompts_per_step=8", "eval.steps=0"],
+    "grpo_lora_adapter": [
+        "+recipe=grpo_tiny_cpu", "trainer.max_steps=3", "rollout.prompts_per_step=8", "eval.steps=0",
+        "model.lora.rank=8", "model.lora.alpha=16", "rollout.weight_sync_lora=adapter", "trainer.lr=5e-3",
+    ],
     "sft": ["+recipe=sft_tiny_cpu", "trainer.max_steps=4", "eval.steps=0"],
     "dpo": ["+recipe=dpo_tiny_cpu", "trainer.max_steps=4", "eval.steps=0"],
 }

@@ -23,7 +23,6 @@ from rlhf.tracking.tracker import read_metrics
 pytestmark = pytest.mark.slow
 
 HEARTBEAT_S = 5
-MARGIN_S = 4  # the heartbeat's interval (1 s here) and a loaded machine's scheduling
 STEPS = 2  # every stall below comes in step 1 or 2; the run then finishes step 2 after the restart
 BASE = [
     "+recipe=grpo_tiny_cpu",
@@ -59,14 +58,15 @@ def _restarts(run_dir: Path) -> dict[int, float]:
 
 
 def _the_restart(capfd, run_dir: Path, result: dict, pattern: str, at: int = 2) -> tuple[str, str]:
-    """The one restart line of the run (matching ``pattern``, detected within the heartbeat timeout and a margin),
-    and the run's whole stderr; the run finished with that one restart counted from step ``at`` on."""
+    """The one restart line of the run (matching ``pattern``: a stall, found by the heartbeat no sooner than its
+    timeout, not a call's deadline passing), and the run's whole stderr; the run finished with that one restart
+    counted from step ``at`` on."""
     err = capfd.readouterr().err
     (line,) = [ln for ln in err.splitlines() if ln.startswith("restart 1/")]
     print(line)
     assert re.search(pattern, line), line
     detected = int(re.search(r"no answer to a heartbeat for (\d+) s", line).group(1))
-    assert HEARTBEAT_S <= detected <= HEARTBEAT_S + MARGIN_S
+    assert detected >= HEARTBEAT_S
     assert result["restarts"] == 1 and result["steps"] == STEPS
     assert _restarts(run_dir) == {s: float(s >= at) for s in range(1, STEPS + 1)}
     return line, err

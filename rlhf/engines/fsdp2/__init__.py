@@ -34,6 +34,11 @@ class FSDP2Backend:
         # On GPUs, gloo beside nccl: CPU-offloaded shards (their gradient norm, checkpoint metadata) reduce on the host.
         init_process_group("cuda:nccl,cpu:gloo" if accelerator == "gpu" else "gloo", accelerator, timeout_s)
 
+    def leave(self) -> None:
+        from rlhf.engines.distributed import shutdown_distributed
+
+        shutdown_distributed()
+
     def build_trained(
         self, load: ModelLoader, spec: ExperimentSpec, *, lr: float, total_steps: int, grad_accum: int
     ) -> Any:

@@ -22,6 +22,9 @@ class ToyTrainBackend:
     def init_distributed(self, accelerator: str, timeout_s: float = 600.0) -> None:
         DEEPSPEED.init_distributed(accelerator, timeout_s)
 
+    def leave(self) -> None:
+        DEEPSPEED.leave()
+
     def build_trained(self, load: Any, spec: ExperimentSpec, *, lr: float, total_steps: int, grad_accum: int) -> Any:
         return DEEPSPEED.build_trained(load, spec, lr=lr, total_steps=total_steps, grad_accum=grad_accum)
 
