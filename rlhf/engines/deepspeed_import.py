@@ -40,7 +40,8 @@ def _no_accelerator() -> bool:
 def import_deepspeed() -> ModuleType:
     """The deepspeed module, imported (once per process) without its mlflow import and with the CPU shared-memory
     op marked unbuildable (the backend then reduces through the process group, as it does on platforms without
-    it)."""
+    it). MLflow is hidden for the import's duration: a thread of the same process importing MLflow meanwhile would
+    be told it is not installed, so a process that also opens MLflow imports it first (rlhf.launch.local)."""
     loaded = sys.modules.get("deepspeed")
     if loaded is not None:  # imported already (transformers' own import of it, in the local executor's process)
         import deepspeed.ops

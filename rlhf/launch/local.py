@@ -328,7 +328,10 @@ def realize(spec: ExperimentSpec, plan: Plan) -> LocalRealized:
     from rlhf.launch.worker_preload import import_modules
 
     start_reaper()  # a SIGKILLed driver's runs are still ended FAILED in its trackers, as on Ray
-    import_modules(preload_modules(spec, own_process=True))
+    # MLflow before DeepSpeed when it is a tracker: DeepSpeed is imported with MLflow hidden (its autotuner's import
+    # of it costs seconds), which a tracker thread opening MLflow at the same moment would take for "not installed"
+    first = ("mlflow",) if "mlflow" in spec.logging.active_trackers else ()
+    import_modules((*first, *preload_modules(spec, own_process=True)))
 
     realized = LocalRealized(spec, plan)
     torch = sys.modules.get("torch")

@@ -17,7 +17,7 @@ from ceilings import ceiling
 
 from rlhf.spec.store import find_recipes
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 QUIET = {
     "trainer": {"max_steps": 2, "global_batch": 16, "micro_batch_per_device": 16},

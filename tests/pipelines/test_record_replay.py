@@ -55,9 +55,9 @@ def _run(run_dir: Path, *overrides: str) -> tuple[dict, list[dict], set[str]]:
     started: set[str] = set()
     build = local.LocalActor.__init__
 
-    def spy(self, lane, cls, args, kwargs, name):
+    def spy(self, lane, cls, args, kwargs, name, **options):
         started.add(cls.__name__)
-        build(self, lane, cls, args, kwargs, name)
+        build(self, lane, cls, args, kwargs, name, **options)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(local.LocalActor, "__init__", spy)

