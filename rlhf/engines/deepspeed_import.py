@@ -13,6 +13,7 @@ its probe falls back to anyway (the workers of a CPU plan get it from rlhf.launc
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import sys
 from types import ModuleType
@@ -37,11 +38,19 @@ def _no_accelerator() -> bool:
     return not any(importlib.util.find_spec(name) for name in _OTHER_ACCELERATOR_PACKAGES)
 
 
+def _quiet_op_probe() -> None:
+    # Reading deepspeed.ops.__compatible_ops__ probes every op, async_io's by compiling and linking a C program with
+    # distutils, which logs each gcc command at INFO on the logger below: on the local executor that logger's
+    # handler is the driver's console (Hydra's), so the probe would print two gcc lines in the middle of a run.
+    logging.getLogger("compilers.C.base").setLevel(logging.WARNING)
+
+
 def import_deepspeed() -> ModuleType:
     """The deepspeed module, imported (once per process) without its mlflow import and with the CPU shared-memory
     op marked unbuildable (the backend then reduces through the process group, as it does on platforms without
     it). MLflow is hidden for the import's duration: a thread of the same process importing MLflow meanwhile would
     be told it is not installed, so a process that also opens MLflow imports it first (rlhf.launch.local)."""
+    _quiet_op_probe()
     loaded = sys.modules.get("deepspeed")
     if loaded is not None:  # imported already (transformers' own import of it, in the local executor's process)
         import deepspeed.ops

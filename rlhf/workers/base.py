@@ -15,9 +15,7 @@ def _quiet() -> None:
     # torch.distributed's deprecation notices fire on every ZeRO collective; DeepSpeed logs at INFO per engine.
     warnings.filterwarnings("ignore", message=r".*torch\.distributed\..* is deprecated", category=FutureWarning)
     warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
-    # compilers.C.base: the C compiler DeepSpeed's op builders probe with (libaio), which logs each gcc command at
-    # INFO: in the local executor's process that is the driver's console
-    for name in ("DeepSpeed", "deepspeed", "torch.distributed", "compilers.C.base"):
+    for name in ("DeepSpeed", "deepspeed", "torch.distributed"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
