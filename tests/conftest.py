@@ -70,11 +70,11 @@ HEAVIEST_FIRST = (
     "tests/pipelines/test_weight_sync_stress.py",
     "tests/pipelines/test_rl_pipeline.py",
     "tests/launch/test_ray_cluster_launcher.py",
+    "tests/engines/test_train_backends.py",
     # the default tier (pytest -q)
     "tests/pipelines/test_grpo_learns.py",
     "tests/cli/test_sweeps.py",
     "tests/pipelines/test_seed_workflow.py",
-    "tests/engines/test_train_backends.py",
     "tests/pipelines/test_reasoning_gym_recipes.py",
     "tests/pipelines/test_full_disk.py",
     "tests/pipelines/test_kill_resume.py",

@@ -94,6 +94,7 @@ def test_the_toy_backends_pass_each_axis_conformance_checks(toy_registered):
 
 
 @pytest.mark.slow
+@pytest.mark.ray  # two ranks: the tier of several processes (README, Set-up)
 def test_the_toy_training_backend_keeps_the_engine_contract_on_two_ranks(toy_registered, tmp_path):
     train_conformance._two_ranks("toy", ["plain=trainer.zero_stage=3"], tmp_path)
     ranks = [json.loads((tmp_path / f"plain.rank{r}.json").read_text()) for r in range(2)]

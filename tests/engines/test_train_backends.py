@@ -163,6 +163,7 @@ def _two_ranks(backend: str, cases: list[str], out: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ray  # two ranks: the tier of several processes (README, Set-up)
 def test_every_backend_keeps_the_engine_contract_on_two_ranks_and_they_agree(tmp_path):
     records = {}
     for backend in BACKENDS:

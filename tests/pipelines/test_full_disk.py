@@ -1,4 +1,5 @@
-"""A disk that really fills, at each save point of a real run (``rlhf-run``: Ray, DeepSpeed, the CLI's output).
+"""A disk that really fills, at each save point of a real run (``rlhf-run``: the local executor, DeepSpeed, the
+CLI's output).
 
 The run folder lives on a small tmpfs mounted in a private user + mount namespace (``unshare -Urm``: no root needed
 where unprivileged user namespaces are allowed, as on this machine and CI's; skipped elsewhere), so the writes of
@@ -24,7 +25,7 @@ from ceilings import ceiling
 
 from rlhf.pipelines.checkpoint import CheckpointManager
 
-pytestmark = pytest.mark.slow  # three runs, each with its own private Ray cluster: ~90 s on a busy 2-core machine
+pytestmark = pytest.mark.slow  # three runs, each one process: ~45 s on a busy 2-core machine
 
 ARGS = [
     "+recipe=sft_tiny_cpu",
