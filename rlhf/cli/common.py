@@ -171,32 +171,49 @@ def _moved(key: str) -> str:
     return f"{key}: no such config key; it moved to {MOVED_KEYS[key]} (the vLLM backend's own keys)"
 
 
-def explain_compose_error(e: BaseException) -> str:
-    """One message for a composition error: the full key, what is wrong and the fix (valid keys or the type)."""
+def _no_such_key(key: str, section_type: Any) -> str:
+    """A key no schema section has: the key it moved to, or the closest keys and then the section's valid keys."""
     import dataclasses
 
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
-
+    from rlhf.spec.keys import close_matches
     from rlhf.spec.rollout_backends import MOVED_KEYS
+    from rlhf.spec.schema import ExperimentSpec
+    from rlhf.spec.suggest import did_you_mean
+
+    if key in MOVED_KEYS:
+        return _moved(key)
+    valid = [f.name for f in dataclasses.fields(section_type)] if dataclasses.is_dataclass(section_type) else []
+    section = key.rsplit(".", 1)[0] if "." in key else "the top level"
+    near = did_you_mean(close_matches(ExperimentSpec, key))
+    hint = f"; {near}" if near else ""
+    hint += f"; valid keys of {section}: {', '.join(valid)}" if valid else ""
+    return f"{key}: no such config key{hint}"
+
+
+def explain_compose_error(e: BaseException) -> str:
+    """One message for a composition error: the full key, what is wrong and the fix (valid keys or the type)."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
     cause = e.__cause__ if isinstance(e.__cause__, Exception) else e
     key = getattr(cause, "full_key", None)
     obj = getattr(cause, "object_type", None)
     # a key set in a config file fails inside Hydra's composition, which keeps OmegaConf's error as the context only
     context = e.__context__ if isinstance(e.__context__, (ConfigKeyError, ConfigAttributeError)) else None
-    if context is not None and getattr(context, "full_key", None) in MOVED_KEYS:
-        return f"{str(e).splitlines()[0]}\n" + _moved(context.full_key)
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and key:
-        if key in MOVED_KEYS:
-            return _moved(key)
-        valid = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
-        section = key.rsplit(".", 1)[0] if "." in key else "the top level"
-        hint = f"; valid keys of {section}: {', '.join(valid)}" if valid else ""
-        return f"{key}: no such config key{hint}"
+        return _no_such_key(key, obj)
+    if context is not None and getattr(context, "full_key", None):
+        first = str(e).splitlines()[0]  # Hydra's: which config file set it
+        return f"{first}\n" + _no_such_key(context.full_key, getattr(context, "object_type", None))
     if isinstance(cause, ValidationError) and key:
         first = str(cause).splitlines()[0]
         return f"{key}: {first}"
     text = str(e).replace("\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.", "")
+    from rlhf.spec.suggest import missing_option_hint
+
+    near = missing_option_hint(text)
+    if near:  # the closest options first, on the line after Hydra's own; its full list follows
+        first, _, rest = text.partition("\n")
+        text = f"{first}\n{near}\n{rest}"
     if "Could not find 'hydra/sweeper/" in text or "Could not find 'hydra/launcher/" in text:
         text += (
             "\n(sweeper and launcher plugins are packages: pip install hydra-optuna-sweeper, hydra-submitit-launcher"

@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> None:
         except PreflightFailed as e:
             fail(str(e))
         print("\n".join([f"warning: {w}" for w in report.warnings] + [report.summary()]), file=sys.stderr)
+    if not p.fits:  # a verdict a script can test: exit 1, as a failed rehearsal does
+        cmd = " ".join(["rlhf-plan", "--auto", *args.overrides])
+        fail(f"{p.verdict()}; `{cmd}` searches the layouts that fit this hardware", code=1)
 
 
 if __name__ == "__main__":

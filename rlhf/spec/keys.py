@@ -219,6 +219,16 @@ def keys_under(cls: type, prefix: str) -> list[KeyInfo]:
 
 
 def close_matches(cls: type, path: str, n: int = 3) -> Sequence[str]:
-    import difflib
+    """The dotted keys (or sections) of ``cls`` closest to ``path``, a mistyped key, the closest first: the names
+    in its own section compared with its last part (``trainer.zero_stag`` -> ``trainer.zero_stage``, not every
+    ``trainer.*`` that shares the prefix; ``trainr`` -> ``trainer``), else every dotted key."""
+    from rlhf.spec.suggest import nearest
 
-    return difflib.get_close_matches(path, [k.path for k in walk(cls)], n=n, cutoff=0.6)
+    paths = [k.path for k in walk(cls)]
+    section, _, leaf = path.rpartition(".")
+    under = f"{section}." if section else ""
+    names = sorted({p[len(under) :].split(".")[0] for p in paths if p.startswith(under)})
+    near = nearest(leaf, names, n=n)
+    if near:
+        return [f"{under}{name}" for name in near]
+    return nearest(path, paths, n=n)
