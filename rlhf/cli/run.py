@@ -89,6 +89,24 @@ def task(cfg) -> float | None:
     markers_to_missing(cfg)  # a recipe's ??? not given on the command line: build() names it
     run_dir = Path(hc.runtime.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    from rlhf.pipelines.folder_lock import FolderInUse, hold
+
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(hold(run_dir))  # one run per folder, before this one writes anything in it
+        except FolderInUse as e:
+            if hc.mode == RunMode.MULTIRUN:
+                from rlhf.launch.sweep import JobFailed
+
+                raise JobFailed(f"job {hc.job.num} [{' '.join(hc.overrides.task)}]: {e}") from None
+            fail(str(e), code=2)
+        return _job(cfg, hc, run_dir)
+
+
+def _job(cfg, hc, run_dir: Path) -> float | None:
+    """:func:`task` with the run folder held."""
+    from hydra.types import RunMode
+
     if hc.mode != RunMode.MULTIRUN:
         from rlhf.cli.resume import record_command, resume_line
 
@@ -196,6 +214,20 @@ def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float |
     return key, value, summary
 
 
+def _refuse_a_held_folder(overrides: list[str]) -> None:
+    """A folder pinned by hydra.run.dir (or --resume) that another run holds: refused in the command's first
+    second, before composing or importing what a run needs; the job takes the lock itself later (:func:`task`)."""
+    from rlhf.pipelines.folder_lock import FolderInUse, check_free
+
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if sep and key == "hydra.run.dir" and value and "${" not in value:
+            try:
+                check_free(value)
+            except FolderInUse as e:
+                fail(str(e), code=2)
+
+
 def main() -> None:
     try:
         _main()
@@ -213,6 +245,7 @@ def _main() -> None:
     if a_run:
         argv = continue_interrupted(argv)  # the same command again: its interrupted run, in its own folder
         flags, overrides = _split_argv(argv)
+        _refuse_a_held_folder(overrides)
     remember_command(argv)
     from rlhf.cli.common import ConfigSource
     from rlhf.spec.build import PRIMARY_CONFIG, rewrite_recipe_paths

@@ -414,6 +414,14 @@ class Runner:
 
     # -- the run --------------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        """The run, its folder held from the first line to the last (one run per folder; rlhf-run's job holds it
+        already, a run started from Python takes it here)."""
+        from rlhf.pipelines.folder_lock import hold
+
+        with hold(self.run_dir):
+            return self._run()
+
+    def _run(self) -> dict[str, Any]:
         from rlhf.data.row_check import check_rows
         from rlhf.tracking import Progress, summary_lines
 
