@@ -80,9 +80,36 @@ def resume_argv(argv: list[str]) -> list[str]:
         # Relative paths in the command, and the default MLflow store (./mlflow.db), mean what they meant then.
         print(f"resuming from {start}, where the run was started", file=sys.stderr)
         os.chdir(start)
-    argv = [*recorded["argv"], *rest, f"hydra.run.dir={run_dir}"]
-    print(f"resuming {run_dir}: rlhf-run {' '.join(recorded['argv'] + rest)}", file=sys.stderr)
+    before = _unpinned(run_dir, recorded["argv"])
+    argv = [*before, *rest, f"hydra.run.dir={run_dir}"]
+    print(f"resuming {run_dir}: rlhf-run {' '.join(before + rest)}", file=sys.stderr)
     return argv
+
+
+def _unpinned(run_dir: Path, argv: list[str]) -> list[str]:
+    """The recorded command without a checkpoint it picked by hand (``checkpoint.resume=PATH``) once the run has
+    checkpoints of its own: that pick was for one attempt; every later ``--resume`` continues from the run's newest
+    checkpoint (one given again on this command line still applies, to this attempt)."""
+    from rlhf.pipelines import attempt
+    from rlhf.pipelines.checkpoint import CheckpointManager
+    from rlhf.spec.names import RESUME_MODES
+
+    def picked(a: str) -> bool:
+        key, eq, value = a.lstrip("+").partition("=")
+        return bool(eq) and key == "checkpoint.resume" and value not in RESUME_MODES
+
+    picks = [a for a in argv if picked(a)]
+    if not picks:
+        return argv
+    last = attempt.read(run_dir)
+    newest = CheckpointManager(Path(last.checkpoints) if last else run_dir / "checkpoints").latest()
+    if newest is None:  # none of its own yet: the pick still says where the run starts
+        return argv
+    print(
+        f"note: {picks[-1]} picked a checkpoint for an earlier attempt; continuing from the run's newest, {newest}",
+        file=sys.stderr,
+    )
+    return [a for a in argv if not picked(a)]
 
 
 def _init_from(argv: list[str]) -> list[str]:
