@@ -60,10 +60,43 @@ def read(run_dir: Path) -> Attempt | None:
         return None
 
 
+# The file is padded to this size (JSON allows trailing blanks) so that its end can be written over its own bytes
+# when the disk is full: overwriting allocated blocks needs no new ones (see :func:`end`).
+_RESERVED_BYTES = 1024
+
+
+def _text(attempt: Attempt) -> str:
+    text = json.dumps(asdict(attempt), indent=1)
+    return text + " " * max(_RESERVED_BYTES - len(text.encode()) - 1, 0) + "\n"
+
+
 def _write(run_dir: Path, attempt: Attempt) -> None:
     tmp = Path(run_dir) / f".{ATTEMPT_FILE}.tmp"
-    tmp.write_text(json.dumps(asdict(attempt), indent=1))
+    try:
+        tmp.write_text(_text(attempt))
+    except OSError:
+        tmp.unlink(missing_ok=True)  # nothing half-written left beside the file
+        raise
     tmp.replace(Path(run_dir) / ATTEMPT_FILE)  # a kill mid-write leaves the previous file whole
+
+
+def _write_in_place(run_dir: Path, attempt: Attempt) -> bool:
+    """Over the file's own bytes, for a full disk: True when the record fit in the space the file holds."""
+    data = json.dumps(asdict(attempt), indent=1).encode()
+    f = Path(run_dir) / ATTEMPT_FILE
+    try:
+        size = f.stat().st_size
+        if len(data) + 1 > size:
+            return False
+        fd = os.open(f, os.O_WRONLY)
+        try:
+            os.pwrite(fd, data + b" " * (size - len(data) - 1) + b"\n", 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return True
 
 
 def begin(run_dir: Path, steps: int, checkpoints: Path) -> Attempt:
@@ -76,14 +109,17 @@ def begin(run_dir: Path, steps: int, checkpoints: Path) -> Attempt:
 
 
 def end(run_dir: Path, attempt: Attempt, status: str, reason: str = "") -> None:
-    """Record the attempt's end. A disk too full for the few bytes (a run stopped by a full disk) is said in one
-    line, not a traceback over the run's own message: the next rlhf-run in the folder ends the attempt then."""
+    """Record the attempt's end. On a full disk (a run stopped by one, or a disk filled after the final save) the
+    record is written over the file's own reserved bytes instead; only if even that fails is it said in one line,
+    not a traceback over the run's own message, and the next rlhf-run in the folder ends the attempt."""
     attempt.status, attempt.reason = status, reason
     try:
         _write(run_dir, attempt)
     except OSError as e:
         if e.errno != errno.ENOSPC:
             raise
+        if _write_in_place(run_dir, attempt):  # the run's state stays true on a full disk
+            return
         import sys
 
         print(

@@ -48,7 +48,13 @@ def _message(folder: Path, holder: str) -> str:
 
 def _try_lock(folder: Path) -> tuple[int, str | None]:
     """(fd, None) with the lock taken, or (-1, the holder) when another process holds it."""
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise UserError(
+            f"cannot open {folder / LOCK_FILE}, the lock that keeps one run per folder: {e.strerror}; the run folder "
+            "must be writable (or give the run another one: hydra.run.dir=DIR)"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -88,8 +94,10 @@ def hold(folder: str | os.PathLike[str]) -> Iterator[None]:
             fd, holder = _try_lock(folder)
             if fd < 0:
                 raise FolderInUse(_message(folder, holder or "another process"))
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:  # the pid is for the message only, written over the same bytes each time (a full disk: left out)
+                os.pwrite(fd, f"{os.getpid():<15}\n".encode(), 0)
+            except OSError:
+                pass
             _held[folder] = [fd, 1]
     try:
         yield

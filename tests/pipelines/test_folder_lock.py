@@ -45,7 +45,7 @@ def test_a_folder_another_process_holds_is_refused_naming_its_pid_and_freed_when
         proc.wait(timeout=ceiling(30))
     check_free(tmp_path)
     with hold(tmp_path):
-        assert (tmp_path / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+        assert (tmp_path / LOCK_FILE).read_text().strip() == str(os.getpid())
 
 
 def test_the_lock_is_reentrant_in_one_process_and_released_with_the_outermost_hold(tmp_path):
