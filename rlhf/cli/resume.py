@@ -20,8 +20,8 @@ from pathlib import Path
 
 from rlhf.cli.common import fail, names_recipe
 from rlhf.errors import RunInterrupted
+from rlhf.pipelines.run_command import COMMAND_FILE
 
-COMMAND_FILE = "command.json"
 RUNS_ROOT = Path("outputs")  # where Hydra's default hydra.run.dir puts a run folder (conf/config.yaml)
 _ENV = "RLHF_COMMAND"  # the command line of this rlhf-run, for the job to record (it runs inside Hydra)
 
@@ -31,10 +31,13 @@ def remember_command(argv: list[str]) -> None:
 
 
 def record_command(run_dir: Path) -> None:
-    """The command line of this run (before Hydra), so ``--resume`` can repeat it."""
+    """The command line of this run (before Hydra), so ``--resume`` can repeat it; a changed one for a folder that
+    has a command already is staged until this attempt has started (rlhf.pipelines.run_command)."""
+    from rlhf.pipelines import run_command
+
     argv = json.loads(os.environ.get(_ENV, "[]"))
     argv = [a for a in argv if not a.startswith("hydra.run.dir=")]
-    (Path(run_dir) / COMMAND_FILE).write_text(json.dumps({"argv": argv, "cwd": os.getcwd()}, indent=1))
+    run_command.record(Path(run_dir), {"argv": argv, "cwd": os.getcwd()})
 
 
 def _latest(root: Path) -> Path | None:

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from rlhf.atomic_save import DiskFull
 from rlhf.errors import RunInterrupted, UserError, WorkerFailure
 from rlhf.pipelines import attempt as attempts
+from rlhf.pipelines import run_command
 from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.pipelines.interrupts import Interrupts
 from rlhf.pipelines.run_files import run_artifacts
@@ -497,6 +498,7 @@ class Runner:
                         evals = _headline_evals(first)
                         print("step 0: " + ", ".join(f"{k}={v}" for k, v in evals.items()), file=sys.stderr)
                 print(clock.line(), file=sys.stderr, flush=True)
+                run_command.adopt_staged(self.run_dir)  # started: a changed command is the run's from now on
                 progress = Progress(
                     total, start, self.recipe.label, self.recipe.progress_keys, self.spec.logging.progress
                 )

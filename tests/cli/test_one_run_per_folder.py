@@ -1,6 +1,7 @@
 """Two runs into one folder (the same hydra.run.dir, or --resume of a run still going): the second is refused in
 its first second, before it imports torch or Ray, naming the first's pid, and writes nothing there; the first goes
-on untouched, each step logged once."""
+on untouched, each step logged once. Then a --resume whose override fails before the run starts leaves the run's
+command as it was (what the next --resume repeats)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _steps(run_dir: Path) -> list[int]:
     return [int(r["step"]) for r in read_metrics(run_dir) if "train/reward" in r]
 
 
-def test_a_second_run_into_a_held_folder_is_refused_at_once_and_the_first_goes_on(tmp_path):
+def test_a_second_run_into_a_held_folder_is_refused_at_once_and_a_failed_resume_keeps_the_runs_command(tmp_path):
     run_dir = tmp_path / "run"
     log = open(tmp_path / "first.log", "w")  # noqa: SIM115 - closed with the process
     first = subprocess.Popen(
@@ -83,3 +84,19 @@ def test_a_second_run_into_a_held_folder_is_refused_at_once_and_the_first_goes_o
     assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "train/reward")] == steps
     check_free(run_dir)  # released with the first run's end
     assert json.loads(recorded)["argv"][0] == "+recipe=grpo_tiny_cpu"
+
+    # --resume with an override that fails when the run loads its model (a folder with a config and no weights)
+    empty = tmp_path / "no_weights"
+    empty.mkdir()
+    (empty / "config.json").write_text('{"model_type": "llama"}')
+    bad = ["model.make_local=false", f"model.path={empty}"]
+    r = subprocess.run(
+        [str(BIN / "rlhf-run"), "--resume", str(run_dir), *bad],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=ceiling(300),
+    )
+    assert r.returncode != 0, r.stderr[-3000:]
+    assert (run_dir / "command.json").read_bytes() == recorded  # not what the next --resume repeats
+    assert not set(bad) & set(json.loads((run_dir / "command.json").read_text())["argv"])
