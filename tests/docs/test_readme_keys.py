@@ -39,9 +39,9 @@ FILE_SUFFIXES = {
     "cfg",
     "gz",
 }
-# Named on purpose: the README shows what a misspelt key and a moved (old) vLLM key get, and the sub-section a
-# hypothetical new rollout backend would add ("Adding a backend").
-DELIBERATE = {"trainer.no_such_key", "rollout.gpu_memory_utilization", "rollout.sglang.*"}
+# Named on purpose: the README shows what an unknown key, a mistyped one and a moved (old) vLLM key get, and the
+# sub-section a hypothetical new rollout backend would add ("Adding a backend").
+DELIBERATE = {"trainer.no_such_key", "trainer.zero_stag", "rollout.gpu_memory_utilization", "rollout.sglang.*"}
 # veRL's own keys, named in prose beside ours (the veRL table's first column is skipped as a whole).
 FOREIGN = {"trainer.resume_mode", "data.prompt_dict_keys"}
 FOREIGN_TABLES = ("| veRL |",)  # tables whose first column holds another system's keys
