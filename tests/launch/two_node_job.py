@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 
-def actor_nodes() -> dict[str, str]:
-    """Every actor this cluster ran, alive or ended, by actor id: the node its process ran on."""
+def actor_nodes(address: str) -> dict[str, str]:
+    """Every actor the cluster at ``address`` ran, alive or ended, by actor id: the node its process ran on. The
+    address is given: without it Ray's state API takes the newest Ray instance on the machine, which beside a
+    concurrent test's cluster is that one (CI's Ray tier under load: "Could not read 'dashboard' from GCS")."""
     from ray.util.state import list_actors
 
-    return {a.actor_id: a.node_id for a in list_actors(limit=10000)}
+    return {a.actor_id: a.node_id for a in list_actors(address=address, limit=10000)}
 
 
 def watching(realize, started: dict[str, list]):
@@ -76,7 +78,7 @@ def main(run_dir: str) -> None:
     set_ray_env(spec.ray)
     started: dict[str, list] = {}
     result = run_pipeline(spec, plan(spec), Path(run_dir), watching(realize, started))
-    where = actor_nodes()
+    where = actor_nodes(cluster.address)
     # one start of each (no restart): rank i's and engine i's handles in rank order
     (policy,), (rollout,) = started["policy"], started["rollout"]
     out = {
