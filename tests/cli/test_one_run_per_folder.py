@@ -13,29 +13,14 @@ import sys
 from pathlib import Path
 
 from ceilings import ceiling, wait_until
+from run_helpers import TINY_RUN, without_modules
 
 from rlhf.pipelines.folder_lock import check_free
 from rlhf.tracking.tracker import read_metrics
 
 BIN = Path(sys.executable).parent
-RUN = [
-    "+recipe=grpo_tiny_cpu",
-    "rollout.prompts_per_step=8",
-    "trainer.global_batch=32",
-    "trainer.micro_batch_per_device=16",
-    "eval.steps=0",
-    "logging.progress=false",
-    "trainer.max_steps=200",
-    "checkpoint.save_steps=0",
-]
+RUN = [*TINY_RUN, "trainer.max_steps=200", "checkpoint.save_steps=0"]
 
-
-def _without(tmp_path: Path, *modules: str) -> dict[str, str]:
-    root = tmp_path / "blocked"
-    for name in modules:
-        (root / name).mkdir(parents=True, exist_ok=True)
-        (root / name / "__init__.py").write_text(f"raise ImportError('this command must not import {name}')\n")
-    return dict(os.environ, PYTHONPATH=str(root), HYDRA_FULL_ERROR="0")
 
 
 def _steps(run_dir: Path) -> list[int]:
@@ -54,7 +39,7 @@ def test_a_second_run_into_a_held_folder_is_refused_at_once_and_a_failed_resume_
     )
     wait_until(lambda: len(_steps(run_dir)) >= 1, "the first run's first step", 300, alive=lambda: first.poll() is None)
     recorded = (run_dir / "command.json").read_bytes()
-    blocked = _without(tmp_path, "torch", "ray", "transformers")  # refused before the imports a run needs
+    blocked = without_modules(tmp_path, "torch", "ray", "transformers")  # refused before the imports a run needs
     for second in ([*RUN, f"hydra.run.dir={run_dir}"], ["--resume", str(run_dir)]):
         r = subprocess.run(
             [str(BIN / "rlhf-run"), *second],

@@ -4,13 +4,12 @@ mounted in a private user + mount namespace (as tests/pipelines/test_full_disk.p
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from ceilings import ceiling
+from run_helpers import userns_tmpfs
 
 CHECK = r"""
 import errno, os, sys
@@ -44,17 +43,9 @@ print("status", attempt.read(run).status)
 """
 
 
-def _userns_tmpfs(tmp_path: Path) -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    cmd = ["unshare", "-Urm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {probe}"]
-    return subprocess.run(cmd, capture_output=True, timeout=ceiling(30)).returncode == 0
-
 
 def test_the_attempts_end_is_recorded_on_a_disk_filled_after_the_final_save(tmp_path):
-    if not _userns_tmpfs(tmp_path):
+    if not userns_tmpfs(tmp_path):
         pytest.skip("no unprivileged user + mount namespace here to mount a small tmpfs")
     disk = tmp_path / "disk"
     disk.mkdir()

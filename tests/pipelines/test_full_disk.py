@@ -15,13 +15,13 @@ step-3 checkpoint intact, no ``model/``; (3) ``--resume`` again writes ``model/`
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from ceilings import ceiling
+from run_helpers import userns_tmpfs
 
 from rlhf.pipelines.checkpoint import CheckpointManager
 
@@ -52,21 +52,13 @@ run third env -u RLHF_FAULTS "$PY" -m rlhf.cli.run --resume "$DISK/run"
 """
 
 
-def _userns_tmpfs(tmp_path: Path) -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    cmd = ["unshare", "-Urm", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {probe}"]
-    return subprocess.run(cmd, capture_output=True, timeout=ceiling(30)).returncode == 0
-
 
 def _ours(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error: ")]
 
 
 def test_a_full_disk_at_each_save_point_keeps_the_last_checkpoint_and_leaves_no_partial_model(tmp_path):
-    if not _userns_tmpfs(tmp_path):
+    if not userns_tmpfs(tmp_path):
         pytest.skip("unprivileged user namespaces are not allowed here (unshare -Urm): no private tmpfs to fill")
     disk, out, once = tmp_path / "disk", tmp_path / "out", tmp_path / "once"
     for d in (disk, out, once):
