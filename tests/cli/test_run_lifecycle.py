@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 from ceilings import ceiling, wait_until
+from run_helpers import TINY_RUN
 from sockets_helper import listening_sockets_of
 
 from rlhf.launch import worker_preload
@@ -38,14 +39,7 @@ from rlhf.tracking.tracker import read_metrics
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
-RUN = [
-    "+recipe=grpo_tiny_cpu",
-    "rollout.prompts_per_step=8",
-    "trainer.global_batch=32",
-    "trainer.micro_batch_per_device=16",
-    "eval.steps=0",
-    "logging.progress=false",
-]
+RUN = TINY_RUN
 
 
 # Printed by Ray, DeepSpeed and the raylet on every run before rlhf silenced them (rlhf.launch.cluster), and the gcc
