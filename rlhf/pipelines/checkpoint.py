@@ -2,7 +2,8 @@
 
 Layout under ``checkpoint.dir``::
 
-    step00000010/            one complete checkpoint: DeepSpeed's files (ds/), per-rank RNG, driver_state.json
+    step00000010/            one complete checkpoint: DeepSpeed's files (ds/), per-rank RNG, driver_state.json, and
+                             manifest.json (every file's size and SHA-256, written last: checkpoint_manifest)
     step00000020/
     latest                   the name of the newest complete checkpoint, replaced atomically, written last
     .tmp-step00000030/       a checkpoint being written (ignored and cleared on the next save)
@@ -12,6 +13,10 @@ deletes the oldest only after that. A crash before the rename leaves ``latest`` 
 checkpoint. Before writing, the free space is checked against the last checkpoint's size plus a margin; a save that
 does not fit, or hits a full disk at any write, raises :class:`~rlhf.atomic_save.DiskFull` naming the folder, the
 bytes needed and free and the last good checkpoint.
+
+A resume verifies the checkpoint against its manifest before anything starts: a damaged one (a file missing,
+truncated or changed, the driver state gone) is named, file by file, and the run resumes from the newest intact
+checkpoint before it, saying so; a checkpoint picked by hand that is damaged is refused, naming the intact one.
 """
 
 from __future__ import annotations
@@ -20,11 +25,14 @@ import json
 import os
 import re
 import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rlhf import atomic_save
 from rlhf.errors import UserError
+from rlhf.pipelines import checkpoint_manifest
 
 LATEST = "latest"
 DRIVER_STATE = "driver_state.json"
@@ -35,14 +43,19 @@ class CheckpointError(UserError):
     pass
 
 
+def print_note(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def step_dir_name(step: int) -> str:
     return f"step{step:08d}"
 
 
 class CheckpointManager:
-    def __init__(self, root: Path, max_keep: int = 3) -> None:
+    def __init__(self, root: Path, max_keep: int = 3, verify: str = "checksum") -> None:
         self.root = Path(root)
         self.max_keep = max_keep
+        self.checksums = verify == "checksum"  # checkpoint.verify: checksum | size
 
     # -- reading -------------------------------------------------------------------------------------------------
     def complete(self) -> list[tuple[int, Path]]:
@@ -66,20 +79,84 @@ class CheckpointManager:
         done = self.complete()
         return done[-1][1] if done else None
 
-    def resolve_resume(self, resume: str) -> Path | None:
-        """``checkpoint.resume``: never -> None; auto -> latest here (or None); a path -> that checkpoint (a
-        checkpoint root is followed to its latest)."""
+    def resolve_resume(self, resume: str, say: Callable[[str], None] = print_note) -> Path | None:
+        """``checkpoint.resume``: never -> None; auto -> the newest intact checkpoint here (or None); a path -> that
+        checkpoint, verified (a checkpoint root is followed to its newest intact one). Damage is said through
+        ``say``, file by file; a CheckpointError when nothing intact is left or a picked checkpoint is damaged."""
         if resume == "never":
             return None
         if resume == "auto":
-            return self.latest()
+            return self.newest_intact(say)
         p = Path(resume).expanduser()
-        if (p / DRIVER_STATE).is_file():
-            return p
-        found = CheckpointManager(p).latest() if p.is_dir() else None
-        if found is None:
-            raise CheckpointError(f"checkpoint.resume={resume!r}: no complete checkpoint there (need {DRIVER_STATE})")
+        if not (p / DRIVER_STATE).is_file() and not (p / checkpoint_manifest.MANIFEST).is_file():
+            found = (
+                CheckpointManager(p, verify="checksum" if self.checksums else "size").newest_intact(say)
+                if p.is_dir()
+                else None
+            )
+            if found is None:
+                raise CheckpointError(
+                    f"checkpoint.resume={resume!r}: no complete checkpoint there (need {DRIVER_STATE})"
+                )
+            return found
+        problems = self.damage(p)
+        if problems:
+            other = CheckpointManager(p.parent).newest_intact(lambda _: None, before=self.step_of(p))
+            fix = f"pick checkpoint.resume={other} (intact)" if other else "start a new run: checkpoint.resume=never"
+            raise CheckpointError(f"checkpoint.resume={resume}: damaged: " + "; ".join(problems) + f"; {fix}")
+        return p
+
+    def damage(self, path: Path) -> list[str]:
+        """What is wrong with the checkpoint ``path``, one line per file (empty: intact)."""
+        path = Path(path)
+        problems = checkpoint_manifest.damage(path, self.checksums)
+        state = path / DRIVER_STATE
+        if not state.is_file():
+            if not any(line.startswith(f"{DRIVER_STATE}:") for line in problems):
+                problems.append(f"{DRIVER_STATE}: missing")
+        else:
+            try:
+                json.loads(state.read_text())["step"]
+            except (ValueError, KeyError, TypeError) as e:
+                problems.append(f"{DRIVER_STATE}: unreadable ({type(e).__name__})")
+        return problems
+
+    def _candidates(self, before: int | None = None) -> list[tuple[int, Path]]:
+        """Checkpoint folders, newest first: the one ``latest`` names, then older ones (a newer folder the pointer
+        does not name belongs to a timeline a resume from an earlier step left behind)."""
+        if not self.root.is_dir():
+            return []
+        found = sorted(
+            ((int(m.group(1)), p) for p in self.root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()),
+            reverse=True,
+        )
+        pointer = self.root / LATEST
+        named = pointer.read_text().strip() if pointer.is_file() else ""
+        top = next((step for step, p in found if p.name == named), None)
+        if top is not None:
+            found = [(step, p) for step, p in found if step <= top]
+        if before is not None:
+            found = [(step, p) for step, p in found if step < before]
         return found
+
+    def newest_intact(self, say: Callable[[str], None] = print_note, before: int | None = None) -> Path | None:
+        """The newest checkpoint that passes its manifest (None when there is none at all); each damaged one newer
+        than it is said, naming its files; a CheckpointError when every one is damaged."""
+        damaged = []
+        for step, p in self._candidates(before):
+            problems = self.damage(p)
+            if not problems:
+                if damaged:
+                    say(f"resuming from {p}, the newest intact checkpoint (step {step})")
+                return p
+            damaged.append(p)
+            say(f"checkpoint {p} is damaged, not resuming from it: " + "; ".join(problems))
+        if damaged:
+            raise CheckpointError(
+                f"no intact checkpoint in {self.root} (damaged: {', '.join(p.name for p in damaged)}); to start this "
+                "run again from step 0: checkpoint.resume=never"
+            )
+        return None
 
     @staticmethod
     def driver_state(path: Path) -> dict[str, Any]:
@@ -123,6 +200,7 @@ class CheckpointManager:
     def commit(self, tmp: Path, step: int, driver_state: dict[str, Any]) -> Path:
         """Seal ``tmp`` (written by every rank) as the checkpoint of ``step``; update ``latest``; rotate."""
         _write_atomic(tmp / DRIVER_STATE, json.dumps(driver_state, indent=1))
+        checkpoint_manifest.write(tmp, self.checksums)  # last: a checkpoint without it is not sealed
         final = self.root / step_dir_name(step)
         atomic_save.publish(tmp, final)  # a resumed run saving the same step again replaces it
         _write_atomic(self.root / LATEST, final.name)

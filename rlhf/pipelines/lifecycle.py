@@ -339,7 +339,9 @@ class Runner:
         self.spec, self.plan, self.realize, self.recipe = spec, plan, realize, recipe
         self.run_dir = Path(run_dir)
         root = Path(spec.checkpoint.dir)
-        self.ckpt = CheckpointManager(root if root.is_absolute() else self.run_dir / root, spec.checkpoint.max_keep)
+        self.ckpt = CheckpointManager(
+            root if root.is_absolute() else self.run_dir / root, spec.checkpoint.max_keep, spec.checkpoint.verify
+        )
         self.restarts = Restarts(max_restarts(spec))
         self.attempt: attempts.Attempt | None = None
         self.tracker: Any = None  # rlhf.tracking.Tracking, once the trackers are open (before the step-0 eval)
@@ -433,6 +435,10 @@ class Runner:
         check_rows(self.spec)
         # Our Ctrl-C/SIGTERM handlers go in before Ray starts: a signal while the data builds (Ray already
         # starting or attaching beside it) then stops the run at step 0 instead of killing the process outright.
+        # The checkpoint to resume from, verified against its manifest before any process starts: a damaged one is
+        # named in seconds, not after Ray and the engines are up.
+        resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
+        state = self.ckpt.driver_state(resume_from) if resume_from else {}
         signals = ExitStack()
         interrupts = signals.enter_context(Interrupts(self._resume_hint))
         # Ray starts (its own processes, and its idle workers importing what the actors need) while this process
@@ -452,8 +458,6 @@ class Runner:
         try:
             for line in attempts.end_if_dead(self.run_dir, "the next rlhf-run in this folder"):
                 print(line, file=sys.stderr)
-            resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
-            state = self.ckpt.driver_state(resume_from) if resume_from else {}
             params = count.params() if isinstance(count, StepCount) else {}
             self.restarts.steps = [int(s) for s in state.get("restarts", [])]
         except BaseException:

@@ -710,6 +710,13 @@ class CheckpointSpec:
         30.0, "also save when this many minutes passed since the last checkpoint (null: off)", gt=0
     )
     max_keep: int = key(3, "checkpoints kept (the oldest are deleted)", ge=1)
+    verify: str = key(
+        "checksum",
+        "what a resume checks against each checkpoint's manifest.json (written last by every save) before anything "
+        "starts: checksum (every file's size and SHA-256, about 1.5 GB/s per core) | size (sizes only, for "
+        "checkpoints too large to read back); a damaged checkpoint is named and the newest intact one resumed",
+        choices=("checksum", "size"),
+    )
     resume: str = key(
         "auto", "auto: resume from dir when a checkpoint is there | never | a checkpoint path", nonempty=True
     )
