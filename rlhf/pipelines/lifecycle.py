@@ -433,12 +433,12 @@ class Runner:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # Every row of the local data files before any process: a bad row stops the job with nothing started.
         check_rows(self.spec)
-        # Our Ctrl-C/SIGTERM handlers go in before Ray starts: a signal while the data builds (Ray already
-        # starting or attaching beside it) then stops the run at step 0 instead of killing the process outright.
         # The checkpoint to resume from, verified against its manifest before any process starts: a damaged one is
         # named in seconds, not after Ray and the engines are up.
         resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
         state = self.ckpt.driver_state(resume_from) if resume_from else {}
+        # Our Ctrl-C/SIGTERM handlers go in before Ray starts: a signal while the data builds (Ray already
+        # starting or attaching beside it) then stops the run at step 0 instead of killing the process outright.
         signals = ExitStack()
         interrupts = signals.enter_context(Interrupts(self._resume_hint))
         # Ray starts (its own processes, and its idle workers importing what the actors need) while this process
