@@ -121,7 +121,7 @@ def _job(cfg, hc, run_dir: Path) -> float | None:
             from rlhf.launch.preflight import PreflightFailed
 
             # 2: nothing was started (a bad config or a static mistake); 1: the run failed
-            fail(str(e), code=2 if isinstance(e, (SpecInvalid, PreflightFailed)) else 1)
+            fail(_kept(e, run_dir), code=2 if isinstance(e, (SpecInvalid, PreflightFailed)) else 1)
         return None
     from rlhf.launch.sweep import JobFailed, JobRecord, console_copied_to
 
@@ -132,8 +132,9 @@ def _job(cfg, hc, run_dir: Path) -> float | None:
         with console_copied_to(run_dir / "console.log"):
             key, value, summary = _run(cfg, run_dir, sweep_id=sweep_id)
     except (SpecInvalid, UserError) as e:
-        record.finish(run_dir, "failed", error=str(e))
-        raise JobFailed(f"job {record.num} [{' '.join(record.overrides)}]: {e}") from None
+        message = _kept(e, run_dir)
+        record.finish(run_dir, "failed", error=message)
+        raise JobFailed(f"job {record.num} [{' '.join(record.overrides)}]: {message}") from None
     except BaseException as e:
         import traceback
 
@@ -141,6 +142,13 @@ def _job(cfg, hc, run_dir: Path) -> float | None:
         raise
     record.finish(run_dir, "completed", objective=value, objective_key=key, trackers=summary.get("trackers") or {})
     return value
+
+
+def _kept(error: Exception, run_dir: Path) -> str:
+    """The error's one line; an error that carries its user code's traceback (a reward function's,
+    rlhf.rewards.RewardError) writes it into the run folder first and names the file."""
+    keep = getattr(error, "keep_traceback", None)
+    return keep(run_dir) if callable(keep) else str(error)
 
 
 def _preflight(spec) -> None:

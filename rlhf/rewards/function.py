@@ -8,7 +8,8 @@
 per batch with every sample (OpenRLHF calls it per sample), and pass ``responses=`` too when the function accepts
 that keyword or ``**kwargs``. An ``async def reward_func`` is awaited. A file written for OpenRLHF runs as it is:
 its ``from openrlhf.utils import extract_boxed_answer, grade_answer`` resolves to rlhf.compat.openrlhf when no real
-OpenRLHF is installed.
+OpenRLHF is installed. When it raises, the error names the line in the file and the sample that broke it, and
+carries the full traceback (rlhf.rewards.failure).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.compat import openrlhf as openrlhf_compat
+from rlhf.rewards.failure import Sample, describe, find_failing_sample
 from rlhf.rewards.result import RewardError, RewardResult, coerce_result
 
 # The contract of a reward file, declared here (the loader below) and read by the static check before start-up
@@ -102,15 +104,41 @@ class FunctionReward:
     def score(
         self, queries: Sequence[str], prompts: Sequence[str], responses: Sequence[str], labels: Sequence[str]
     ) -> RewardResult:
-        kwargs = {"responses": list(responses)} if self._pass_responses else {}
         try:
-            out = self.fn(list(queries), list(prompts), list(labels), **kwargs)
-            if inspect.isawaitable(out):
-                out = _run_coroutine(out)
+            out = self._call(queries, prompts, responses, labels)
         except RewardError:
             raise
         except Exception as e:
-            raise RewardError(
-                f"reward function {self.path} raised {type(e).__name__}: {e} (on a batch of {len(queries)} samples)"
-            ) from e
-        return coerce_result(out, len(queries), f"reward function {self.path}")
+            error = e
+        else:
+            return coerce_result(out, len(queries), f"reward function {self.path}")
+        # Out of the except block: the single-sample calls' own errors are then not chained to the batch's.
+        raise self._failure(error, queries, prompts, responses, labels) from error
+
+    def _call(
+        self, queries: Sequence[str], prompts: Sequence[str], responses: Sequence[str], labels: Sequence[str]
+    ) -> Any:
+        kwargs = {"responses": list(responses)} if self._pass_responses else {}
+        out = self.fn(list(queries), list(prompts), list(labels), **kwargs)
+        if inspect.isawaitable(out):
+            out = _run_coroutine(out)
+        return out
+
+    def _failure(
+        self,
+        error: Exception,
+        queries: Sequence[str],
+        prompts: Sequence[str],
+        responses: Sequence[str],
+        labels: Sequence[str],
+    ) -> RewardError:
+        """The error for ``error``, raised on this batch: its line, the sample that broke it, its traceback."""
+
+        def alone(i: int) -> Any:
+            s = slice(i, i + 1)
+            return self._call(queries[s], prompts[s], responses[s], labels[s])
+
+        search = find_failing_sample(alone, len(queries), error)
+        samples = [Sample(p, r, lab) for p, r, lab in zip(prompts, responses, labels, strict=False)]
+        message, text = describe(self.path, search, samples, error)
+        return RewardError(message, traceback_text=text)

@@ -10,13 +10,38 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rlhf.errors import UserError
 
 
 class RewardError(UserError):
-    """A reward source that failed; the message names the file or URL and the problem."""
+    """A reward source that failed; the message names the file or URL and the problem. ``traceback_text``: the full
+    traceback of the user's code when it raised (text, so that it pickles across a Ray actor's boundary with the
+    error), which :meth:`keep_traceback` writes into the run folder."""
+
+    def __init__(self, message: str, traceback_text: str = "") -> None:
+        super().__init__(message)
+        self.headline = message  # the message before the lifecycle appended its resume hint
+        self.traceback_text = traceback_text
+
+    def keep_traceback(self, run_dir: Path) -> str:
+        """The one-line message, naming the file in ``run_dir`` that now holds the traceback (when there is one)."""
+        from rlhf.rewards.failure import TRACEBACK_FILE
+
+        message = str(self)
+        if not self.traceback_text:
+            return message
+        path = Path(run_dir) / TRACEBACK_FILE
+        try:
+            path.write_text(self.traceback_text)
+            kept = f"the full traceback is in {path}"
+        except OSError as e:  # a full disk: the message itself still goes out
+            kept = f"the full traceback could not be written to {path} ({e.strerror or e})"
+        if message.startswith(self.headline):  # before the resume hint, which stays last
+            return f"{self.headline}; {kept}{message[len(self.headline) :]}"
+        return f"{message}; {kept}"
 
 
 @dataclass
