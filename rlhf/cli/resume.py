@@ -128,6 +128,8 @@ def _refuse_new_init_from(target: str, recorded: list[str], added: list[str]) ->
             f"checkpoint.init_from={new[-1]} starts a new run from those weights: drop --resume to start the new run, "
             "or drop checkpoint.init_from to continue this one"
         )
+
+
 def _nothing_to_resume(run_dir: Path) -> None:
     """A run whose last attempt finished: say so and exit 0, in about the time Python takes to start."""
     from rlhf.pipelines import attempt
@@ -207,3 +209,55 @@ def continue_interrupted(argv: list[str]) -> list[str]:
 def resume_line(e: RunInterrupted) -> str:
     """The one line printed when a run stops on Ctrl-C or SIGTERM."""
     return e.line()
+
+
+TRAINED_ROLES = ("policy", "critic")
+
+
+def _resumed_run(spec, run_dir: Path) -> Path | None:
+    """The run folder whose checkpoint this run will continue (this one, or the run of a checkpoint picked by
+    hand), when it has the config that run was trained with; None for a new run."""
+    from rlhf.pipelines.checkpoint import CheckpointManager
+
+    resume = spec.checkpoint.resume
+    if resume == "never":
+        return None
+    if resume == "auto":
+        root = Path(spec.checkpoint.dir)
+        found = CheckpointManager(root if root.is_absolute() else run_dir / root).latest()
+        return run_dir if found is not None and (run_dir / "resolved_config.yaml").is_file() else None
+    for folder in list(Path(resume).expanduser().resolve().parents)[:3]:
+        if (folder / "resolved_config.yaml").is_file():
+            return folder
+    return None
+
+
+def _trained_ranks(plan_json: str) -> dict[str, int]:
+    roles = json.loads(plan_json).get("roles", {})
+    return {r: int(roles[r]["ranks"]) for r in TRAINED_ROLES if r in roles}
+
+
+def refuse_a_changed_resume(cfg, spec, run_dir: Path) -> None:
+    """Before anything starts: a resume whose config changes what the checkpoint was trained for is refused naming
+    each key, old and new value, and the fix (rlhf.spec.resume_rules); other changes are said in one line."""
+    from omegaconf import OmegaConf
+
+    from rlhf.launch.plan import plan
+    from rlhf.spec.resume_rules import ResumeRefused, flatten, judge, refusal
+
+    before = _resumed_run(spec, Path(run_dir))
+    if before is None:
+        return
+    old = flatten(OmegaConf.to_container(OmegaConf.load(before / "resolved_config.yaml"), resolve=False))
+    new = flatten(OmegaConf.to_container(cfg, resolve=True))
+    plan_file = before / "plan.json"
+    old_ranks = _trained_ranks(plan_file.read_text()) if plan_file.is_file() else None
+    new_ranks = _trained_ranks(plan(spec).to_json()) if old_ranks else None
+    refused, noted = judge(old, new, old_ranks, new_ranks)
+    if refused:
+        raise ResumeRefused(refusal(refused, str(before)))
+    if noted:
+        print(
+            "resuming with changed settings (the run continues with them): " + "; ".join(str(c) for c in noted),
+            file=sys.stderr,
+        )

@@ -70,6 +70,12 @@ def _flag_value(flags: list[str], short: str, long: str) -> str | None:
     return value
 
 
+def _hydra_overrides(overrides: list[str]) -> list[str]:
+    """The overrides Hydra's own help can take: Hydra composes ``--hydra-help`` from its config alone, without our
+    primary config, so a recipe (the default one included) or a group of ours has nothing to override there."""
+    return [o for o in overrides if o.lstrip("+~").startswith(("hydra/", "hydra."))]
+
+
 def task(cfg) -> float | None:
     """One job: the composed config in, a trained model and its run in every tracker out. In a sweep the job writes
     its record (job.json) and returns its objective (``sweep.objective``) to the sweeper; a problem the user can fix
@@ -119,9 +125,10 @@ def _job(cfg, hc, run_dir: Path) -> float | None:
             raise SystemExit(130) from None
         except (SpecInvalid, UserError) as e:
             from rlhf.launch.preflight import PreflightFailed
+            from rlhf.spec.resume_rules import ResumeRefused
 
             # 2: nothing was started (a bad config or a static mistake); 1: the run failed
-            fail(_kept(e, run_dir), code=2 if isinstance(e, (SpecInvalid, PreflightFailed)) else 1)
+            fail(_kept(e, run_dir), code=2 if isinstance(e, (SpecInvalid, PreflightFailed, ResumeRefused)) else 1)
         return None
     from rlhf.launch.sweep import JobFailed, JobRecord, console_copied_to
 
@@ -184,6 +191,7 @@ def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float |
 
     from omegaconf import OmegaConf
 
+    from rlhf.cli.resume import refuse_a_changed_resume
     from rlhf.launch.cluster import set_ray_env, watch_run_dir
     from rlhf.launch.plan import plan
     from rlhf.launch.sweep import ObjectiveMissing, objective_of
@@ -191,6 +199,7 @@ def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float |
 
     spec = build(cfg)
     check(spec)
+    refuse_a_changed_resume(cfg, spec, run_dir)  # a resume that would train something else: nothing started
     if sweep_id and not spec.sweep.id:
         spec = replace(spec, sweep=replace(spec.sweep, id=sweep_id))
     set_ray_env(spec.ray)  # before anything imports ray (sets variables only: the local executor imports none)
@@ -268,7 +277,10 @@ def _main() -> None:
     try:
         if source.config_dir:
             user_config_dir(source.config_dir)
-        overrides = quote_sources(rewrite_recipe_paths(with_default_recipe(overrides, source)))
+        if "--hydra-help" in flags:
+            overrides = _hydra_overrides(overrides)
+        else:
+            overrides = quote_sources(rewrite_recipe_paths(with_default_recipe(overrides, source)))
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     groups: Any = contextlib.nullcontext()
