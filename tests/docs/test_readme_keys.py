@@ -1,12 +1,13 @@
-"""Every config key the README names exists: each ``section.key`` (or ``section.key=``) in backticks or on a command
-line of a code block, whose first part is a section of the schema (rlhf/spec/schema.py) or ``hydra``, must be a key
-or a section of the schema, or a key of Hydra's own config or of a sweeper or launcher plugin the README describes.
-File names (``data.jsonl``) and dotted names outside the config (``rlhf.atomic_save``, ``signal.alarm``) are not
-keys and are left alone."""
+"""Every config key the README and the documentation site (docs/**/*.md) name exists: each ``section.key`` (or
+``section.key=``) in backticks or on a command line of a code block, whose first part is a section of the schema
+(rlhf/spec/schema.py) or ``hydra``, must be a key or a section of the schema, or a key of Hydra's own config or of a
+sweeper or launcher plugin the pages describe. File names (``data.jsonl``) and dotted names outside the config
+(``rlhf.atomic_save``, ``signal.alarm``) are not keys and are left alone."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 
@@ -15,7 +16,9 @@ import pytest
 from rlhf.spec.keys import keys_under, walk
 from rlhf.spec.schema import ExperimentSpec
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 SECTIONS = {f.name for f in dataclasses.fields(ExperimentSpec)}
 # A dotted name whose last part is one of these is a file, not a key.
 FILE_SUFFIXES = {
@@ -39,8 +42,9 @@ FILE_SUFFIXES = {
     "cfg",
     "gz",
 }
-# Named on purpose: the README shows what an unknown key, a mistyped one and a moved (old) vLLM key get, and the
-# sub-section a hypothetical new rollout backend would add ("Adding a backend").
+# Named on purpose: the pages show what an unknown key, a mistyped one and a moved (old) vLLM key get
+# (docs/concepts/config.md, docs/concepts/engines.md), and the sub-section a hypothetical new rollout backend would add
+# (docs/contributing/backends.md).
 DELIBERATE = {"trainer.no_such_key", "trainer.zero_stag", "rollout.gpu_memory_utilization", "rollout.sglang.*"}
 # veRL's own keys, named in prose beside ours (the veRL table's first column is skipped as a whole).
 FOREIGN = {"trainer.resume_mode", "data.prompt_dict_keys"}
@@ -50,7 +54,7 @@ COMMAND_LINE = re.compile(r"^\s{4,}(?:\$ )?(rlhf-\w+ .*)$")
 
 
 def named_keys(text: str) -> dict[str, int]:
-    """Dotted names that look like config keys -> the README line that first names them."""
+    """Dotted names that look like config keys -> the line of ``text`` that first names them."""
     spans: list[tuple[int, str]] = []
     foreign_table = False
     for n, line in enumerate(text.splitlines(), 1):
@@ -103,6 +107,7 @@ def _schema_key_exists(name: str) -> bool:
     return any(path.startswith(k.path + ".") and k.type.startswith("dict") for k in walk(ExperimentSpec))
 
 
+@functools.cache  # the same names recur on many pages
 def key_exists(name: str) -> bool:
     parts = name.split(".")
     return _hydra_key_exists(parts) if parts[0] == "hydra" else _schema_key_exists(name)
@@ -118,10 +123,20 @@ def test_the_checker_finds_keys_in_backticks_and_commands_and_skips_files_and_mo
     assert key_exists("hydra.run.dir") and not key_exists("hydra.run.folder")
 
 
-def test_every_config_key_the_readme_names_exists():
-    named = named_keys(README.read_text())
-    assert len(named) > 50  # the scan sees the README's keys at all
-    missing = {name: line for name, line in named.items() if name not in DELIBERATE | FOREIGN and not key_exists(name)}
-    assert not missing, "README.md names keys the schema does not have: " + ", ".join(
-        f"{name} (line {line})" for name, line in sorted(missing.items(), key=lambda x: x[1])
-    )
+def pages() -> list[Path]:
+    """The README and every page of the site, the generated reference included."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def test_every_config_key_the_readme_and_the_docs_name_exists():
+    named = {page: named_keys(page.read_text()) for page in pages()}
+    written = {name for page, keys in named.items() if "reference" not in page.parts for name in keys}
+    assert len(written) > 50  # the scan sees the keys of the hand-written pages at all
+    assert DELIBERATE <= written  # each exemption is still named somewhere, on purpose
+    missing = [
+        f"{page.relative_to(ROOT)}:{line} {name}"
+        for page, keys in named.items()
+        for name, line in sorted(keys.items(), key=lambda x: x[1])
+        if name not in DELIBERATE | FOREIGN and not key_exists(name)
+    ]
+    assert not missing, "pages name keys the schema does not have: " + ", ".join(missing)
