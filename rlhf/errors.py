@@ -43,13 +43,15 @@ class RunInterrupted(Exception):
         self.checkpoint = checkpoint
         self.run_dir = run_dir
         self.announced = False  # the one line was printed already (before a teardown that may be slow)
+        self.abandoned = ""  # a second signal's: what the driver was waiting on (rlhf.waits.waiting_on)
         saved = f"checkpoint saved at {checkpoint}" if checkpoint else "no checkpoint saved"
         super().__init__(f"interrupted ({signal_name}) at step {step}; {saved}")
 
     def line(self) -> str:
         """The one line printed when a run stops on Ctrl-C or SIGTERM."""
         saved = f"checkpoint saved at {self.checkpoint}" if self.checkpoint else "no checkpoint saved"
-        return f"interrupted at step {self.step}; {saved}; resume with: rlhf-run --resume {self.run_dir}"
+        stuck = f" (abandoned waiting on {self.abandoned})" if self.abandoned else ""
+        return f"interrupted at step {self.step}{stuck}; {saved}; resume with: rlhf-run --resume {self.run_dir}"
 
     def announce(self) -> None:
         if not self.announced:

@@ -27,6 +27,7 @@ Nothing here imports Ray until a wait on Ray's calls runs."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -80,6 +81,30 @@ def _user_error(e: BaseException) -> UserError | None:
     return cause if isinstance(cause, UserError) else None
 
 
+# What each thread of the driver waits on now: (what, its calls still unanswered, since when). Read by the second
+# Ctrl-C's message (rlhf.pipelines.interrupts), which names the worker the run was stuck on.
+_WAITING: dict[int, tuple[str, Callable[[], list[Call]], float]] = {}
+
+
+def waiting_on() -> str:
+    """The calls the driver waits on now, for a message: each unanswered one named with what it runs, the ones whose
+    actor left a heartbeat unanswered first (with how long, and its pid); '' when it waits on none."""
+    now = time.monotonic()
+    parts: list[tuple[float, str]] = []
+    for what, pending, since in list(_WAITING.values()):
+        for c in pending():
+            last = _SEEN.get(c.actor) if c.actor is not None else None
+            silent = now - max(last["_at"], since) if last is not None and c.actor in _SENT else 0.0
+            if silent >= 1.0:
+                text = f"{c.name} in {what} (no answer to a heartbeat for {silent:.0f} s, pid {last.get('pid', '?')})"
+            else:
+                text = f"{c.name} in {what} (for {now - since:.0f} s)"
+            parts.append((-silent, text))
+    shown = [t for _, t in sorted(parts)[:4]]
+    more = f" and {len(parts) - 4} more" if len(parts) > 4 else ""
+    return "; ".join(shown) + more
+
+
 def wait(
     calls: Sequence[Call],
     what: str,
@@ -107,6 +132,26 @@ def wait(
 
     index = {c.ref: i for i, c in enumerate(calls)}
     pending = dict(index)
+    me = threading.get_ident()
+    _WAITING[me] = (what, lambda: [calls[i] for i in list(pending.values())], time.monotonic())
+    try:
+        return _wait_ray(ray, calls, pending, what, timeout_s, timeout_key, error, grace_s, blame_first, heartbeat_s)
+    finally:
+        _WAITING.pop(me, None)
+
+
+def _wait_ray(
+    ray: Any,
+    calls: Sequence[Call],
+    pending: dict[Any, int],
+    what: str,
+    timeout_s: float | None,
+    timeout_key: str,
+    error: type[WorkerFailure],
+    grace_s: float,
+    blame_first: str | None,
+    heartbeat_s: float | None,
+) -> list[Any]:
     results: dict[int, Any] = {}
     failures: list[tuple[int, BaseException]] = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -145,8 +190,13 @@ def wait(
 
 
 def _hung(
-    calls: Sequence[Call], pending: Sequence[int], what: str, timeout_s: float | None, timeout_key: str,
-    error: type[WorkerFailure], blame_first: str | None,
+    calls: Sequence[Call],
+    pending: Sequence[int],
+    what: str,
+    timeout_s: float | None,
+    timeout_key: str,
+    error: type[WorkerFailure],
+    blame_first: str | None,
 ) -> WorkerFailure:
     late = sorted((calls[i] for i in pending), key=lambda c: (c.role != blame_first, calls.index(c)))
     first = late[0]
@@ -174,6 +224,25 @@ def _wait_local(
     restarts nothing)."""
     refs: list[LocalRef] = [c.ref for c in calls]
     pending = dict.fromkeys(range(len(calls)))
+    me = threading.get_ident()
+    _WAITING[me] = (what, lambda: [calls[i] for i in list(pending)], time.monotonic())
+    try:
+        return _wait_local_calls(calls, refs, pending, what, timeout_s, timeout_key, error, grace_s, blame_first)
+    finally:
+        _WAITING.pop(me, None)
+
+
+def _wait_local_calls(
+    calls: Sequence[Call],
+    refs: list[LocalRef],
+    pending: dict[int, None],
+    what: str,
+    timeout_s: float | None,
+    timeout_key: str,
+    error: type[WorkerFailure],
+    grace_s: float,
+    blame_first: str | None,
+) -> list[Any]:
     failures: list[int] = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     grace_end: float | None = None

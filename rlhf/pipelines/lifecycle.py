@@ -347,6 +347,7 @@ class Runner:
         self.tracker: Any = None  # rlhf.tracking.Tracking, once the trackers are open (before the step-0 eval)
         self.realized: Any = None
         self.last_ckpt: Path | None = None
+        self.trackers_ended: str | None = None  # the status the trackers' runs were ended with
         self.skipped_in_a_row = 0
         self.skipped = 0
         self.phases: tuple[Phase, ...] = ()
@@ -397,6 +398,14 @@ class Runner:
         minutes = self.spec.checkpoint.every_minutes
         return minutes is not None and time.monotonic() - self.last_save_time >= minutes * 60
 
+    def _trackers_state(self) -> str:
+        """What the trackers record for this run now, for a message written while it stops."""
+        if self.trackers_ended:
+            return f"the trackers' runs are marked {self.trackers_ended}"
+        if self.tracker is None:
+            return "no tracker run was opened yet"
+        return "the trackers' runs are left RUNNING until the reaper marks them FAILED"
+
     def _resume_hint(self) -> str:
         where = f"the last checkpoint is {self.last_ckpt}" if self.last_ckpt else "no checkpoint was written yet"
         return f"{where}; resume with: {resume_command(self.run_dir)}"
@@ -440,7 +449,7 @@ class Runner:
         # Our Ctrl-C/SIGTERM handlers go in before Ray starts: a signal while the data builds (Ray already
         # starting or attaching beside it) then stops the run at step 0 instead of killing the process outright.
         signals = ExitStack()
-        interrupts = signals.enter_context(Interrupts(self._resume_hint))
+        interrupts = signals.enter_context(Interrupts(self._resume_hint, self._trackers_state))
         # Ray starts (its own processes, and its idle workers importing what the actors need) while this process
         # tokenises the data; what only the data build finds stops the cluster it started.
         starting = _Background(lambda: self.realize(self.spec, self.plan))
@@ -557,7 +566,9 @@ class Runner:
             return result
         except KeyboardInterrupt as e:  # a second signal: stop at once
             status = "KILLED"
-            raise RunInterrupted(str(e) or "SIGINT", max(step - 1, 0), self.last_ckpt, self.run_dir) from None
+            stopped = RunInterrupted(str(e) or "SIGINT", max(step - 1, 0), self.last_ckpt, self.run_dir)
+            stopped.abandoned = interrupts.abandoned
+            raise stopped from None
         except RunInterrupted as e:
             e.announce()  # before the teardown: a signal sent to the whole process group may have stopped Ray too
             raise
@@ -574,6 +585,7 @@ class Runner:
                 self.tracker, self.attempt = tracking.result_or_none()
             if self.tracker is not None:
                 self.tracker.finish(status)
+                self.trackers_ended = status
             if self.attempt is not None:
                 attempts.end(self.run_dir, self.attempt, status)
             if self.realized is not None:
