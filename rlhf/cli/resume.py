@@ -261,3 +261,21 @@ def refuse_a_changed_resume(cfg, spec, run_dir: Path) -> None:
             "resuming with changed settings (the run continues with them): " + "; ".join(str(c) for c in noted),
             file=sys.stderr,
         )
+
+
+def verified_resume(spec, run_dir: Path):
+    """``spec`` with the checkpoint a resume continues from verified now, before the heavy imports and any process
+    (rlhf.pipelines.checkpoint): damage is named at once, and the spec then names the intact checkpoint, which the
+    run does not hash again."""
+    from dataclasses import replace
+
+    from rlhf.pipelines.checkpoint import CheckpointManager
+
+    ck = spec.checkpoint
+    if ck.resume == "never":
+        return spec
+    root = Path(ck.dir)
+    found = CheckpointManager(root if root.is_absolute() else Path(run_dir) / root, verify=ck.verify).resolve_resume(
+        ck.resume
+    )
+    return spec if found is None else replace(spec, checkpoint=replace(ck, resume=str(found)))

@@ -22,8 +22,20 @@ from rlhf.errors import RunInterrupted, UserError
 from rlhf.spec import SpecInvalid
 
 # Hydra flags that print or inspect instead of running: no preflight, no run folder search.
-_NOT_A_RUN = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc",
-              "--experimental-rerun", "--package", "-p"}
+_NOT_A_RUN = {
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--info",
+    "-i",
+    "--cfg",
+    "-c",
+    "--shell-completion",
+    "-sc",
+    "--experimental-rerun",
+    "--package",
+    "-p",
+}
 _PREFLIGHT_DONE = False  # set once this process checked the run before Hydra (the job need not check it again)
 
 _HYDRA_FLAGS_WITH_VALUE = {
@@ -125,10 +137,14 @@ def _job(cfg, hc, run_dir: Path) -> float | None:
             raise SystemExit(130) from None
         except (SpecInvalid, UserError) as e:
             from rlhf.launch.preflight import PreflightFailed
+            from rlhf.pipelines.checkpoint import CheckpointError
             from rlhf.spec.resume_rules import ResumeRefused
 
             # 2: nothing was started (a bad config or a static mistake); 1: the run failed
-            fail(_kept(e, run_dir), code=2 if isinstance(e, (SpecInvalid, PreflightFailed, ResumeRefused)) else 1)
+            fail(
+                _kept(e, run_dir),
+                code=2 if isinstance(e, (SpecInvalid, PreflightFailed, ResumeRefused, CheckpointError)) else 1,
+            )
         return None
     from rlhf.launch.sweep import JobFailed, JobRecord, console_copied_to
 
@@ -191,7 +207,7 @@ def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float |
 
     from omegaconf import OmegaConf
 
-    from rlhf.cli.resume import refuse_a_changed_resume
+    from rlhf.cli.resume import refuse_a_changed_resume, verified_resume
     from rlhf.launch.cluster import set_ray_env, watch_run_dir
     from rlhf.launch.plan import plan
     from rlhf.launch.sweep import ObjectiveMissing, objective_of
@@ -200,6 +216,7 @@ def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float |
     spec = build(cfg)
     check(spec)
     refuse_a_changed_resume(cfg, spec, run_dir)  # a resume that would train something else: nothing started
+    spec = verified_resume(spec, run_dir)  # a damaged checkpoint named in seconds; the newest intact one picked
     if sweep_id and not spec.sweep.id:
         spec = replace(spec, sweep=replace(spec.sweep, id=sweep_id))
     set_ray_env(spec.ray)  # before anything imports ray (sets variables only: the local executor imports none)

@@ -37,6 +37,7 @@ from rlhf.pipelines import checkpoint_manifest
 LATEST = "latest"
 DRIVER_STATE = "driver_state.json"
 _STEP_DIR = re.compile(r"^step(\d+)$")
+_INTACT: set[tuple[Path, int | None, bool]] = set()  # checkpoints verified in this process (folder, seal, checksums)
 
 
 class CheckpointError(UserError):
@@ -107,8 +108,13 @@ class CheckpointManager:
         return p
 
     def damage(self, path: Path) -> list[str]:
-        """What is wrong with the checkpoint ``path``, one line per file (empty: intact)."""
+        """What is wrong with the checkpoint ``path``, one line per file (empty: intact). A checkpoint this process
+        found intact already (rlhf-run verifies before its heavy imports) is not hashed twice."""
         path = Path(path)
+        seal = path / checkpoint_manifest.MANIFEST
+        key = (path.resolve(), seal.stat().st_mtime_ns if seal.is_file() else None, self.checksums)
+        if key in _INTACT:
+            return []
         problems = checkpoint_manifest.damage(path, self.checksums)
         state = path / DRIVER_STATE
         if not state.is_file():
@@ -119,6 +125,8 @@ class CheckpointManager:
                 json.loads(state.read_text())["step"]
             except (ValueError, KeyError, TypeError) as e:
                 problems.append(f"{DRIVER_STATE}: unreadable ({type(e).__name__})")
+        if not problems and key[1] is not None:
+            _INTACT.add(key)
         return problems
 
     def _candidates(self, before: int | None = None) -> list[tuple[int, Path]]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from ceilings import ceiling
-from run_helpers import TINY_RUN
+from run_helpers import TINY_RUN, without_modules
 
 from rlhf.pipelines.checkpoint import CheckpointError, CheckpointManager, step_dir_name
 from rlhf.pipelines.checkpoint_manifest import MANIFEST
@@ -128,3 +128,21 @@ def test_a_resume_past_a_damaged_checkpoint_says_so_before_anything_starts_and_t
     assert f"resumed from {run_dir / 'checkpoints' / step_dir_name(2)} at step 2" in r.stderr
     assert "Traceback" not in r.stderr
     assert CheckpointManager(run_dir / "checkpoints").latest() == run_dir / "checkpoints" / step_dir_name(6)
+
+
+def test_a_resume_with_nothing_intact_stops_before_torch_or_ray_is_imported(trained, tmp_path):
+    run_dir = _copy(trained, tmp_path)
+    for step in (2, 4):
+        _truncate(run_dir / "checkpoints" / step_dir_name(step) / OPTIMIZER)
+    r = subprocess.run(
+        [str(BIN / "rlhf-run"), "--resume", str(run_dir), "trainer.max_steps=6"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=without_modules(tmp_path, "torch", "ray", "transformers"),
+        timeout=ceiling(120),
+    )
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert f"{OPTIMIZER}: truncated" in r.stderr
+    assert "no intact checkpoint" in r.stderr and "checkpoint.resume=never" in r.stderr
+    assert "Traceback" not in r.stderr
