@@ -242,7 +242,7 @@ def test_on_ray_a_group_sigterm_stops_like_one_and_a_second_ctrl_c_ends_the_driv
         out = log.read_text()
         assert rc == 130, out[-3000:]
         last = [ln for ln in out.splitlines() if ln.strip()][-1]
-        assert "second SIGINT: stopped at once; abandoned the step under way (waiting on role " in last, out[-2000:]
+        assert "second SIGINT: stopped at once; abandoned the step under way (waiting on " in last, out[-2000:]
         assert "the trackers' runs are" in last  # as they record them: KILLED once ended, else the reaper's FAILED
         # what a stopped worker leaves is the reaper's: nothing of the run's processes stays
         wait_until(lambda: not any(_alive(p) for p in actors), "the stopped workers ended by the reaper", 60)
