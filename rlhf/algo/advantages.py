@@ -16,6 +16,7 @@ OpenRLHF ``compute_advantages_and_returns`` in ``openrlhf/trainer/ppo_utils/expe
 | flash_reinforce      | r_i - mean of the whole batch       | return           | no       |
 | opd                  | none: per-token teacher log-ratio   | return (γ = 0:   | yes      |
 |                      | (rlhf.algo.distill)                 | the token's own) |          |
+| gpg                  | α (r_i - mean(R)), α = B / #{r ≠ 0} | return           | no       |
 """
 
 from __future__ import annotations
@@ -81,6 +82,14 @@ def group_norm_baseline(rewards: Tensor) -> Tensor:
     return mean_baseline(rewards) / (rewards.std(dim=-1, keepdim=True) + GROUP_STD_EPS)
 
 
+def gpg_baseline(rewards: Tensor) -> Tensor:
+    """GPG (Group Policy Gradient, arXiv 2504.02546; veRL ``compute_gpg_outcome_advantage``): ``α (r_i - mean(R))``
+    with ``α = B / max(#{non-zero rewards in the whole batch}, 1)``, which scales up the signal of a batch where most
+    samples scored 0. ``R[P, n]`` is the whole rollout batch."""
+    alpha = rewards.numel() / torch.count_nonzero(rewards).clamp(min=1)
+    return alpha * mean_baseline(rewards)
+
+
 for _estimator in (
     AdvantageEstimator("gae", whiten=True),
     AdvantageEstimator("reinforce", whiten=True),
@@ -91,6 +100,7 @@ for _estimator in (
     # FlashREINFORCE (OpenRLHF 0.11.2): mean_baseline over the batch seen as one group, r_i - mean(all rewards).
     AdvantageEstimator("flash_reinforce", whiten=False, baseline=mean_baseline),
     AdvantageEstimator("opd", whiten=True),
+    AdvantageEstimator("gpg", whiten=False, baseline=gpg_baseline),
 ):
     ADVANTAGE_ESTIMATORS.add(_estimator.name, _estimator)
 
@@ -175,6 +185,7 @@ def compute_advantages_and_returns(
     reward_clip_range: tuple[float, float] | None = DEFAULT_REWARD_CLIP,
     no_std_norm: bool = False,
     teacher_rewards: Tensor | None = None,
+    kl_before_baseline: bool = False,
 ) -> AdvantageOutput:
     """Advantages and returns for one rollout batch, in OpenRLHF's order (``compute_advantages_and_returns``):
 
@@ -185,6 +196,10 @@ def compute_advantages_and_returns(
        with a baseline;
     4. whitening over every action token of the batch, ``(A - μ) · rsqrt(clamp(σ², 1e-8))`` (gae, reinforce,
        reinforce_baseline; ``no_std_norm`` keeps only ``A - μ``).
+
+    ``kl_before_baseline`` (veRL's ``use_kl_in_reward``), for an estimator with a baseline: step 1 takes the
+    baseline of ``r_i - kl_coef · Σ_t kl_t`` and step 2 adds no per-token KL, so every token of a response gets the
+    same advantage; other estimators are unchanged (veRL folds the KL per token there too).
 
     ``opd`` (on-policy distillation) replaces step 1: the scalar rewards are not used, and ``teacher_rewards``
     (:func:`rlhf.algo.distill.reverse_kl_rewards`) are added per token to what step 2 gives (a reference KL, if
@@ -205,6 +220,7 @@ def compute_advantages_and_returns(
         reward_clip_range: clip applied to the post-baseline scalar reward; ``None`` disables it.
         no_std_norm: whiten by subtracting the mean only.
         teacher_rewards: ``[B, T]`` per-token distillation rewards, required by ``opd`` (and only used by it).
+        kl_before_baseline: fold ``kl`` into the scalar reward before the baseline (see above).
     """
     spec = ADVANTAGE_ESTIMATORS.get(estimator)
     traits = spec.traits
@@ -218,9 +234,12 @@ def compute_advantages_and_returns(
         scalar = torch.zeros_like(rewards, dtype=torch.float32)  # the teacher is the whole training signal
     else:
         # At least fp32 (OpenRLHF 0.11.2 promotes the rewards before penalties and group statistics); fp64 stays.
-        scalar = apply_group_baseline(
-            rewards.to(torch.promote_types(rewards.dtype, torch.float32)), spec, n_samples_per_prompt
-        )
+        scalar = rewards.to(torch.promote_types(rewards.dtype, torch.float32))
+        if kl_before_baseline and spec.baseline is not None and kl is not None:
+            # veRL: the sequence's summed KL leaves the score first; nothing is added per token afterwards.
+            scalar = scalar - max(kl_coef, 0.0) * (kl * action_mask).sum(dim=-1).to(scalar.dtype)
+            kl = None
+        scalar = apply_group_baseline(scalar, spec, n_samples_per_prompt)
     token_rewards = compute_reward(scalar, kl_coef, kl, action_mask, reward_clip_range)
     if traits.teacher:
         token_rewards = token_rewards + teacher_rewards.float() * action_mask

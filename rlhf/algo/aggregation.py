@@ -47,6 +47,7 @@ class LossNormalizer:
         global_batch_size: non-empty sequences in the step, same convention.
         dp_size: data-parallel world size (cancels the engine's gradient averaging over ranks).
         constant: fixed normaliser for ``seq_mean_token_sum_norm`` (Dr. GRPO), e.g. the max response length.
+        grad_accum_steps: micro-batches per optimizer step on a rank (``token_sum`` undoes the engine's division).
 
     Any of the counts may be ``None``: aggregations then fall back to the current micro-batch alone (plain mean).
     """
@@ -55,6 +56,7 @@ class LossNormalizer:
     global_batch_size: float | Tensor | None = None
     dp_size: int = 1
     constant: float | None = None
+    grad_accum_steps: int = 1
 
 
 def step_loss_normalizer(
@@ -90,7 +92,11 @@ def step_loss_normalizer(
         counts[1] += (mask.reshape(mask.shape[0], -1).sum(dim=-1) > 0).sum()
     counts = all_reduce_sum(counts, all_reduce)
     return LossNormalizer(
-        batch_num_tokens=counts[0] / gas, global_batch_size=counts[1] / gas, dp_size=dp_size, constant=constant
+        batch_num_tokens=counts[0] / gas,
+        global_batch_size=counts[1] / gas,
+        dp_size=dp_size,
+        constant=constant,
+        grad_accum_steps=gas,
     )
 
 
@@ -143,6 +149,30 @@ def seq_mean_token_sum_norm(loss: Tensor, mask: Tensor, norm: LossNormalizer | N
     if norm is None or norm.constant is None:
         raise ValueError("seq_mean_token_sum_norm needs LossNormalizer.constant (e.g. the max response length)")
     return seq_mean_token_sum(loss, mask, norm) / norm.constant
+
+
+@LOSS_AGGREGATIONS.register("token_sum")
+def token_sum(loss: Tensor, mask: Tensor, norm: LossNormalizer | None = None) -> Tensor:
+    """The sum over every loss token of the optimizer step, all ranks: ``Σ L·m · dp_size · grad_accum_steps`` (veRL's
+    ``token-sum``; not in OpenRLHF). The factors undo the engine's division by the accumulation steps and its mean
+    over ranks; the gradient grows with the batch, so the learning rate is tied to the token count."""
+    if norm is None:
+        return masked_sum(loss, mask)
+    return masked_sum(loss, mask) * norm.dp_size * norm.grad_accum_steps
+
+
+def response_width(mask: Tensor) -> int:
+    """The longest response of a micro-batch, in tokens: the span from each row's first to its last loss token
+    (every token of a single-turn response), at least 1. veRL 0.9.1 pads each micro-batch to this width and, without
+    ``loss_scale_factor``, divides ``seq-mean-token-sum-norm`` by it; our rows also hold the prompt, so the tensor's
+    own width would not do."""
+    flat = mask.reshape(-1, mask.shape[-1]) > 0
+    if not flat.any():
+        return 1
+    columns = torch.arange(flat.shape[-1], device=flat.device)
+    first = torch.where(flat, columns, flat.shape[-1]).min(dim=-1).values
+    last = torch.where(flat, columns, -1).max(dim=-1).values
+    return max(int((last - first + 1).max()), 1)
 
 
 # OpenRLHF's --actor.loss_agg_mode names (0.11.2) are the same functions under its names.

@@ -50,6 +50,13 @@ def k3(log_ratio: Tensor) -> Tensor:
     return torch.exp(-log_ratio) - 1.0 + log_ratio
 
 
+@KL_ESTIMATORS.register("abs")
+def abs_kl(log_ratio: Tensor) -> Tensor:
+    """``|δ|`` (veRL's ``abs``): non-negative, biased; its gradient pushes ``log π`` toward ``log π_ref`` with the same
+    force whatever the distance. Clamped at 10 here like the others (veRL does not clamp it)."""
+    return log_ratio.abs()
+
+
 def compute_approx_kl(
     log_probs: Tensor,
     ref_log_probs: Tensor,

@@ -1,4 +1,4 @@
-"""Policy losses (PPO clip, dual clip, GSPO) with the rollout/trainer importance-sampling correction
+"""Policy losses (PPO clip, dual clip, GSPO, CISPO, GPG) with the rollout/trainer importance-sampling correction
 (:mod:`rlhf.algo.is_correction`), value loss, entropy bonus.
 
 OpenRLHF ``PolicyLoss`` and ``ValueLoss`` in ``openrlhf/models/loss.py``; the total actor loss is assembled in
@@ -22,6 +22,11 @@ from rlhf.algo.registry import Registry
 LOG_RATIO_CLAMP = 20.0
 
 
+#: ``(log_probs, old_log_probs, advantages, clip_eps_low, clip_eps_high) -> (loss[B, T], clipped[B, T])``: a per-token
+#: loss that is not PPO's clipped surrogate, and where its clip was active.
+TokenLoss = Callable[[Tensor, Tensor, Tensor, float, float], tuple[Tensor, Tensor]]
+
+
 @dataclass(frozen=True)
 class PolicyObjective:
     """How a policy loss forms its importance ratio.
@@ -30,10 +35,12 @@ class PolicyObjective:
         ratio: ``(log_probs, ref_log_probs, action_mask) -> ratio[B, T]``.
         sequence_level: one ratio per sequence (GSPO). Forces ``seq_mean`` aggregation; with IS correction enabled
             the ratio is taken against the rollout log-probs and no token IS weights are applied (OpenRLHF).
+        token_loss: replaces PPO's ``-min(ρA, clip(ρ)A)`` (CISPO, GPG); ``None``: PPO's surrogate on ``ratio``.
     """
 
     ratio: Callable[[Tensor, Tensor, Tensor], Tensor]
     sequence_level: bool
+    token_loss: TokenLoss | None = None
 
 
 POLICY_LOSSES: Registry[PolicyObjective] = Registry("policy loss")
@@ -51,8 +58,29 @@ def gspo_ratio(log_probs: Tensor, ref_log_probs: Tensor, action_mask: Tensor) ->
     return log_ratio.exp().unsqueeze(-1) * action_mask
 
 
+def cispo_token_loss(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, clip_eps_low: float, clip_eps_high: float
+) -> tuple[Tensor, Tensor]:
+    """CISPO (MiniMax-M1, arXiv 2506.13585; veRL ``compute_policy_loss_cispo``): ``L = -sg(clip(ρ, 1 - ε_low,
+    1 + ε_high)) · A · log π``. The clipped ratio is a detached weight, so a clipped token still has a gradient
+    (PPO's clip removes it); ``ε_low >= 1`` leaves the ratio unbounded below."""
+    ratio = (log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp()
+    weight = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    return -weight.detach() * advantages * log_probs, ratio != weight
+
+
+def gpg_token_loss(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, clip_eps_low: float, clip_eps_high: float
+) -> tuple[Tensor, Tensor]:
+    """GPG (Group Policy Gradient, arXiv 2504.02546; veRL ``compute_policy_loss_gpg``): plain REINFORCE, ``L = -A ·
+    log π``, no ratio and no clip (its samples are used once: one optimizer step per rollout)."""
+    return -advantages * log_probs, torch.zeros_like(log_probs, dtype=torch.bool)
+
+
 POLICY_LOSSES.add("ppo", PolicyObjective(ratio=ppo_ratio, sequence_level=False))
 POLICY_LOSSES.add("gspo", PolicyObjective(ratio=gspo_ratio, sequence_level=True))
+POLICY_LOSSES.add("cispo", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=cispo_token_loss))
+POLICY_LOSSES.add("gpg", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=gpg_token_loss))
 
 
 @dataclass(frozen=True)
@@ -114,19 +142,25 @@ def policy_loss(
     objective = POLICY_LOSSES.get(loss_type)
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+    if dual_clip is not None and objective.token_loss is not None:
+        raise ValueError(f"{loss_type} has no dual clip (it bounds PPO's surrogate): set dual_clip to None")
     correct = is_correction is not None and is_correction.enabled
     if correct and rollout_log_probs is None:
         raise ValueError(f"IS correction {is_correction} needs the rollout engine's log-probs")
 
     # GSPO with IS correction measures its sequence ratio against the sampler itself instead of reweighting tokens.
     use_rollout_ref = objective.sequence_level and correct
-    ratio = objective.ratio(log_probs, rollout_log_probs if use_rollout_ref else old_log_probs, action_mask)
-    surr1 = ratio * advantages
-    surr2 = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high) * advantages
-    clipped = torch.min(surr1, surr2)
-    if dual_clip is not None:
-        clipped = torch.where(advantages < 0, torch.max(clipped, dual_clip * advantages), clipped)
-    loss = -clipped
+    if objective.token_loss is not None:
+        loss, clip_active = objective.token_loss(log_probs, old_log_probs, advantages, clip_eps_low, clip_eps_high)
+    else:
+        ratio = objective.ratio(log_probs, rollout_log_probs if use_rollout_ref else old_log_probs, action_mask)
+        surr1 = ratio * advantages
+        surr2 = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high) * advantages
+        clipped = torch.min(surr1, surr2)
+        if dual_clip is not None:
+            clipped = torch.where(advantages < 0, torch.max(clipped, dual_clip * advantages), clipped)
+        loss = -clipped
+        clip_active = surr2 < surr1
 
     is_filter_ratio = None
     if correct and not objective.sequence_level:
@@ -135,7 +169,7 @@ def policy_loss(
         is_filter_ratio = weights.filter_ratio
 
     with torch.no_grad():
-        clip_ratio = masked_mean((surr2 < surr1).float(), action_mask)
+        clip_ratio = masked_mean(clip_active.float(), action_mask)
         ppo_kl = masked_mean(old_log_probs - log_probs, action_mask)
         rollout_kl = None if rollout_log_probs is None else masked_mean(rollout_log_probs - old_log_probs, action_mask)
     aggregated = aggregate(loss, action_mask, "seq_mean" if objective.sequence_level else aggregation, norm)

@@ -95,9 +95,10 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
         gamma=a.advantage.gamma,
         lambd=a.advantage.lambd,
         n_samples_per_prompt=spec.rollout.samples_per_prompt,
-        reward_clip_range=tuple(spec.reward.clip_range),
+        reward_clip_range=None if spec.reward.clip_range is None else tuple(spec.reward.clip_range),
         no_std_norm=a.advantage.no_std_norm,
         teacher_rewards=distill,
+        kl_before_baseline=a.kl.before_baseline,
     )
     exp.advantages, exp.returns = out.advantages, out.returns
     n = spec.rollout.samples_per_prompt
@@ -134,8 +135,14 @@ def _total_steps(spec: ExperimentSpec, n_prompts: int, warmup: int = 0) -> StepC
     warm-up's SFT steps ahead of them)."""
     t = spec.trainer
     return count_steps(
-        n_prompts, spec.rollout.prompts_per_step, "rollout.prompts_per_step", t.num_episodes, "trainer.num_episodes",
-        t.max_steps, unit="prompts", warmup=warmup,
+        n_prompts,
+        spec.rollout.prompts_per_step,
+        "rollout.prompts_per_step",
+        t.num_episodes,
+        "trainer.num_episodes",
+        t.max_steps,
+        unit="prompts",
+        warmup=warmup,
     )
 
 

@@ -7,19 +7,36 @@ Micro-batches are dicts of the experience tensors (rlhf.pipelines.experience.TEN
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
-from rlhf.algo import ISCorrection, compute_approx_kl, entropy_bonus, kl_loss, masked_mean, policy_loss, value_loss
+from rlhf.algo import (
+    ISCorrection,
+    LossNormalizer,
+    compute_approx_kl,
+    entropy_bonus,
+    kl_loss,
+    masked_mean,
+    policy_loss,
+    value_loss,
+)
+from rlhf.algo.aggregation import response_width
 from rlhf.models.forward import causal_lm_log_probs, forward_tokens, value_model_rewards, value_model_values
 from rlhf.spec import names
 from rlhf.spec.schema import ExperimentSpec
 
 # OpenRLHF's actor aggregates its KL-loss and entropy terms by token mean whatever --actor.loss_agg_mode (and GSPO)
-# choose for the policy loss (ActorPPOTrainer.training_step: aggregate_loss(kl, mask, **loss_batch_info)).
+# choose for the policy loss (ActorPPOTrainer.training_step: aggregate_loss(kl, mask, **loss_batch_info));
+# algorithm.policy_loss.terms_aggregation=policy aggregates them as the policy loss instead (veRL).
 TERM_AGGREGATION = "token_mean"
+
+
+def width_normalizer(norm: LossNormalizer | None, mask: Tensor) -> LossNormalizer:
+    """``norm`` with Dr. GRPO's divisor set to this micro-batch's longest response (aggregation_norm_from=
+    micro_batch_width, veRL 0.9.1)."""
+    return replace(norm or LossNormalizer(), constant=float(response_width(mask)))
 
 
 @dataclass(frozen=True)
@@ -36,6 +53,8 @@ class ActorLossSettings:
     is_correction: ISCorrection
     kl_unbiased_gradient: bool = False
     packing: bool = False  # trainer.packing: packed rows in the training forward (rlhf.models.packing)
+    terms_aggregation: str = TERM_AGGREGATION  # the KL-loss and entropy terms' (names.TERMS_AGGREGATIONS)
+    norm_from_width: bool = False  # Dr. GRPO's divisor: each micro-batch's longest response (veRL)
 
     @classmethod
     def from_spec(cls, spec: ExperimentSpec) -> ActorLossSettings:
@@ -54,6 +73,13 @@ class ActorLossSettings:
             is_correction=ISCorrection(*isc.axes(), *isc.bounds()),
             kl_unbiased_gradient=a.kl.unbiased_gradient,
             packing=spec.trainer.packing,
+            terms_aggregation=(
+                names.canonical_aggregation(a.policy_loss.aggregation)
+                if a.policy_loss.terms_aggregation == "policy"
+                else TERM_AGGREGATION
+            ),
+            norm_from_width=a.policy_loss.aggregation_norm is None
+            and a.policy_loss.aggregation_norm_from == "micro_batch_width",
         )
 
 
@@ -78,6 +104,8 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
     """``L_pg + kl_coef·agg(KL) [KL as loss] − entropy_coef·agg(H)`` on one micro-batch (OpenRLHF
     ActorPPOTrainer.training_step), aggregated over the whole optimizer step by ``norm``."""
     mask = mb["action_mask"]
+    if s.norm_from_width:
+        norm = width_normalizer(norm, mask)
     want_entropy = s.entropy_coef is not None
     out = causal_lm_log_probs(
         model,
@@ -128,7 +156,7 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
             mask,
             kl_coef,
             s.kl_estimator,
-            TERM_AGGREGATION,
+            s.terms_aggregation,
             norm,
             old_log_probs=old,
             unbiased_gradient=s.kl_unbiased_gradient,
@@ -139,15 +167,28 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
         with torch.no_grad():
             metrics["entropy_loss"] = masked_mean(entropy, mask)
         if s.entropy_coef:
-            loss = loss + entropy_bonus(entropy, mask, s.entropy_coef, TERM_AGGREGATION, norm)
+            loss = loss + entropy_bonus(entropy, mask, s.entropy_coef, s.terms_aggregation, norm)
     return loss, metrics
 
 
 def critic_loss_fn(
-    model, mb: dict[str, Tensor], norm, *, clip: float | None, packing: bool = False
+    model,
+    mb: dict[str, Tensor],
+    norm,
+    *,
+    clip: float | None,
+    packing: bool = False,
+    aggregation: str = "token_mean",
+    norm_from_width: bool = False,
 ) -> tuple[Tensor, dict[str, Tensor | float]]:
+    """The clipped value loss, aggregated by critic.aggregation (token mean: OpenRLHF; veRL's critic follows its
+    loss_agg_mode)."""
+    if norm_from_width:
+        norm = width_normalizer(norm, mb["action_mask"])
     values = value_model_values(model, mb["sequences"], mb["attention_mask"], packing=packing).float()
-    loss = value_loss(values, mb["values"], mb["returns"], mb["action_mask"], clip_eps=clip, norm=norm)
+    loss = value_loss(
+        values, mb["values"], mb["returns"], mb["action_mask"], clip_eps=clip, aggregation=aggregation, norm=norm
+    )
     with torch.no_grad():
         v = masked_mean(values, mb["action_mask"])
     return loss, {

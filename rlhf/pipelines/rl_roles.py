@@ -29,6 +29,7 @@ from rlhf.pipelines.rl_losses import (
 from rlhf.pipelines.role_set import RoleModels, load_models, start_role_actors
 from rlhf.pipelines.rollout_engines import PolicyEngines, RolloutEngines
 from rlhf.pipelines.weight_sync import WeightSync
+from rlhf.spec import names
 from rlhf.spec.rollout_backends import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec
 
@@ -355,7 +356,14 @@ class RLWorkers:
 
     def train_critic(self, exp: ExperienceBatch, step: int) -> dict[str, float]:
         fields = ("sequences", "attention_mask", "action_mask", "values", "returns")
-        fn = partial(critic_loss_fn, clip=self.spec.critic.value_clip, packing=self.packing)
+        pl = self.spec.algorithm.policy_loss
+        fn = partial(
+            critic_loss_fn,
+            clip=self.spec.critic.value_clip,
+            packing=self.packing,
+            aggregation=names.canonical_aggregation(self.spec.critic.aggregation),
+            norm_from_width=pl.aggregation_norm is None and pl.aggregation_norm_from == "micro_batch_width",
+        )
         return self._train(self.critic, exp, fields, fn, step, "critic")
 
     def train_actor(self, exp: ExperienceBatch, step: int) -> dict[str, float]:
@@ -374,7 +382,7 @@ class RLWorkers:
     def _train(self, group: Any, exp: ExperienceBatch, fields: tuple, fn: Any, step: int, prefix: str) -> dict:
         pl = self.spec.algorithm.policy_loss
         norm_constant = None
-        if pl.aggregation == "seq_mean_token_sum_norm":
+        if "seq_mean_token_sum_norm" in (pl.aggregation, self.spec.critic.aggregation):
             norm_constant = float(pl.aggregation_norm or self.spec.rollout.max_new_tokens)
         sums: dict[str, float] = {}
         count = 0

@@ -48,6 +48,7 @@ ESTIMATOR_TRAITS: dict[str, EstimatorTraits] = {
     "dr_grpo": EstimatorTraits(is_group=True),
     "flash_reinforce": EstimatorTraits(batch_baseline=True),
     "opd": EstimatorTraits(teacher=True),
+    "gpg": EstimatorTraits(is_group=True),
 }
 ADVANTAGE_ESTIMATORS = tuple(ESTIMATOR_TRAITS)
 # The estimators with each trait, as the messages and the converter name them.
@@ -55,14 +56,23 @@ GROUP_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.is_group)
 GAMMA_ONE_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.gamma_one)
 CRITIC_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.needs_critic)
 TEACHER_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.teacher)
-POLICY_LOSSES = ("ppo", "gspo")
-KL_ESTIMATORS = ("k1", "k2", "k3")
+POLICY_LOSSES = ("ppo", "gspo", "cispo", "gpg")
+# Policy losses that weigh log pi itself instead of clipping a surrogate: no dual clip, any lower clip bound.
+NO_SURROGATE_CLIP_LOSSES = ("cispo", "gpg")
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 KL_PLACEMENTS = ("reward", "loss")
-LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_sum")
 # OpenRLHF's --actor.loss_agg_mode names (0.11.2), accepted as they are: the same aggregation under another name.
 LOSS_AGGREGATION_ALIASES = {"token-mean": "token_mean", "seq-mean-token-mean": "seq_mean"}
 # What algorithm.policy_loss.aggregation accepts.
 LOSS_AGGREGATION_NAMES = LOSS_AGGREGATIONS + tuple(LOSS_AGGREGATION_ALIASES)
+
+
+#: algorithm.policy_loss.terms_aggregation: the KL-loss and entropy terms by token mean (OpenRLHF) or as the policy
+#: loss (veRL).
+TERMS_AGGREGATIONS = ("token_mean", "policy")
+#: algorithm.policy_loss.aggregation_norm_from: Dr. GRPO's divisor when aggregation_norm is null.
+AGGREGATION_NORM_SOURCES = ("max_new_tokens", "micro_batch_width")
 
 
 def canonical_aggregation(name: str) -> str:

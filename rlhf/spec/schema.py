@@ -34,7 +34,8 @@ class AdvantageSpec:
     estimator: str = key(
         "gae",
         "advantage estimator; flash_reinforce (OpenRLHF 0.11.2): reward minus the whole rollout batch's mean reward, "
-        "no group (one sample per prompt works), no whitening",
+        "no group (one sample per prompt works), no whitening; gpg (veRL's GPG): the group-mean-centred reward times "
+        "the batch size over the count of non-zero rewards in the batch, no whitening",
         choices=names.ADVANTAGE_ESTIMATORS,
     )
     gamma: float = key(1.0, "discount; group estimators and flash_reinforce need 1", ge=0, le=1)
@@ -46,19 +47,45 @@ class AdvantageSpec:
 class PolicyLossSpec:
     """The policy loss and how token losses are aggregated (rlhf.algo POLICY_LOSSES, LOSS_AGGREGATIONS)."""
 
-    type: str = key("ppo", "policy loss", choices=names.POLICY_LOSSES)
-    eps_clip_low: float = key(0.2, "ratio clipped below at 1 - eps_clip_low", ge=0, lt=1)
+    type: str = key(
+        "ppo",
+        "policy loss: ppo (clipped surrogate; OpenRLHF, veRL vanilla) | gspo (sequence ratio) | cispo (MiniMax-M1, "
+        "from veRL: the clipped ratio is a detached weight on A x log pi, so clipped tokens keep a gradient; no dual "
+        "clip) | gpg (from veRL: -A x log pi, no ratio, no clip)",
+        choices=names.POLICY_LOSSES,
+    )
+    eps_clip_low: float = key(
+        0.2,
+        "ratio clipped below at 1 - eps_clip_low (< 1; cispo: >= 1 leaves it unbounded below, as veRL's example)",
+        ge=0,
+    )
     eps_clip_high: float = key(0.2, "ratio clipped above at 1 + eps_clip_high (> eps_clip_low: DAPO clip-higher)", ge=0)
-    dual_clip: float | None = key(None, "dual-clip constant c (null: off)", gt=1)
+    dual_clip: float | None = key(None, "dual-clip constant c (null: off; ppo and gspo only)", gt=1)
     aggregation: str = key(
         "token_mean",
         "how token losses become one loss: token_mean (one token mean over the optimizer step) | seq_mean (mean of "
-        "each sequence's token mean: every sample weighs the same) | seq_mean_token_sum | seq_mean_token_sum_norm; "
-        "OpenRLHF's --actor.loss_agg_mode names token-mean and seq-mean-token-mean are the first two",
+        "each sequence's token mean: every sample weighs the same) | seq_mean_token_sum | seq_mean_token_sum_norm | "
+        "token_sum (veRL's token-sum: the sum over every token of the step, no mean); OpenRLHF's --actor.loss_agg_mode "
+        "names token-mean and seq-mean-token-mean are the first two",
         choices=names.LOSS_AGGREGATION_NAMES,
     )
     aggregation_norm: int | None = key(
-        None, "constant normaliser of seq_mean_token_sum_norm (null: rollout.max_new_tokens)", ge=1
+        None, "constant normaliser of seq_mean_token_sum_norm (null: aggregation_norm_from decides)", ge=1
+    )
+    aggregation_norm_from: str = key(
+        "max_new_tokens",
+        "what seq_mean_token_sum_norm (Dr. GRPO) divides by when aggregation_norm is null: max_new_tokens "
+        "(rollout.max_new_tokens, one constant for the run; ours) | micro_batch_width (the longest response of each "
+        "micro-batch, which changes from one to the next: veRL 0.9.1 without loss_scale_factor, which pads each "
+        "micro-batch to its longest response and divides by that width)",
+        choices=names.AGGREGATION_NORM_SOURCES,
+    )
+    terms_aggregation: str = key(
+        "token_mean",
+        "how the KL-loss (kl.placement=loss) and entropy terms are aggregated: token_mean whatever aggregation says "
+        "(OpenRLHF) | policy: with the policy loss's aggregation as configured (veRL, whose actor aggregates both with "
+        "its loss_agg_mode)",
+        choices=names.TERMS_AGGREGATIONS,
     )
     entropy_coef: float | None = key(None, "entropy bonus weight (null: entropy not computed; 0: logged only)", ge=0)
 
@@ -68,7 +95,12 @@ class KLSpec:
     """The KL penalty against the reference model."""
 
     coef: float = key(0.01, "initial KL coefficient; 0 removes the reference model", ge=0)
-    estimator: str = key("k1", "KL estimator", choices=names.KL_ESTIMATORS)
+    estimator: str = key(
+        "k1",
+        "KL estimator of log r = log pi - log pi_ref: k1 (log r) | k2 (log r squared / 2) | k3 (exp(-log r) - 1 + "
+        "log r) | abs (|log r|, veRL's abs); each clamped to [-10, 10] here (veRL clamps k3 only)",
+        choices=names.KL_ESTIMATORS,
+    )
     placement: str = key(
         "reward",
         "reward: folded into the per-token reward; loss: added to the policy loss",
@@ -76,6 +108,13 @@ class KLSpec:
     )
     target: float | None = key(None, "adaptive controller (Ziegler et al.) toward this KL (null: fixed coef)", gt=0)
     horizon: int = key(10000, "adaptive controller horizon, in samples", ge=1)
+    before_baseline: bool = key(
+        False,
+        "placement=reward with an estimator that subtracts a baseline (group_norm, dr_grpo, rloo, reinforce_baseline, "
+        "flash_reinforce): false: the baseline (and std) is taken on the raw score and -coef x KL is added per token "
+        "after it, so the advantage varies along the response (OpenRLHF); true: coef x the sequence's summed KL is "
+        "subtracted from its score before the baseline and std, one advantage per sequence (veRL use_kl_in_reward)",
+    )
     unbiased_gradient: bool = key(
         False,
         "placement=loss only: the loss keeps the estimator's value but its gradient is the true reverse-KL one, "
@@ -566,7 +605,14 @@ class TrainerSpec:
 
 @dataclass(frozen=True)
 class DataSpec:
-    """Datasets and how rows become tokens (OpenRLHF data.* flags)."""
+    """Datasets and how rows become tokens (OpenRLHF data.* flags).
+
+    The *_key settings name a column, or a dotted path into nested fields (veRL: reward_model.ground_truth,
+    extra_info.question; prompt.0.content indexes a list). Left at their defaults, they are read from the columns of
+    TRL's formats and veRL's parquet layout, said in one line of the data report: RL prompt (+ reward_model,
+    data_source: veRL); SFT prompt + completion, messages, conversations (ShareGPT), text, or veRL's
+    extra_info.question/.answer; preference prompt + chosen + rejected; KTO prompt + completion + label (or pairs,
+    unpaired). Every RL column but the prompt reaches reward functions (a record's columns dict), as TRL passes them."""
 
     train_files: list[str] = key(
         factory=list,
@@ -580,14 +626,28 @@ class DataSpec:
     eval_files: list[str] = key(factory=list, doc="evaluation datasets (same forms as train_files)")
     eval_split: str = key("train", "split of the eval datasets", nonempty=True)
     eval_fraction: float = key(0.0, "hold out this fraction of train when no eval files are given", ge=0, lt=1)
-    input_key: str = key("input", "column of the prompt (or SFT input)", nonempty=True)
-    output_key: str | None = key(None, "SFT: column of the response")
-    prompt_key: str | None = key(None, "preference data: column of a shared prompt")
+    input_key: str = key(
+        "input",
+        "column of the prompt (or SFT input): a string or a chat message list; dotted for a nested field; where the "
+        "rows lack it, read from TRL's/veRL's columns (prompt, messages, conversations, text, extra_info.question)",
+        nonempty=True,
+    )
+    output_key: str | None = key(None, "SFT: column of the response (null: read from TRL's completion column)")
+    prompt_key: str | None = key(None, "preference data: column of a shared prompt (null: TRL's prompt column)")
     chosen_key: str = key("chosen", "preference data: column of the chosen response", nonempty=True)
     rejected_key: str = key("rejected", "preference data: column of the rejected response", nonempty=True)
-    label_key: str | None = key(None, "RL: column passed to the reward as the label (answer)")
+    label_key: str | None = key(
+        None,
+        "RL: column passed to the reward as the label (answer), dotted for a nested field (veRL: "
+        "reward_model.ground_truth, read so from veRL's columns when null); a struct is refused naming its keys; "
+        "KTO: the desirable flag (null: TRL's label column)",
+    )
     margin_key: str | None = key(None, "RM: column of the pair's margin")
-    datasource_key: str = key("datasource", "column naming a row's source (eval metrics per source)", nonempty=True)
+    datasource_key: str = key(
+        "datasource",
+        "column naming a row's source (eval metrics per source); where the rows lack it, veRL's data_source",
+        nonempty=True,
+    )
     input_template: str | None = key(None, 'e.g. "User: {}\\nAssistant: "; {} is the input', contains="{}")
     apply_chat_template: bool = key(True, "render inputs with the tokenizer's chat template")
     max_len: int = key(2048, "prompt + response tokens", ge=2)
@@ -606,12 +666,41 @@ class DataSpec:
     pretrain_mode: bool = key(False, "SFT: loss on all tokens")
 
 
+#: reward.contract's values (rlhf.rewards.contracts.CONTRACTS holds the same names, a test pins it).
+REWARD_CONTRACTS = ("auto", "openrlhf", "verl", "trl")
+#: reward.multi_objective_aggregation's values (TRL's GRPOConfig.multi_objective_aggregation).
+REWARD_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
+
+
 @dataclass(frozen=True)
 class RewardSpec:
     """Where RL rewards come from: exactly one of model_path, function, urls, verifier (or an agent)."""
 
     model_path: str = key("", "reward model (sequence classification / value head)")
-    function: str = key("", "python file defining reward_func(queries, prompts, labels)")
+    # Any: one reference or a list of them, as TRL's --reward_funcs; rlhf.spec.validate checks the form.
+    function: Any = key(
+        "",
+        "reward function(s), one or a list: FILE.py (its reward_func, else compute_score), FILE.py:NAME, or a dotted "
+        "import path (trl.rewards.accuracy_reward; TRL's CLI names accuracy_reward, think_format_reward, ... alone "
+        "work too); each read in the contract its signature shows (reward.contract)",
+    )
+    contract: str = key(
+        "auto",
+        "how reward.function is called: auto (by its signature, never its name) | openrlhf (reward_func(queries, "
+        "prompts, labels) per batch) | verl (compute_score(data_source, solution_str, ground_truth, extra_info) per "
+        "sample) | trl (f(prompts, completions, completion_ids, **columns) by keyword, a float or None each)",
+        choices=REWARD_CONTRACTS,
+    )
+    weights: list[float] = key(
+        factory=list,
+        doc="one weight per reward.function entry (TRL's reward_weights); empty: 1.0 each",
+    )
+    multi_objective_aggregation: str = key(
+        "sum_then_normalize",
+        "several reward functions (TRL's): sum_then_normalize (weighted sum, then the advantage's baseline) | "
+        "normalize_then_sum (GDPO: each function z-scored in its group, std + 1e-4, then the weighted sum)",
+        choices=REWARD_AGGREGATIONS,
+    )
     urls: list[str] = key(factory=list, doc="HTTP endpoints of the remote reward protocol")
     verifier: str = key(
         "",
@@ -625,12 +714,23 @@ class RewardSpec:
     timeout_s: float = key(180.0, "remote reward: seconds per request", gt=0)
     retries: int = key(5, "remote reward: retries per request", ge=0)
     request_batch: int = key(64, "remote reward: samples per HTTP request", ge=1)
-    clip_range: list[float] = key(
-        factory=lambda: [-10.0, 10.0], doc="[low, high] rewards are clipped to", length=2, increasing=True
+    clip_range: list[float] | None = key(
+        factory=lambda: [-10.0, 10.0],
+        doc="[low, high] rewards are clipped to; null: not clipped (OpenRLHF always clips, [-10, 10] by default; veRL "
+        "never clips scores)",
+        length=2,
+        increasing=True,
     )
     normalize: bool = key(False, "(r - mean) / std with the statistics saved by RM training")
     offload: bool = key(False, "reward model weights in host memory")
     value_head_prefix: str = key("score", "attribute name of the reward model's value head", nonempty=True)
+
+    def functions(self) -> list[str]:
+        """reward.function as a list of references (empty when unset)."""
+        f = self.function
+        if not f:
+            return []
+        return [f] if isinstance(f, str) else [str(x) for x in f]
 
 
 @dataclass(frozen=True)
@@ -643,6 +743,14 @@ class CriticSpec:
         "the policy's",
     )
     value_clip: float | None = key(0.5, "value loss clipping (null: off)", gt=0)
+    aggregation: str = key(
+        "token_mean",
+        "how the value loss's token terms become one loss, the names of algorithm.policy_loss.aggregation: token_mean "
+        "(OpenRLHF, whatever the actor's aggregation) | seq_mean | seq_mean_token_sum | seq_mean_token_sum_norm (its "
+        "divisor as the policy's: aggregation_norm, aggregation_norm_from); veRL's critic follows its own "
+        "loss_agg_mode, the actor's by default",
+        choices=names.LOSS_AGGREGATION_NAMES,
+    )
     freezing_steps: int = key(0, "the policy is not trained during the first N steps", ge=0)
     save_value_network: bool = key(False, "also save the critic as a Hugging Face folder at the end")
 

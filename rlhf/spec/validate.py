@@ -66,7 +66,26 @@ def model_folder_problem(path: str) -> str | None:
         return "is a file: give the model's folder"
     if not (folder / "config.json").is_file():
         return "no config.json in that folder: give a folder written by save_pretrained (e.g. a run's model/)"
+    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES):
+        return (
+            "no weights in that folder (no *.safetensors or *.bin beside config.json): give a folder written by "
+            "save_pretrained (e.g. a run's model/), or copy the weight files in"
+        )
     return None
+
+
+#: What a save_pretrained folder holds its weights in (sharded ones have an index beside the shards).
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+#: What AutoTokenizer reads from a model folder.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
+def tokenizer_folder_problem(path: str) -> str | None:
+    """What is wrong with the local folder ``path`` as the tokenizer's, or None (a hub name is not checked)."""
+    folder = Path(os.path.expanduser(path))
+    if not folder.is_dir() or any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return None
+    return f"no tokenizer files in that folder ({', '.join(TOKENIZER_FILES[:2])}, ...)"
 
 
 class _Collector:
@@ -186,6 +205,20 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             f"{est} runs without a critic; remove the critic's devices or use algorithm=ppo (gae)",
         )
     pl = a.policy_loss
+    if pl.type in names.NO_SURROGATE_CLIP_LOSSES:
+        c.require(
+            pl.dual_clip is None,
+            "algorithm.policy_loss.dual_clip",
+            pl.dual_clip,
+            f"{pl.type} has no clipped surrogate for a dual clip to bound: remove it (null)",
+        )
+    else:
+        c.require(
+            pl.eps_clip_low < 1,
+            "algorithm.policy_loss.eps_clip_low",
+            pl.eps_clip_low,
+            f"{pl.type} clips the ratio below at 1 - eps_clip_low, which must stay > 0: use a value < 1",
+        )
     if pl.type == "gspo":
         c.require(
             names.canonical_aggregation(pl.aggregation) == "seq_mean",
@@ -459,16 +492,25 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
         if problem:
             also = " (model.make_local=true makes a random model only when model.path is empty)" if m.make_local else ""
             c.errors.append(SpecError("model.path", m.path, problem + also))
+        elif not m.tokenizer_path and _looks_local(m.path):
+            missing = tokenizer_folder_problem(m.path)
+            if missing:
+                c.errors.append(
+                    SpecError("model.path", m.path, f"{missing}: set model.tokenizer_path to a folder with them")
+                )
     elif not m.make_local:
         c.errors.append(
             SpecError("model.path", "", "give a local model folder or a hub name (org/name), or model.make_local=true")
         )
+    if m.tokenizer_path and _looks_local(m.tokenizer_path):
+        missing = tokenizer_folder_problem(m.tokenizer_path)
+        if missing:
+            c.errors.append(SpecError("model.tokenizer_path", m.tokenizer_path, missing))
     for key in (
         "reward.model_path",
         "critic.model_path",
         "reference.model_path",
         "teacher.model_path",
-        "reward.function",
         "agent.path",
     ):
         section, attr = key.split(".")
@@ -516,6 +558,30 @@ def _check_paths(spec: ExperimentSpec, c: _Collector) -> None:
     if res not in names.RESUME_MODES:
         c.require(Path(res).expanduser().exists(), "checkpoint.resume", res, "auto, never, or an existing checkpoint")
     _check_init_from(spec, c)
+
+
+def _check_reward_functions(spec: ExperimentSpec, c: _Collector) -> None:
+    """reward.function: a string or a list of them, each file named existing (FILE.py or FILE.py:NAME); one
+    reward.weights value per function."""
+    r = spec.reward
+    f = r.function
+    if f and not (isinstance(f, str) or (isinstance(f, list) and all(isinstance(x, str) and x for x in f))):
+        c.errors.append(SpecError("reward.function", f, "give a reference (FILE.py, FILE.py:NAME, a.b.fn) or a list"))
+        return
+    refs = r.functions()
+    for i, ref in enumerate(refs):
+        key = "reward.function" if isinstance(f, str) else f"reward.function[{i}]"
+        file, sep, name = ref.rpartition(":")
+        path = file if sep and file.endswith(".py") else ref
+        if _looks_local(path) or path.endswith(".py"):
+            c.require(os.path.exists(os.path.expanduser(path)), key, ref, "no such file or folder")
+    if r.weights:
+        c.require(
+            len(r.weights) == len(refs),
+            "reward.weights",
+            list(r.weights),
+            f"give one weight per reward.function entry ({len(refs)}), or none (1.0 each)",
+        )
 
 
 def _check_init_from(spec: ExperimentSpec, c: _Collector) -> None:
@@ -654,6 +720,7 @@ def validate(spec: ExperimentSpec) -> list[SpecError]:
     _check_deepspeed_on_gpus(spec, d, c)
     _check_warmup(spec, c)
     _check_paths(spec, c)
+    _check_reward_functions(spec, c)
     _check_recording(spec, c)
     _check_logging(spec, c)
     for key, value, fix in local_problems(spec, d):  # launch.executor=local asked for what only Ray hosts

@@ -44,7 +44,8 @@ def test_unknown_name_lists_valid_names_and_is_both_key_and_value_error() -> Non
 
 def test_real_registry_unknown_name_lists_every_estimator() -> None:
     with pytest.raises(
-        KeyError, match="valid: dr_grpo, flash_reinforce, gae, group_norm, opd, reinforce, reinforce_baseline, rloo"
+        KeyError,
+        match="valid: dr_grpo, flash_reinforce, gae, gpg, group_norm, opd, reinforce, reinforce_baseline, rloo",
     ):
         algo.ADVANTAGE_ESTIMATORS.get("grpo")
 
@@ -54,13 +55,23 @@ def test_real_registry_unknown_name_lists_every_estimator() -> None:
     [
         (
             algo.ADVANTAGE_ESTIMATORS,
-            {"gae", "reinforce", "reinforce_baseline", "rloo", "group_norm", "dr_grpo", "flash_reinforce", "opd"},
+            {
+                "gae",
+                "reinforce",
+                "reinforce_baseline",
+                "rloo",
+                "group_norm",
+                "dr_grpo",
+                "flash_reinforce",
+                "opd",
+                "gpg",
+            },
         ),
-        (algo.POLICY_LOSSES, {"ppo", "gspo"}),
-        (algo.KL_ESTIMATORS, {"k1", "k2", "k3"}),
+        (algo.POLICY_LOSSES, {"ppo", "gspo", "cispo", "gpg"}),
+        (algo.KL_ESTIMATORS, {"k1", "k2", "k3", "abs"}),
         (
             algo.LOSS_AGGREGATIONS,
-            {"token_mean", "seq_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"}
+            {"token_mean", "seq_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_sum"}
             | {"token-mean", "seq-mean-token-mean"},  # OpenRLHF's --actor.loss_agg_mode names
         ),
         (algo.IS_GATINGS, {"ratio", "binary_kl", "tv"}),

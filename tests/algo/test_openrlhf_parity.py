@@ -20,6 +20,10 @@ from rlhf.algo import ISCorrection, LossNormalizer, compute_advantages_and_retur
 from rlhf.spec import names
 
 SEEDS = range(3)
+# What OpenRLHF 0.11.2 has: the entries taken from veRL (cispo, gpg, abs) have their own parity tests
+# (tests/algo/test_verl_parity.py).
+OPENRLHF_KL_ESTIMATORS = ("k1", "k2", "k3")
+OPENRLHF_POLICY_LOSSES = ("ppo", "gspo")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +44,7 @@ def _grad(fn, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 # -- KL ------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("estimator", names.KL_ESTIMATORS)
+@pytest.mark.parametrize("estimator", OPENRLHF_KL_ESTIMATORS)
 @pytest.mark.parametrize("unbiased", [False, True])
 @pytest.mark.parametrize("with_old", [False, True])
 @pytest.mark.parametrize("seed", SEEDS)
@@ -123,7 +127,7 @@ VALID = [(lv, m, gt) for lv, m, gt in GRID if not (m == "clip" and (lv == "seq" 
 
 
 @pytest.mark.parametrize(("level", "mode", "gating"), VALID)
-@pytest.mark.parametrize("loss_type", names.POLICY_LOSSES)
+@pytest.mark.parametrize("loss_type", OPENRLHF_POLICY_LOSSES)
 @pytest.mark.parametrize("agg_mode", ["token-mean", "seq-mean-token-mean"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_policy_loss_matches_openrlhf(ref, level, mode, gating, loss_type, agg_mode, seed):

@@ -70,7 +70,7 @@ def test_a_second_run_into_a_held_folder_is_refused_at_once_and_a_failed_resume_
     check_free(run_dir)  # released with the first run's end
     assert json.loads(recorded)["argv"][0] == "+recipe=grpo_tiny_cpu"
 
-    # --resume with an override that fails when the run loads its model (a folder with a config and no weights)
+    # --resume with an override that fails before the run starts (another model: refused by the resume's rules)
     empty = tmp_path / "no_weights"
     empty.mkdir()
     (empty / "config.json").write_text('{"model_type": "llama"}')

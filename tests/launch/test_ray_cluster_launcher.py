@@ -35,8 +35,8 @@ JOBS = {
         "rollout": {"num_engines": 2},
         "trainer": {"micro_batch_per_device": 8},
     },
-    # passes validation (the folder has a config.json), fails when the job loads it; the third job: it waits for
-    # one of the first two to end (max_concurrent=2), so a third job that trains would prove nothing more
+    # passes validation (the folder has the files it looks for), fails when the job loads it; the third job: it waits
+    # for one of the first two to end (max_concurrent=2), so a third job that trains would prove nothing more
     "c_no_model_there": {"model": {"make_local": False, "path": "EMPTY"}},
 }
 
@@ -73,9 +73,11 @@ def run_on_two_nodes(workdir: Path, *commands: list[str]) -> dict:
 
 
 def test_sweep_jobs_run_side_by_side_each_with_its_plans_bundles(tmp_path):
-    empty = tmp_path / "empty_model"  # a config.json passes validation; no tokenizer nor weights fails the load
+    empty = tmp_path / "empty_model"  # its files pass validation (which loads nothing); empty ones fail the load
     empty.mkdir()
     (empty / "config.json").write_text('{"model_type": "llama"}')
+    (empty / "model.safetensors").write_bytes(b"")
+    (empty / "tokenizer.json").write_text("{}")
     write_recipes(tmp_path / "conf", empty)
     never = ["-m", "hydra/launcher=ray_cluster", "+recipe=a_one_bundle", "-cd", "conf", "hardware.cpus_per_node=2,8"]
     sweep = [

@@ -25,7 +25,7 @@ IMPOSSIBLE = [
     (CPU_RL, "launch.executor=mpi", "launch.executor", "one of auto, ray, local"),
     (CPU_RL, "algorithm.advantage.lambd=-1.0", "algorithm.advantage.lambd", "[0, 1]"),
     (CPU_RL, "algorithm.advantage.gamma=1.5", "algorithm.advantage.gamma", "[0, 1]"),
-    (CPU_RL, "algorithm.policy_loss.eps_clip_low=1.2", "algorithm.policy_loss.eps_clip_low", "[0, 1)"),
+    (CPU_RL, "algorithm.policy_loss.eps_clip_low=1.2", "algorithm.policy_loss.eps_clip_low", "a value < 1"),
     (CPU_RL, "algorithm.policy_loss.eps_clip_high=-0.1", "algorithm.policy_loss.eps_clip_high", ">= 0"),
     (CPU_RL, "algorithm.policy_loss.dual_clip=0.5", "algorithm.policy_loss.dual_clip", "> 1"),
     (CPU_RL, "algorithm.policy_loss.aggregation_norm=0", "algorithm.policy_loss.aggregation_norm", ">= 1"),

@@ -27,7 +27,26 @@ def model_folder(tmp_path: Path) -> Path:
     folder = tmp_path / "sft" / "model"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (folder / "model.safetensors").write_bytes(b"")  # validation looks for the files, it loads nothing
+    (folder / "tokenizer.json").write_text("{}")
     return folder
+
+
+def test_a_model_folder_without_weights_is_refused_before_anything_loads(model_folder):
+    (model_folder / "model.safetensors").unlink()
+    errs = errors(TINY + [f"model.path={model_folder}"])
+    assert "no weights in that folder" in errs["model.path"] and "save_pretrained" in errs["model.path"]
+
+
+def test_a_model_folder_without_a_tokenizer_asks_for_model_tokenizer_path(model_folder, tmp_path):
+    (model_folder / "tokenizer.json").unlink()
+    errs = errors(TINY + [f"model.path={model_folder}"])
+    assert "no tokenizer files in that folder" in errs["model.path"] and "model.tokenizer_path" in errs["model.path"]
+    elsewhere = tmp_path / "tok"
+    elsewhere.mkdir()
+    assert "model.tokenizer_path" in errors(TINY + [f"model.path={model_folder}", f"model.tokenizer_path={elsewhere}"])
+    (elsewhere / "tokenizer_config.json").write_text("{}")
+    assert errors(TINY + [f"model.path={model_folder}", f"model.tokenizer_path={elsewhere}"]) == {}
 
 
 def test_a_mistyped_path_with_make_local_is_refused_naming_both_keys(tmp_path):

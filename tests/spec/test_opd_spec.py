@@ -30,6 +30,7 @@ def save_byte_tokenizer(folder: Path, extra_tokens: tuple[str, ...] = ()) -> Pat
         tok.add_special_tokens({"additional_special_tokens": list(extra_tokens)})
     tok.save_pretrained(folder)
     (folder / "config.json").write_text("{}")  # a model folder as validation sees one (nothing is loaded)
+    (folder / "model.safetensors").write_bytes(b"")
     return folder
 
 

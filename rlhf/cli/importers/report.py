@@ -1,6 +1,7 @@
 """The import report, for every importer: one line per flag or override as written, with what it became.
 
-Markers: ``->`` written to the recipe; ``==`` carried over but equal to the chosen options (nothing to write);
+Markers: ``->`` written to the recipe; ``~>`` written, but the math here differs from the source's in the way the line
+says (veRL's report); ``==`` carried over but equal to the chosen options (nothing to write);
 ``--`` no equivalent (unsupported, GPU-only, superseded, not needed, removed upstream, or coming: a key this
 version's schema does not have yet); ``~~`` set again later; ``??`` its value is unknown here (set outside the
 script: a placeholder in the recipe); ``!!`` unrecognised (not a flag or key of the entry point, or a malformed
@@ -15,8 +16,10 @@ from rlhf.cli.importers.placeholders import UNKNOWN
 from rlhf.cli.importers.recipe import Recipe, _scalar
 
 WRITTEN, EQUAL, NONE, OVERRIDDEN, UNRECOGNISED = "->", "==", "--", "~~", "!!"
+DIFFERS = "~>"
 LABELS = (
     (WRITTEN, "written"),
+    (DIFFERS, "written, math differs"),
     (EQUAL, "as here already"),
     (NONE, "without equivalent"),
     (OVERRIDDEN, "set twice"),
@@ -77,7 +80,8 @@ def render(
     counts = {m: sum(r.marker == m for r in rows) for m, _ in LABELS}
     out = [
         title,
-        "  " + ", ".join(f"{counts[m]} {label}" for m, label in LABELS),
+        # "math differs" only where an importer says so (veRL's): other reports keep their counts line.
+        "  " + ", ".join(f"{counts[m]} {label}" for m, label in LABELS if m != DIFFERS or counts[m]),
         "",
         "recipe: " + ", ".join(f"{g}={o}" for g, o in recipe.choices.items()),
         "",

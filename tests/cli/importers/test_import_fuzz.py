@@ -148,10 +148,11 @@ def assert_converts_cleanly(verb: str, script: str) -> None:
         asked = {k.rsplit(".", 1)[-1] for k in REQUIRED_LINE.findall(text)}
         assert written == asked, text
 
+
 def test_a_control_character_or_line_break_in_a_model_path_stays_inside_its_comment():
     # found by the fuzz below: the path is quoted as a value, but the recipe's purpose comment took it raw, and
     # YAML refuses a control character anywhere in a file (a line break would have ended the comment)
-    for path in ("h\"\x18\U0009f7dbP", "org/a\nb: 1"):
+    for path in ('h"\x18\U0009f7dbP', "org/a\nb: 1"):
         script = f"python3 -m openrlhf.cli.train_sft --pretrain $'{path.encode('unicode_escape').decode()}'\n"
         assert_converts_cleanly("import-openrlhf", script)
 

@@ -71,8 +71,11 @@ def test_sample_command_becomes_a_recipe_that_validates_and_plans(name, in_tmp):
     checked = _checked(conv, in_tmp, name)
     assert _real(checked.errors) == []
     assert plan(checked.spec).verdict()
-    # The only values left to the user: the label column of veRL's nested ground truth (RL), nothing else.
-    assert checked.needs == (["data.label_key"] if algorithm != "sft" else [])
+    # Nothing left to the user: veRL's nested fields are read as they are (data.label_key, dotted), its scorer too.
+    assert checked.needs == []
+    if algorithm != "sft":
+        assert checked.spec.data.label_key == "reward_model.ground_truth"
+        assert checked.spec.reward.contract == "verl"
 
 
 @pytest.mark.parametrize("name", [n for n, (_, algo, _) in SAMPLE.items() if not algo], ids=str)
@@ -132,7 +135,7 @@ def test_estimators_with_the_same_arithmetic_map(estimator, ours):
     assert not m.outcomes[0].none
 
 
-@pytest.mark.parametrize("estimator", ["remax", "gpg", "opo", "grpo_passk", "optimal_token_baseline", "gdpo"])
+@pytest.mark.parametrize("estimator", ["remax", "opo", "grpo_passk", "optimal_token_baseline", "gdpo"])
 def test_other_estimators_are_reported_with_the_closest_one_used(estimator):
     m = map_command(split_command(_cmd(f"algorithm.adv_estimator={estimator}").split()))
     assert m.outcomes[0].none.startswith("unsupported")
@@ -242,7 +245,7 @@ def test_rollout_hardware_and_data(in_tmp):
     assert _real(_checked(conv, in_tmp).errors) == []
 
 
-def test_sft_devices_come_from_torchrun_and_nested_fields_are_placeholders(in_tmp):
+def test_sft_devices_come_from_torchrun_and_nested_fields_are_read_by_dotted_keys(in_tmp):
     conv = _convert(
         "torchrun --nnodes=1 --nproc_per_node=2 -m verl.trainer.fsdp_sft_trainer "
         "data.train_files=./data/sft_train.parquet "
@@ -251,9 +254,9 @@ def test_sft_devices_come_from_torchrun_and_nested_fields_are_placeholders(in_tm
         "model.partial_pretrain=Qwen/Qwen2.5-0.5B-Instruct trainer.total_epochs=2"
     )
     checked = _checked(conv, in_tmp)
-    assert checked.errors == [] and checked.needs == ["data.input_key", "data.output_key"]
+    assert checked.errors == [] and checked.needs == []
     assert (checked.spec.hardware.devices_per_node, checked.spec.trainer.epochs) == (2, 2)
-    assert "extra_info.question" in conv.recipe.placeholders["data.input_key"].comment()
+    assert (checked.spec.data.input_key, checked.spec.data.output_key) == ("extra_info.question", "extra_info.answer")
 
 
 def test_values_set_outside_the_script_become_placeholders_never_a_crash(in_tmp):
@@ -321,10 +324,11 @@ def test_cli_writes_recipe_and_report_and_checks_the_plan(in_tmp, capsys):
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "veRL verl.trainer.main_ppo: " in out and "verdict:" in out
-    assert "fill in before running (1" in out and "data.label_key (required; reward_model.ground_truth" in out
+    assert "fill in before running" not in out and "data.label_key=reward_model.ground_truth" in out
+    assert "reward.function=verl.utils.reward_score.default_compute_score" in out
     assert (in_tmp / "report.txt").read_text() in out
     text = (in_tmp / "grpo.yaml").read_text()
-    assert "  - override /algorithm: grpo" in text and "label_key: ???" in text
+    assert "  - override /algorithm: grpo" in text and "  label_key: reward_model.ground_truth" in text
     assert f"  samples_per_prompt: 8  # {R}.n" in text
 
 
@@ -404,3 +408,101 @@ def test_the_sft_trainers_token_budget_is_carried(in_tmp):
         "data.use_dynamic_bsz=False data.max_token_len_per_gpu=4096 model.path=Qwen/Qwen2.5-0.5B"
     )
     assert "trainer.max_tokens_per_micro_batch" not in off.recipe.values
+
+
+# -- where veRL's math differs from OpenRLHF's: the converter writes veRL's choice (issue 35) ------------------------
+
+
+def _values(*overrides: str) -> dict:
+    return map_command(split_command(_cmd(*overrides).split())).values
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus_baseline"])
+def test_kl_in_the_reward_of_a_group_estimator_comes_off_the_score_before_the_baseline(estimator):
+    v = _values(f"algorithm.adv_estimator={estimator}", "algorithm.use_kl_in_reward=True")
+    assert v["algorithm.kl.placement"] == "reward"
+    assert v["algorithm.kl.before_baseline"] is True
+    # Without a baseline (gae, reinforce_plus_plus) veRL folds the KL per token, as here: nothing to write.
+    assert "algorithm.kl.before_baseline" not in _values(
+        "algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=True"
+    )
+    assert "algorithm.kl.before_baseline" not in _values(
+        f"algorithm.adv_estimator={estimator}", f"{A}.use_kl_loss=True"
+    )
+
+
+def test_scores_are_never_clipped_in_a_converted_recipe():
+    assert _values("algorithm.adv_estimator=grpo")["reward.clip_range"] is None
+
+
+def test_clip_ratio_alone_changes_nothing_in_verl_0_9_1():
+    conv = convert_words(words_from_script(_cmd("algorithm.adv_estimator=grpo", f"{A}.clip_ratio=0.3", MODEL), "r"))
+    v = conv.mapping.values
+    assert (v["algorithm.policy_loss.eps_clip_low"], v["algorithm.policy_loss.eps_clip_high"]) == (0.2, 0.2)
+    assert "no effect in veRL 0.9.1" in _rows(conv)[f"{A}.clip_ratio=0.3"].detail
+    v = _values(f"{A}.clip_ratio_low=0.1", f"{A}.clip_ratio_high=0.28")
+    assert (v["algorithm.policy_loss.eps_clip_low"], v["algorithm.policy_loss.eps_clip_high"]) == (0.1, 0.28)
+
+
+@pytest.mark.parametrize(
+    ("mode", "terms", "norm_from"),
+    [
+        ("token-mean", None, None),
+        ("seq-mean-token-mean", "policy", None),
+        ("seq-mean-token-sum-norm", "policy", "micro_batch_width"),
+    ],
+)
+def test_kl_and_entropy_terms_and_dr_grpo_divisor_follow_loss_agg_mode(mode, terms, norm_from):
+    v = _values("algorithm.adv_estimator=grpo", f"{A}.loss_agg_mode={mode}")
+    assert v.get("algorithm.policy_loss.terms_aggregation") == terms
+    assert v.get("algorithm.policy_loss.aggregation_norm_from") == norm_from
+    # loss_scale_factor is a constant divisor: the width no longer matters.
+    v = _values(f"{A}.loss_agg_mode=seq-mean-token-sum-norm", f"{A}.loss_scale_factor=512")
+    assert v["algorithm.policy_loss.aggregation_norm"] == 512
+    assert "algorithm.policy_loss.aggregation_norm_from" not in v
+
+
+def test_the_critic_aggregates_by_its_own_mode_else_the_actors():
+    gae = "algorithm.adv_estimator=gae"
+    assert _values(gae)["critic.aggregation"] == "token_mean"
+    assert _values(gae, f"{A}.loss_agg_mode=seq-mean-token-sum")["critic.aggregation"] == "seq_mean_token_sum"
+    own = _values(gae, f"{A}.loss_agg_mode=seq-mean-token-sum", "critic.loss_agg_mode=token-mean")
+    assert own["critic.aggregation"] == "token_mean"
+    assert "critic.aggregation" not in _values("algorithm.adv_estimator=grpo")
+
+
+def test_cispo_example_converts_to_the_cispo_preset_without_a_dual_clip(in_tmp):
+    conv = _convert(SAMPLE["cispo"][0])
+    v = conv.mapping.values
+    assert conv.recipe.choices["algorithm"] == "cispo"
+    assert (v["algorithm.policy_loss.type"], v["algorithm.policy_loss.eps_clip_low"]) == ("cispo", 10.0)
+    assert "algorithm.policy_loss.dual_clip" not in v
+    checked = _checked(conv, in_tmp, "cispo")
+    assert _real(checked.errors) == []
+    assert checked.spec.algorithm.policy_loss.dual_clip is None
+    assert plan(checked.spec).verdict()
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        (f"{A}.kl_loss_type=low_var_kl+", "straight-through"),
+        (f"{A}.kl_loss_type=mse", "clamped to [-10, 10]"),
+        (f"{A}.policy_loss.loss_mode=gspo", "neither in veRL's"),
+        ("algorithm.adv_estimator=reinforce_plus_plus", "N/(N-1)"),
+    ],
+)
+def test_report_marks_what_computes_otherwise_with_a_tilde_arrow(override, words):
+    text = _cmd(f"{A}.use_kl_loss=True", override, MODEL)
+    row = _rows(convert_words(words_from_script(text, "r")))[override]
+    assert row.marker == "~>"
+    assert words in row.detail
+
+
+def test_report_keeps_the_plain_arrow_where_the_math_is_equal():
+    text = _cmd(
+        "algorithm.adv_estimator=rloo", f"{A}.loss_agg_mode=seq-mean-token-sum", "algorithm.use_kl_in_reward=True"
+    )
+    rows = _rows(convert_words(words_from_script(text, "r")))
+    assert rows[f"{A}.loss_agg_mode=seq-mean-token-sum"].marker == "->"
+    assert rows["algorithm.use_kl_in_reward=True"].marker == "->"

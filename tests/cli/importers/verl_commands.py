@@ -124,6 +124,40 @@ torchrun --standalone --nnodes=1 --nproc_per_node=$nproc_per_node -m verl.traine
 """
 )
 
+# The kind of examples/cispo_trainer/run_cispo_qwen2_5_0_5b_gsm8k.sh: GRPO advantages, the CISPO loss with the ratio
+# unbounded below (clip_ratio_low=10) and clipped above at 1.2, a k3 KL loss.
+CISPO = (
+    COMMON
+    + r"""
+python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo \
+    data.train_files=$DATA/gsm8k_train.parquet data.val_files=$DATA/gsm8k_test.parquet \
+    data.train_batch_size=256 data.max_prompt_length=512 data.max_response_length=1024 \
+    actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct actor_rollout_ref.actor.optim.lr=1e-6 \
+    actor_rollout_ref.actor.policy_loss.loss_mode=cispo \
+    actor_rollout_ref.actor.clip_ratio_low=10 actor_rollout_ref.actor.clip_ratio_high=0.2 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=64 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 \
+    actor_rollout_ref.actor.use_kl_loss=True actor_rollout_ref.actor.kl_loss_coef=0.001 \
+    actor_rollout_ref.actor.kl_loss_type=low_var_kl actor_rollout_ref.actor.entropy_coeff=0 \
+    actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.n=5 \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 algorithm.use_kl_in_reward=False \
+    trainer.n_gpus_per_node=2 trainer.nnodes=1 trainer.total_epochs=15 $@
+"""
+)
+
+# The kind of examples/gpg_trainer: GPG's estimator and loss together, no KL.
+GPG = (
+    COMMON
+    + r"""
+python3 -m verl.trainer.main_ppo algorithm.adv_estimator=gpg \
+    data.train_files=$DATA/gsm8k_train.parquet data.train_batch_size=128 \
+    actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct \
+    actor_rollout_ref.actor.policy_loss.loss_mode=gpg actor_rollout_ref.actor.use_kl_loss=False \
+    actor_rollout_ref.actor.ppo_mini_batch_size=32 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
+    actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.n=8 algorithm.use_kl_in_reward=False \
+    trainer.n_gpus_per_node=4 trainer.nnodes=1
+"""
+)
+
 # Out of reach: a policy loss with no equivalent (GMPO's geometric mean), a Megatron-only config.
 GMPO = (
     COMMON
@@ -156,6 +190,8 @@ SAMPLE = {
     "dapo": (DAPO, "dapo", None),
     "gspo": (GSPO, "gspo", None),
     "sft_lora": (SFT_LORA, "sft", None),
+    "cispo": (CISPO, "cispo", None),
+    "gpg": (GPG, "gpg", None),
     "gmpo": (GMPO, None, "GMPO (geometric-mean ratio)"),
     "megatron": (MEGATRON, None, "Megatron-LM's trainer config"),
 }

@@ -29,6 +29,8 @@ from rlhf.spec import names
 
 UNSUPPORTED, GPU_ONLY, SUPERSEDED, NOT_NEEDED = vocab.UNSUPPORTED, vocab.GPU_ONLY, vocab.SUPERSEDED, vocab.NOT_NEEDED
 COMING = "coming"
+# veRL's default scorer by its import path (rlhf.rewards.loader runs our copy of it when veRL is not installed)
+VERL_DEFAULT_SCORER = "verl.utils.reward_score.default_compute_score"
 
 _ARA = "actor_rollout_ref"
 _ACTOR, _ROLLOUT, _REF, _MODEL = f"{_ARA}.actor", f"{_ARA}.rollout", f"{_ARA}.ref", f"{_ARA}.model"
@@ -54,33 +56,32 @@ ESTIMATORS = {
     "rloo_vectorized": "rloo",
     "reinforce_plus_plus": "reinforce",  # discounted returns, KL in the reward, whitened over the batch
     "reinforce_plus_plus_baseline": "reinforce_baseline",  # group mean subtracted, then whitened over the batch
+    "gpg": "gpg",  # group mean subtracted, scaled by batch size / non-zero scores
 }
 # Estimators with no equivalent here: why, and the closest one the recipe uses instead.
 OTHER_ESTIMATORS = {
     "remax": ("ReMax (the reward of a greedy rollout as the baseline)", "reinforce_baseline"),
-    "gpg": ("GPG (group policy gradient without the PPO ratio)", "dr_grpo"),
     "opo": ("OPO (a length-weighted optimal baseline)", "reinforce_baseline"),
     "grpo_passk": ("pass@k GRPO", "group_norm"),
     "optimal_token_baseline": ("the optimal token baseline", "reinforce_baseline"),
     "tir_optimal_token_baseline": ("the tool-integrated optimal token baseline", "reinforce_baseline"),
     "gdpo": ("GDPO (grouped decoupled rewards)", "group_norm"),
 }
-POLICY_LOSSES = {"vanilla": "ppo", "gspo": "gspo"}
+POLICY_LOSSES = {"vanilla": "ppo", "gspo": "gspo", "cispo": "cispo", "gpg": "gpg"}
 OTHER_POLICY_LOSSES = {
     "geo_mean": "GMPO (geometric-mean ratio)",
     "sapo": "SAPO (soft gates instead of clipping)",
-    "cispo": "CISPO (clipped importance weights, no ratio clip)",
-    "gpg": "GPG (no PPO ratio)",
     "clip_cov": "Clip-Cov",
     "kl_cov": "KL-Cov",
 }
 # veRL's KL estimator names (core_algos.kl_penalty) -> ours.
-KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
+KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3", "abs": "abs"}
 AGGREGATIONS = {
     "token-mean": "token_mean",
     "seq-mean-token-mean": "seq_mean",
     "seq-mean-token-sum": "seq_mean_token_sum",
     "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
+    "token-sum": "token_sum",
 }
 TRACKERS = {"console": "console", "wandb": "wandb", "tensorboard": "tensorboard", "mlflow": "mlflow"}
 # Keys whose value is a path or a name: an unresolved one stands in as written (it still says what it is).
@@ -116,6 +117,7 @@ class Mapping:
     unknown: dict[str, tuple] = field(default_factory=dict)  # key -> (written, pieces[, why])
     rollout_backend: str = "vllm"
     model_key: str = ""  # the veRL key naming the policy model
+    differs: dict[str, str] = field(default_factory=dict)  # veRL key -> how our math differs under what it wrote
 
     @property
     def family(self) -> str:
@@ -154,6 +156,7 @@ class _Mapper(OutcomeBook):
         self.notes: list[str] = []
         self.handled: set[str] = set()
         self.unknown: dict[str, tuple] = {}
+        self.differs: dict[str, str] = {}
 
     # -- helpers ----------------------------------------------------------------------------------------------------
 
@@ -217,6 +220,11 @@ class _Mapper(OutcomeBook):
             o.keys.append(key)
         self.handled.add(by)
 
+    def differ(self, k: str, how: str) -> None:
+        """What ``k`` wrote computes something else than veRL does, in the way ``how`` says (the report's ``~>``)."""
+        self.handled.add(k)
+        self.differs[k] = f"{self.differs[k]}; {how}" if k in self.differs else how
+
     def coming(self, k: str, key: str, value: Any, meanwhile: str) -> None:
         """``key`` is not in this version's schema yet (another change adds it): say what it will be."""
         self.none(k, COMING, f"{key}={value} once that key exists here; meanwhile {meanwhile}")
@@ -279,6 +287,7 @@ class _Mapper(OutcomeBook):
             self.unknown,
             getattr(self, "backend", "vllm"),
             model_key,
+            self.differs,
         )
 
     # -- RL: algorithm ----------------------------------------------------------------------------------------------
@@ -292,6 +301,10 @@ class _Mapper(OutcomeBook):
                 ours = "dr_grpo"
                 self.explain("algorithm.norm_adv_by_std_in_grpo", "GRPO without dividing by the std: dr_grpo here")
             self.put("algorithm.advantage.estimator", ours, k)
+            if ours == "group_norm":
+                self.differ(k, "the group std gets + 1e-9 here, + 1e-6 in veRL (apart only for near-equal scores)")
+            if ESTIMATORS[est] in ("gae", "reinforce", "reinforce_baseline"):
+                self.differ(k, "advantages whitened with the population variance here, N/(N-1) times it in veRL")
         else:
             what, closest = OTHER_ESTIMATORS.get(est, (f"{est!r}", "group_norm"))
             self.put("algorithm.advantage.estimator", closest, k)
@@ -345,6 +358,10 @@ class _Mapper(OutcomeBook):
                 self.put(
                     "algorithm.kl.target", self.eff("algorithm.kl_ctrl.target_kl", float), "algorithm.kl_ctrl.type"
                 )
+                self.differ(
+                    "algorithm.kl_ctrl.type",
+                    "the controller reads the token-mean KL here, the mean of per-sequence means in veRL",
+                )
                 self.put(
                     "algorithm.kl.horizon", self.eff("algorithm.kl_ctrl.horizon", int), "algorithm.kl_ctrl.horizon"
                 )
@@ -355,6 +372,10 @@ class _Mapper(OutcomeBook):
                     self.explain(k, "no effect: veRL uses no KL (neither use_kl_loss nor use_kl_in_reward)")
             return
         self.put("algorithm.kl.coef", coef, coef_key, f"{_ACTOR}.use_kl_loss" if loss else "algorithm.use_kl_in_reward")
+        if in_reward and not loss and self.values.get("algorithm.advantage.estimator") in names.GROUP_ESTIMATORS:
+            # veRL takes the sequence's summed KL off the score before the group baseline (apply_kl_penalty, then
+            # the estimator sums the token rewards).
+            self.put("algorithm.kl.before_baseline", True, "algorithm.use_kl_in_reward")
         other = "algorithm.use_kl_in_reward" if loss else f"{_ACTOR}.use_kl_loss"
         if self.given(other) and not self.eff(other, bool):
             self.explain(other, f"off: the KL is in the {'loss' if loss else 'reward'}")
@@ -366,11 +387,13 @@ class _Mapper(OutcomeBook):
             if base in ("low_var_kl", "k3"):
                 self.explain(kind_key, "k3; veRL clamps each token's value to [-10, 10]")
             if straight:
-                self.explain(kind_key, "the '+' straight-through k2 gradient is not modelled: the plain estimator")
+                self.differ(kind_key, "the '+' straight-through k2 gradient is not modelled: the plain estimator")
+            if KL[base] in ("k1", "k2", "abs"):
+                self.differ(kind_key, f"{KL[base]} is clamped to [-10, 10] per token here, not in veRL")
         else:
             self.none(kind_key, UNSUPPORTED, f"the {kind} KL estimator; one of {', '.join(sorted(set(KL)))}")
         if loss and in_reward:
-            self.explain("algorithm.use_kl_in_reward", "veRL applies both; here the KL is in one place: the loss")
+            self.differ("algorithm.use_kl_in_reward", "veRL applies both; here the KL is in one place: the loss")
 
     def _batches(self) -> None:
         mini_k, micro_k, n_k = (
@@ -499,31 +522,34 @@ class _Mapper(OutcomeBook):
         mode = self.eff(k, str)
         if mode in POLICY_LOSSES:
             self.put("algorithm.policy_loss.type", POLICY_LOSSES[mode], k)
+            if mode == "gspo":
+                self.differ(k, "GSPO here: seq_mean aggregation and clip_ratio_c's dual clip, neither in veRL's")
         else:
             self.put("algorithm.policy_loss.type", "ppo", k)
             self.none(k, UNSUPPORTED, f"{OTHER_POLICY_LOSSES.get(mode, repr(mode))}; the recipe uses the PPO clip loss")
-        clip = self.eff(f"{_ACTOR}.clip_ratio", float)
+        clip_k = f"{_ACTOR}.clip_ratio"
+        clip = self.eff(clip_k, float)
         low = self.eff(f"{_ACTOR}.clip_ratio_low", float)
         high = self.eff(f"{_ACTOR}.clip_ratio_high", float)
-        self.put(
-            "algorithm.policy_loss.eps_clip_low",
-            clip if low is None else low,
-            f"{_ACTOR}.clip_ratio",
-            f"{_ACTOR}.clip_ratio_low",
-        )
-        self.put(
-            "algorithm.policy_loss.eps_clip_high",
-            clip if high is None else high,
-            f"{_ACTOR}.clip_ratio",
-            f"{_ACTOR}.clip_ratio_high",
-        )
-        # veRL's vanilla loss always applies dual-clip PPO (c = clip_ratio_c, 3 by default) to negative advantages.
-        self.put("algorithm.policy_loss.dual_clip", self.eff(f"{_ACTOR}.clip_ratio_c", float), f"{_ACTOR}.clip_ratio_c")
+        # veRL 0.9.1 falls back to clip_ratio only for a null bound; its yaml sets both bounds to 0.2.
+        self.put("algorithm.policy_loss.eps_clip_low", clip if low is None else low, f"{_ACTOR}.clip_ratio_low")
+        self.put("algorithm.policy_loss.eps_clip_high", clip if high is None else high, f"{_ACTOR}.clip_ratio_high")
+        self.handled.add(clip_k)
+        if self.given(clip_k) and low is not None and high is not None:
+            self.explain(clip_k, "no effect in veRL 0.9.1: clip_ratio_low and clip_ratio_high (0.2 by default) win")
+        c_k = f"{_ACTOR}.clip_ratio_c"
+        if POLICY_LOSSES.get(mode) in names.NO_SURROGATE_CLIP_LOSSES:
+            self.handled.add(c_k)
+            if self.given(c_k):
+                self.explain(c_k, f"not read by veRL's {mode} loss (no clipped surrogate to bound), nor here")
+        else:
+            # veRL's vanilla loss always applies dual-clip PPO (c = clip_ratio_c, 3 by default) to negative advantages.
+            self.put("algorithm.policy_loss.dual_clip", self.eff(c_k, float), c_k)
         agg_k = f"{_ACTOR}.loss_agg_mode"
         agg = self.eff(agg_k, str)
         if mode == "gspo" and agg != "seq-mean-token-mean":
             self.put("algorithm.policy_loss.aggregation", "seq_mean", agg_k)
-            self.explain(agg_k, "GSPO is a sequence-level loss here: seq_mean")
+            self.differ(agg_k, f"GSPO is a sequence-level loss here: seq_mean, where veRL aggregates by {agg}")
         elif agg in AGGREGATIONS:
             self.put("algorithm.policy_loss.aggregation", AGGREGATIONS[agg], agg_k)
         else:
@@ -531,10 +557,20 @@ class _Mapper(OutcomeBook):
         scale = self.eff(f"{_ACTOR}.loss_scale_factor", int)
         if scale is not None:
             self.put("algorithm.policy_loss.aggregation_norm", scale, f"{_ACTOR}.loss_scale_factor")
+        elif agg == "seq-mean-token-sum-norm":
+            # veRL pads each micro-batch to its longest response and divides by that width.
+            self.put("algorithm.policy_loss.aggregation_norm_from", "micro_batch_width", agg_k)
         self.handled.add(f"{_ACTOR}.loss_scale_factor")
+        if agg != "token-mean" and agg in AGGREGATIONS:
+            # veRL's actor aggregates its KL-loss and entropy terms with loss_agg_mode too.
+            self.put("algorithm.policy_loss.terms_aggregation", "policy", agg_k)
+        self._critic_aggregation(agg)
         ent = self.eff(f"{_ACTOR}.entropy_coeff", float)
         if ent:
             self.put("algorithm.policy_loss.entropy_coef", ent, f"{_ACTOR}.entropy_coeff")
+            temp = self.eff(f"{_ROLLOUT}.temperature", float)
+            if temp not in (None, 1.0):
+                self.differ(f"{_ACTOR}.entropy_coeff", "entropy of the untempered logits here, the tempered in veRL")
         elif self.given(f"{_ACTOR}.entropy_coeff"):
             self.explain(f"{_ACTOR}.entropy_coeff", "0: no entropy bonus, as here")
         self.handled.add(f"{_ACTOR}.entropy_coeff")
@@ -548,6 +584,20 @@ class _Mapper(OutcomeBook):
             )
         elif self.given(f"{_ACTOR}.ulysses_sequence_parallel_size"):
             self.explain(f"{_ACTOR}.ulysses_sequence_parallel_size", "1: none, as here")
+
+    def _critic_aggregation(self, actor_agg: str) -> None:
+        """veRL's critic aggregates its loss by critic.loss_agg_mode, the actor's by default."""
+        k = "critic.loss_agg_mode"
+        self.handled.add(k)
+        agg = self.eff(k, str) or actor_agg
+        if self.values.get("algorithm.advantage.estimator") not in names.CRITIC_ESTIMATORS:
+            if self.given(k):
+                self.explain(k, "no critic with this estimator")
+            return
+        if agg in AGGREGATIONS:
+            self.put("critic.aggregation", AGGREGATIONS[agg], k, f"{_ACTOR}.loss_agg_mode")
+        else:
+            self.none(k, UNSUPPORTED, f"{agg}; one of {', '.join(AGGREGATIONS)}")
 
     def _correction(self) -> None:
         k = "algorithm.rollout_correction.rollout_is"
@@ -641,16 +691,13 @@ class _Mapper(OutcomeBook):
         self.handled.update((custom, "custom_reward_function.name", rm, "reward_model.model.path"))
         self.reward_model = False
         if self.eff(custom, str):
-            self.need(
-                "reward.function",
-                str(self.eff(custom, str)),
-                f"{custom}={self.eff(custom, str)}",
-                "a veRL compute_score(data_source, solution_str, ground_truth, extra_info) file; a reward file here "
-                "defines reward_func(queries, prompts, labels): wrap it and give reward.function=FILE",
-                by=custom,
+            # veRL's own contract, read as it is: compute_score(data_source, solution_str, ground_truth, extra_info)
+            name = self.eff("custom_reward_function.name", str) or "compute_score"
+            self.put("reward.function", f"{self.eff(custom, str)}:{name}", custom, "custom_reward_function.name")
+            self.values["reward.contract"] = "verl"
+            self.carried["reward.contract"] = (
+                "veRL's compute_score(data_source, solution_str, ground_truth, extra_info)"
             )
-            if self.given("custom_reward_function.name"):
-                self.explain("custom_reward_function.name", "the wrapped file's reward_func calls it")
         elif self.eff(rm, bool):
             path = self.eff("reward_model.model.path", str)
             if path:
@@ -659,12 +706,17 @@ class _Mapper(OutcomeBook):
                 self.need("reward.model_path", "", f"{rm}=True", "the reward model's folder (reward_model.model.path)")
             self.reward_model = True
         else:
-            self.values["reward.verifier"] = "math"
-            self.carried["reward.verifier"] = "veRL's rule-based scorer (default_compute_score)"
-            self.notes.append(
-                "reward: veRL scores with its built-in rule for each row's data_source (gsm8k, MATH, ...); here the "
-                "math verifier (math-verify) checks the final answer against data.label_key"
+            # veRL's built-in scorers, chosen per row by data_source (GSM8K's strict '#### N', MATH's boxed answer):
+            # ours reproduce veRL 0.9.1's scores (rlhf.rewards.verl_scorers; veRL's own code when it is installed).
+            self.values["reward.function"] = VERL_DEFAULT_SCORER
+            self.carried["reward.function"] = "veRL's rule-based scorer per data_source (default_compute_score)"
+            self.values["reward.contract"] = "verl"
+            self.carried["reward.contract"] = (
+                "veRL's compute_score(data_source, solution_str, ground_truth, extra_info)"
             )
+        # veRL never clips scores; our default clip range would.
+        self.values["reward.clip_range"] = None
+        self.carried["reward.clip_range"] = "veRL's scoring, which never clips"
         buf = "reward_model.reward_kwargs.overlong_buffer_cfg"
         self.handled.update(f"{buf}.{x}" for x in ("enable", "len", "penalty_factor", "log"))
         self.handled.add("reward_model.reward_kwargs.max_resp_len")
@@ -691,12 +743,9 @@ class _Mapper(OutcomeBook):
         self.put("data.datasource_key", self.eff("data.reward_fn_key", str), "data.reward_fn_key")
         self.put("data.apply_chat_template", True, "data.prompt_key")
         if self.values.get("reward.verifier") or "reward.function" in self.values:
-            self.need(
-                "data.label_key",
-                "label",
-                "reward_model.ground_truth",
-                "veRL's rows keep the answer in this nested field; name the top-level column that holds it",
-            )
+            # veRL's reward managers read every row's answer from this nested field; read here as it is
+            self.values["data.label_key"] = "reward_model.ground_truth"
+            self.carried["data.label_key"] = "veRL's reward managers: the row's reward_model.ground_truth"
         self._lengths_policy("data.max_prompt_length")
 
     def _lengths_policy(self, length_key: str) -> None:
@@ -758,17 +807,9 @@ class _Mapper(OutcomeBook):
             for side, ours in (("prompt", "data.input_key"), ("response", "data.output_key")):
                 dk = f"data.{side}_dict_keys"
                 keys = self.eff(dk, (list, str))
-                if keys:
-                    column = self.values[ours]
+                if keys:  # veRL reads the field nested in that column: a dotted key here reads it as it is
                     nested = ".".join(map(str, keys)) if isinstance(keys, list) else str(keys)
-                    self.need(
-                        ours,
-                        column,
-                        f"data.{side}_key={column} {dk}={keys}",
-                        f"veRL reads the {side} from a nested field ({column}.{nested}); name the top-level column "
-                        "that holds it",
-                        by=dk,
-                    )
+                    self.put(ours, f"{self.values[ours]}.{nested}", f"data.{side}_key", dk)
                 self.handled.add(dk)
         self.put("data.max_len", self.eff("data.max_length", int), "data.max_length")
         self._lengths_policy("data.max_length")

@@ -26,7 +26,8 @@ HINT = "verl.trainer.main_ppo, fsdp_sft_trainer, sft_trainer"
 EXAMPLE = "rlhf-recipes import-verl -- python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo ..."
 
 
-def override_line(o: Override, out: Outcome, recipe: Recipe) -> rep.Line:
+def override_line(o: Override, out: Outcome, recipe: Recipe, differs: dict[str, str] | None = None) -> rep.Line:
+    """The report's line for one override: what it became, and ``~>`` where our math differs from veRL's."""
     if o.unknown:
         parts = [describe(o.unknown)]
         if not o.key:
@@ -51,6 +52,9 @@ def override_line(o: Override, out: Outcome, recipe: Recipe) -> rep.Line:
             return rep.Line(o.text, rep.NONE, out.none)
         return rep.Line(o.text, rep.NONE, f"no equivalent ({out.none})")
     marker, detail = rep.written_detail(out.keys, out.note, recipe, "veRL's default; nothing to carry over")
+    how = (differs or {}).get(o.key)
+    if how:
+        return rep.Line(o.text, rep.DIFFERS, f"{detail}; differs: {how}")
     return rep.Line(o.text, marker, detail)
 
 
@@ -63,7 +67,8 @@ class Conversion:
 
     def rows(self) -> list[rep.Line]:
         return [
-            override_line(o, out, self.recipe) for o, out in zip(self.cmd.overrides, self.mapping.outcomes, strict=True)
+            override_line(o, out, self.recipe, self.mapping.differs)
+            for o, out in zip(self.cmd.overrides, self.mapping.outcomes, strict=True)
         ]
 
     def yaml(self) -> str:

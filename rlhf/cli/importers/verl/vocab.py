@@ -70,8 +70,9 @@ PPO_DEFAULTS: dict[str, Any] = {
     f"{_ACTOR}.use_dynamic_bsz": False,
     f"{_ACTOR}.ppo_max_token_len_per_gpu": 16384,
     f"{_ACTOR}.clip_ratio": 0.2,
-    f"{_ACTOR}.clip_ratio_low": None,  # 0.9.1 writes 0.2; older versions fell back to clip_ratio when unset
-    f"{_ACTOR}.clip_ratio_high": None,
+    # 0.9.1's actor.yaml writes 0.2 for both, so clip_ratio alone changes nothing (older versions fell back to it).
+    f"{_ACTOR}.clip_ratio_low": 0.2,
+    f"{_ACTOR}.clip_ratio_high": 0.2,
     f"{_ACTOR}.clip_ratio_c": 3.0,
     f"{_ACTOR}.loss_agg_mode": "token-mean",
     f"{_ACTOR}.loss_scale_factor": None,
@@ -123,6 +124,7 @@ PPO_DEFAULTS: dict[str, Any] = {
     "critic.ppo_micro_batch_size_per_gpu": None,
     "critic.ppo_mini_batch_size": None,  # veRL: the actor's
     "critic.cliprange_value": 0.5,
+    "critic.loss_agg_mode": None,  # veRL: the actor's loss_agg_mode
     "critic.model.path": None,  # veRL: ~/models/deepseek-llm-7b-chat; here empty means the policy's
     "reward_model.enable": False,
     "reward_model.model.path": None,
@@ -363,7 +365,6 @@ NONE_PATTERNS: list[tuple[str, tuple[str, str]]] = [
     ("critic.ppo_epochs", (SUPERSEDED, "trainer.epochs_per_rollout, shared with the policy")),
     ("critic.shuffle", (NOT_NEEDED, "micro-batches are shuffled by the seed")),
     ("critic.data_loader_seed", (SUPERSEDED, "seed")),
-    ("critic.loss_agg_mode", (SUPERSEDED, "the value loss is a token mean here")),
     ("critic.strategy", (SUPERSEDED, "trainer.backend, shared with the policy")),
     ("critic.enable", (NOT_NEEDED, "the critic exists when the estimator needs one (gae)")),
     ("critic.model.enable_gradient_checkpointing", (SUPERSEDED, "trainer.gradient_checkpointing, shared")),
