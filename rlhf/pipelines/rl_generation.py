@@ -52,6 +52,7 @@ class Scorer:
     def __init__(self, spec: ExperimentSpec, tokenizer: Any, workers: Any) -> None:
         self.spec, self.tokenizer, self.workers = spec, tokenizer, workers
         self.source = None
+        self.step = 0  # the training step being scored (TRL functions read it from trainer_state)
         d = derive(spec)
         # On-policy distillation may run without a reward source: the teacher trains, samples score 0.
         self.unscored = "teacher" in d.roles and d.reward_source is None
@@ -71,8 +72,23 @@ class Scorer:
             logs = _merge_logs([r.extra.get("extra_logs", {}) for r in rollouts])
             return Scored(rollouts, rows, rewards, scores, logs)
         if self.source is not None:
+            from rlhf.rewards import RewardBatch, score_batch
+
             queries = [p + resp for p, resp in zip(prompts, responses, strict=True)]
-            res = self.source.score(queries, prompts, responses, labels)
+            batch = RewardBatch(
+                queries,
+                prompts,
+                responses,
+                labels,
+                # TRL and veRL hand their functions the text without special tokens, and TRL the token ids
+                completions=[dec(r.output_ids, skip_special_tokens=True) for r in rollouts],
+                rows=list(rows),
+                completion_ids=[list(r.output_ids) for r in rollouts],
+                group_size=_group_size(rows),
+                step=self.step,
+                max_steps=self.spec.trainer.max_steps or 0,
+            )
+            res = score_batch(self.source, batch)
             return Scored(rollouts, rows, list(res.rewards), list(res.scores), dict(res.extra_logs))
         if self.unscored:
             zeros = [0.0] * len(rollouts)
@@ -85,6 +101,15 @@ class Scorer:
         exp = from_rollouts(rollouts, self.tokenizer.pad_token_id)
         rm = self.workers.reward_model_scores(exp)
         return Scored(rollouts, rows, rm, list(rm), {})
+
+
+def _group_size(rows: list[dict[str, Any]]) -> int:
+    """The samples per prompt of a batch whose rows repeat each prompt's record (the same object) once per sample:
+    training's rollout.samples_per_prompt, or evaluation's own count."""
+    n = 1
+    while n < len(rows) and rows[n] is rows[0]:
+        n += 1
+    return n
 
 
 def _merge_logs(logs: list[dict[str, float]]) -> dict[str, list[float]]:
@@ -153,6 +178,7 @@ class Generator:
         return rows, self.launch(rows, self.sampling(step))
 
     def finish(self, step: int, rows: list[dict[str, Any]], wait: Callable[[], list[Rollout]]) -> Scored:
+        self.scorer.step = step
         scored = self._score(rows, wait())
         f = self.spec.algorithm.filters
         if not f.dynamic_filtering:

@@ -1,6 +1,9 @@
 """Reward sources for RL: built-in verifiers, python reward_func files, remote HTTP endpoints, and the hook for
-the reward-model role, all behind ``RewardSource.score(queries, prompts, responses, labels) -> RewardResult``."""
+the reward-model role, all behind ``RewardSource.score(queries, prompts, responses, labels) -> RewardResult``; reward
+functions in OpenRLHF's, veRL's or TRL's contract, read from their signature (rlhf.rewards.contracts), take the
+whole :class:`RewardBatch` through :func:`score_batch`."""
 
+from rlhf.rewards.batch import RewardBatch, score_batch
 from rlhf.rewards.function import FunctionReward, load_reward_func
 from rlhf.rewards.remote import RemoteReward
 from rlhf.rewards.result import RewardError, RewardResult, coerce_result
@@ -12,6 +15,7 @@ __all__ = [
     "FunctionReward",
     "ModelReward",
     "RemoteReward",
+    "RewardBatch",
     "RewardError",
     "RewardResult",
     "RewardSource",
@@ -19,5 +23,6 @@ __all__ = [
     "coerce_result",
     "load_reward_func",
     "make_reward_source",
+    "score_batch",
     "verify",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from rlhf.rewards.function import FunctionReward
+from rlhf.rewards.function_source import FunctionReward
 from rlhf.rewards.remote import RemoteReward
 from rlhf.rewards.result import RewardError, RewardResult, coerce_result
 from rlhf.rewards.verifiers import TIMED_VERIFIERS, verify
@@ -65,7 +65,10 @@ def make_reward_source(spec: RewardSpec | ExperimentSpec, model_scorer: ModelSco
         found = ", ".join(f"reward.{k}" for k in named) or "none"
         raise RewardError(f"set exactly one reward source ({REWARD_SOURCE_KEYS_TEXT}); got {found}")
     if r.function:
-        return FunctionReward(r.function)
+        options: dict[str, Any] = {}
+        if isinstance(spec, ExperimentSpec):  # TRL functions get the label by its column's name, chats as messages
+            options = {"label_key": spec.data.label_key, "conversational": spec.data.apply_chat_template}
+        return FunctionReward(r.functions(), r.contract, r.weights, r.multi_objective_aggregation, **options)
     if r.urls:
         return RemoteReward(r.urls, r.timeout_s, r.retries, r.request_batch)
     if r.verifier:

@@ -49,7 +49,9 @@ def absolute_paths(spec: ExperimentSpec) -> ExperimentSpec:
 
     for section, key in PATH_KEYS:
         part = getattr(spec, section)
-        part = replace(part, **{key: _absolute(getattr(part, key))})
+        value = getattr(part, key)  # reward.function may be a list of references
+        value = [_absolute(v) for v in value] if isinstance(value, list) else _absolute(value)
+        part = replace(part, **{key: value})
         spec = replace(spec, **{section: part})
     data = replace(
         spec.data,

@@ -30,7 +30,7 @@ from rlhf.launch.preflight.engine import check_rollout_engine
 from rlhf.launch.preflight.findings import Finding, PreflightFailed, PreflightReport
 from rlhf.launch.preflight.hub_datasets import check_hub_configs, hub_sources
 from rlhf.launch.preflight.models import check_reward_model
-from rlhf.launch.preflight.python_files import FileFinding, check_agent_file, check_reward_file
+from rlhf.launch.preflight.python_files import FileFinding, check_agent_file, check_reward_functions
 from rlhf.launch.preflight.ray_address import check_ray_address
 from rlhf.launch.preflight.urls import probe_urls
 from rlhf.spec.schema import ExperimentSpec
@@ -58,8 +58,9 @@ def preflight(spec: ExperimentSpec) -> PreflightReport:
     start = time.monotonic()
     report = PreflightReport()
     if spec.reward.function:
-        report.findings += _from_file("reward.function", spec.reward.function, check_reward_file(spec.reward.function))
-        report.checked.append("reward.function")
+        found, seen = check_reward_functions(spec.reward.function, spec.reward.contract)
+        report.findings += _from_file("reward.function", spec.reward.function, found)
+        report.checked.append("reward.function" + (f" ({', '.join(seen)})" if seen else ""))
     if spec.agent.path and spec.agent.executor != "single_turn":
         found = check_agent_file(spec.agent.path, spec.agent.executor)
         report.findings += _from_file("agent.path", spec.agent.path, found)

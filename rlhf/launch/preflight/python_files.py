@@ -6,8 +6,11 @@ compiled (which catches what the parser lets through, e.g. ``return`` outside a 
 and the checks read the syntax tree:
 
 * a syntax error, with its line and column;
-* the definitions the loader will look for (rlhf.rewards.function, rlhf.agents.loader): a module-level
-  ``reward_func`` taking ``(queries, prompts, labels)``; an ``AgentExecutor`` or ``AgentInstance`` class (with a
+* the definitions the loader will look for (rlhf.rewards.loader, rlhf.agents.loader): for each reward.function
+  entry, the named function (else ``reward_func``, else ``compute_score``) and the contract its signature shows
+  (rlhf.rewards.contracts: OpenRLHF's ``(queries, prompts, labels)``, veRL's ``compute_score(data_source,
+  solution_str, ground_truth, extra_info)``, TRL's ``(prompts, completions, **kwargs)``), or why none or several
+  fit, with the fix; a module path's top-level package located; an ``AgentExecutor`` or ``AgentInstance`` class (with a
   ``step`` method unless inherited from a class of the user's) for ``multi_turn``; ``async def run_agent`` or an
   ``AgentExecutor`` class for ``openai``; the constructors take no arguments;
 * module-level imports of packages this interpreter cannot find (the files are loaded in the driver, this
@@ -28,6 +31,9 @@ from pathlib import Path
 
 from rlhf.compat import openrlhf as openrlhf_compat
 from rlhf.rewards import function as reward_function
+from rlhf.rewards.contracts import CONTRACTS, NoContract, Params, choose
+from rlhf.rewards.loader import VERL_STAND_INS
+from rlhf.rewards.refs import DEFAULT_NAMES, parse_ref
 
 # The reward file's contract is the loader's (rlhf.rewards.function); these checks read it from there.
 REWARD_FUNC = reward_function.FUNCTION_NAME
@@ -191,26 +197,96 @@ def _dynamic_warning(what: str, names: _Names) -> FileFinding:
     )
 
 
-def check_reward_file(path: str | Path) -> list[FileFinding]:
-    """Findings for a reward function file (an empty list: nothing wrong that parsing can see)."""
+def _fix_any_contract() -> str:
+    return "define it as one of: " + " | ".join(f"{c().definition} ({n})" for n, c in CONTRACTS.items())
+
+
+def _file_function(path: str, name: str | None, contract: str) -> tuple[list[FileFinding], str | None]:
+    """Findings for one function of a file (``name`` None: the names the loader searches), and the contract it is
+    read in where parsing can tell."""
     tree, bad = parse(path)
     if tree is None:
-        return [bad]
+        return [bad], None
     names = _names(tree)
     found = _missing_imports(tree)
-    node = names.defs.get(REWARD_FUNC)
-    if node is None:
+    wanted = [name] if name else list(DEFAULT_NAMES)
+    key = next((n for n in wanted if n in names.defs), None)
+    if key is None:
         if names.dynamic:
-            return found + [_dynamic_warning(REWARD_FUNC, names)]
+            return found + [_dynamic_warning(" or ".join(wanted), names)], None
+        if name:
+            return found + [
+                FileFinding(
+                    f"defines no {name} at module level{_other_functions(names)}",
+                    f"name a function it defines: reward.function={path}:NAME",
+                )
+            ], None
         return found + [
             FileFinding(
                 f"defines no {REWARD_FUNC} at module level{_other_functions(names)}",
-                f"add {reward_function.DEFINITION} returning {reward_function.RETURNS}",
+                f"add {reward_function.DEFINITION} returning {reward_function.RETURNS}, or name the function "
+                f"(any contract: OpenRLHF, veRL, TRL): reward.function={path}:NAME",
             )
-        ]
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        found += _reward_signature(node)
+        ], None
+    node = names.defs[key]
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list:
+        return found, None  # an assignment or a decorated def: its signature is known when the run loads it
+    try:
+        chosen = choose(Params.from_ast(node.args), contract)
+    except NoContract as e:
+        detail = _reward_signature(node) if key == REWARD_FUNC and contract in ("auto", "openrlhf") else []
+        if detail and "fits no contract" in str(e):
+            return found + [
+                FileFinding(d.problem, f"{d.fix}; or, as veRL or TRL, {_fix_any_contract()}") for d in detail
+            ], None
+        sep = "" if str(e).startswith("(") else ": "  # "f(a, b) fits no contract" or "f: reward.contract=..."
+        problem = f"line {node.lineno}: {key}{sep}{e}"
+        if contract == "auto" and "fits no contract" not in str(e):
+            # Ambiguous: reward.contract may name one, and the callers pass only the reference; the load at
+            # start-up refuses it with the same words unless it does.
+            return found + [FileFinding(problem + " (unless reward.contract names one)", warning=True)], None
+        return found + [FileFinding(problem, "")], None
+    return found, f"{key} ({chosen.name})"
+
+
+def check_reward_file(path: str | Path | list[str], contract: str = "auto") -> list[FileFinding]:
+    """Findings for reward.function (one reference or a list; an empty list: nothing wrong that parsing can see).
+    Each file's function is read in the contract its signature shows, as the loader reads it."""
+    found, _ = check_reward_functions(path, contract)
     return found
+
+
+def check_reward_functions(refs: str | Path | list[str], contract: str = "auto") -> tuple[list[FileFinding], list[str]]:
+    """The findings of :func:`check_reward_file`, and what was found: each function with its contract, e.g.
+    ``my_reward.py:reward_func (trl)`` (a module's function, e.g. ``trl.rewards.accuracy_reward``, is located but
+    not imported: its contract is read when the run loads it)."""
+    items = [str(refs)] if isinstance(refs, (str, Path)) else [str(r) for r in refs]
+    found: list[FileFinding] = []
+    seen: list[str] = []
+    for text in items:
+        prefix = f"{text}: " if len(items) > 1 else ""
+        try:
+            ref = parse_ref(text)
+        except ValueError as e:
+            found.append(FileFinding(str(e), "write FILE.py, FILE.py:NAME or package.module.function"))
+            continue
+        if ref.is_file:
+            more, what = _file_function(ref.file, ref.name, contract)
+            found += [FileFinding(prefix + f.problem, f.fix, f.warning) for f in more]
+            if what:
+                seen.append(f"{ref.file}:{what}")
+            continue
+        root = ref.module.split(".")[0]
+        try:
+            located = importlib.util.find_spec(root) is not None
+        except (ImportError, ValueError):
+            located = False
+        if not located and f"{ref.module}.{ref.name}" not in VERL_STAND_INS:
+            found.append(
+                FileFinding(f"{prefix}cannot import {root!r} in this Python ({sys.executable})", _import_fix(root))
+            )
+        seen.append(ref.text)
+    return found, seen
 
 
 # -- agent files ---------------------------------------------------------------------------------------------------
