@@ -14,6 +14,7 @@ from rlhf.data.prompts import build_prompts
 from rlhf.data.report import DataReport
 from rlhf.data.sft import build_sft
 from rlhf.data.tokenized import TokenizedDataset
+from rlhf.spec.data_formats import data_kind
 from rlhf.spec.schema import ExperimentSpec
 
 Builder = Callable[[ExperimentSpec, Any, Dataset, str], TokenizedDataset]
@@ -36,18 +37,6 @@ class DataSplits:
 
     def summary(self) -> str:
         return "\n".join(r.summary() for r in self.reports)
-
-
-def data_kind(spec: ExperimentSpec) -> str:
-    """Which dataset the algorithm trains on: prompt (RL), sft, preference (RM, DPO family) or kto."""
-    family = spec.algorithm.family
-    if family == "rl":
-        return "prompt"
-    if family == "sft":
-        return "sft"
-    if family == "dpo" and spec.algorithm.preference.loss == "kto":
-        return "kto"
-    return "preference"
 
 
 def load_split_rows(spec: ExperimentSpec) -> tuple[Dataset, Dataset | None]:

@@ -38,11 +38,14 @@ def _padded(seqs: Sequence[Sequence[int]], pad_id: int, side: str, length: int |
 
 def collate_prompts(samples: Sequence[dict[str, Any]], pad_id: int) -> dict[str, Any]:
     """Prompt batch: ``input_ids``/``attention_mask`` left-padded, plus the per-sample lists ``prompt_ids``,
-    ``prompt``, ``label`` and ``datasource`` (rollout engines take the unpadded ids)."""
+    ``prompt``, ``label``, ``datasource`` and ``columns`` where the samples carry them (rollout engines take the
+    unpadded ids)."""
     ids, attention = _padded([s["prompt_ids"] for s in samples], pad_id, "left")
     out: dict[str, Any] = {"input_ids": ids, "attention_mask": attention}
     for key in ("prompt_ids", "prompt", "label", "datasource"):
         out[key] = [s[key] for s in samples]
+    if "columns" in samples[0]:  # rows built by rlhf.data.prompts carry them; hand-made batches may not
+        out["columns"] = [s["columns"] for s in samples]
     return out
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from datasets import Dataset
+from datasets import Dataset, Json
 
 from rlhf.data.errors import MALFORMED_COLUMN, ROW_COLUMN, SOURCE_COLUMN, BadRow, DataError, bad_row_error
 from rlhf.data.report import DataReport
@@ -26,8 +26,13 @@ class Encoded:
 Encoder = Callable[[dict[str, Any]], Encoded]
 
 
-def encode_rows(rows: Dataset, encode: Encoder, report: DataReport, on_bad_row: str = "error") -> Dataset:
+def encode_rows(
+    rows: Dataset, encode: Encoder, report: DataReport, on_bad_row: str = "error", json_columns: Sequence[str] = ()
+) -> Dataset:
     """Run ``encode`` over every row and collect the kept samples into a new Dataset, counting into ``report``.
+
+    ``json_columns`` are given by ``encode`` as JSON strings and read back as Python values (``datasets.Json``):
+    values whose shape differs from row to row, which an Arrow struct column could not hold as they are.
 
     A :class:`BadRow` becomes a :class:`DataError` naming file, row and key (``on_bad_row=error``) or a counted
     skip (``skip``). Raises a DataError when no row survives, so an empty dataset never reaches training.
@@ -48,7 +53,7 @@ def encode_rows(rows: Dataset, encode: Encoder, report: DataReport, on_bad_row: 
             try:
                 out = encode(row)
             except BadRow as bad:
-                if on_bad_row == "skip":
+                if on_bad_row == "skip" and bad.skippable:
                     report.skipped_bad += 1
                     continue
                 raise bad_row_error(row[SOURCE_COLUMN], row[ROW_COLUMN], bad) from None
@@ -62,7 +67,10 @@ def encode_rows(rows: Dataset, encode: Encoder, report: DataReport, on_bad_row: 
             report.rows_out += 1
     if report.rows_out == 0:
         raise DataError(f"{report.summary()}: no usable rows left; check the data keys and data.max_len")
-    return Dataset.from_dict(columns)
+    data = Dataset.from_dict(columns)
+    for name in json_columns:
+        data = data.cast_column(name, Json())
+    return data
 
 
 def fit_sequence(

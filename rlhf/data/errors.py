@@ -17,11 +17,13 @@ class BadRow(Exception):
     """Raised by a row encoder for a row it cannot use; the driver adds the file and row and either raises a
     :class:`DataError` (``data.on_bad_row=error``) or counts a skip (``skip``)."""
 
-    def __init__(self, key: str, problem: str, fix: str = "") -> None:
+    def __init__(self, key: str, problem: str, fix: str = "", skippable: bool = True) -> None:
         super().__init__(problem)
         self.key = key
         self.problem = problem
         self.fix = fix
+        # A mistake in the settings (a struct where a string is read) is the same on every row: never skipped.
+        self.skippable = skippable
 
 
 def where(source: str, row: int) -> str:
@@ -31,6 +33,8 @@ def where(source: str, row: int) -> str:
 
 
 def bad_row_error(source: str, row: int, bad: BadRow) -> DataError:
+    if not bad.skippable:
+        return DataError(f"{where(source, row)}: key {bad.key!r}: {bad.problem}; {bad.fix or 'fix the setting'}")
     fix = f"{bad.fix}; " if bad.fix else ""
     return DataError(
         f"{where(source, row)}: key {bad.key!r}: {bad.problem}; {fix}or set data.on_bad_row=skip to skip such rows "

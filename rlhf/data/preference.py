@@ -8,6 +8,9 @@ data.margin_key).
     the responses are the last messages (both conversations must agree before that).
     Without either, chosen/rejected are complete texts and the prompt is empty.
 
+Left at their defaults, keys are read from TRL's formats (explicit ``prompt``; KTO's ``prompt``/``completion``/
+``label``), see rlhf.spec.data_formats; keys may be dotted into nested fields.
+
 KTO — columns: ``prompt_ids``, ``response_ids``, ``desirable`` (bool from data.label_key): kept apart so the
 collate function can pair prompt i with response i+1 for KTO's KL estimate.
 """
@@ -19,12 +22,15 @@ from typing import Any
 from datasets import Dataset
 
 from rlhf.data import fields
+from rlhf.data.detect import resolve_for_rows, shape_of
 from rlhf.data.encode import DROPPED, OK, TRUNCATED, Encoded, encode_rows, fit_sequence
 from rlhf.data.errors import BadRow, DataError
 from rlhf.data.fields import TextOrMessages
 from rlhf.data.prompts import formatter
 from rlhf.data.report import DataReport
 from rlhf.data.tokenized import TokenizedDataset
+from rlhf.data.trl_formats import unpair
+from rlhf.spec.data_formats import needs_unpairing
 from rlhf.spec.schema import DataSpec, ExperimentSpec
 
 
@@ -51,6 +57,7 @@ def _worst(*statuses: str) -> str:
 def build_preference(
     spec: ExperimentSpec, tokenizer: Any, rows: Dataset, name: str = "train preference"
 ) -> TokenizedDataset:
+    spec, keys = resolve_for_rows(spec, "preference", rows)
     d = spec.data
     fmt = formatter(spec, tokenizer)
 
@@ -71,11 +78,17 @@ def build_preference(
         }
         return Encoded(out, _worst(c_status, r_status))
 
-    report = DataReport(name)
+    report = DataReport(name, keys=keys)
     return TokenizedDataset(encode_rows(rows, encode, report, d.on_bad_row), report, "preference")
 
 
 def build_kto(spec: ExperimentSpec, tokenizer: Any, rows: Dataset, name: str = "train kto") -> TokenizedDataset:
+    pairs = 0
+    if needs_unpairing(spec.data, "kto", shape_of(rows)):
+        d, pairs = spec.data, len(rows)
+        prompt_key = d.prompt_key or ("prompt" if "prompt" in rows.column_names else None)
+        rows = unpair(rows, prompt_key, d.chosen_key, d.rejected_key)
+    spec, keys = resolve_for_rows(spec, "kto", rows)
     d = spec.data
     if not d.output_key or not d.label_key:
         raise DataError("KTO data needs data.output_key (the response) and data.label_key (desirable: true/false)")
@@ -89,5 +102,7 @@ def build_kto(spec: ExperimentSpec, tokenizer: Any, rows: Dataset, name: str = "
         ids, mask, status = fit_sequence(ids, mask, plen, d.max_len, d.on_too_long, fmt.eos_id)
         return Encoded({"prompt_ids": ids[:plen], "response_ids": ids[plen:], "desirable": desirable}, status)
 
-    report = DataReport(name)
+    report = DataReport(name, keys=keys)
+    if pairs:
+        report.notes.append(f"{pairs} preference pairs unpaired (TRL's KTO): a desirable and an undesirable row each")
     return TokenizedDataset(encode_rows(rows, encode, report, d.on_bad_row), report, "kto")

@@ -15,7 +15,7 @@ from pathlib import Path
 from rlhf.data.errors import BadRow, DataError, bad_row_error
 from rlhf.data.loading import EMPTY_FILE, malformed_message
 from rlhf.filescan import SCANNED_SUFFIXES, scan_file
-from rlhf.spec.data_columns import sources_with_columns
+from rlhf.spec.data_columns import columns_for, sources_with_columns
 from rlhf.spec.schema import ExperimentSpec
 
 SCAN_BYTES = 256 * 2**20  # as the preflight's scan (rlhf.launch.preflight.data_files): beyond it the loader judges
@@ -31,6 +31,9 @@ def check_rows(spec: ExperimentSpec) -> None:
         if not path.is_file() or path.suffix.lower() not in SCANNED_SUFFIXES:
             continue
         scan = scan_file(path, max_bytes=SCAN_BYTES, required=list(src.columns))
+        columns = columns_for(spec, src, scan.first_keys if scan is not None else None)
+        if scan is not None and columns != src.columns:  # a TRL/veRL layout: its own columns are required
+            scan = scan_file(path, max_bytes=SCAN_BYTES, required=list(columns))
         if scan is None:
             continue
         if scan.empty:
@@ -38,7 +41,7 @@ def check_rows(spec: ExperimentSpec) -> None:
         if scan.bad:
             raise DataError(malformed_message(path, scan))
         for column, row in sorted(scan.missing.items(), key=lambda kv: kv[1]):
-            setting = src.columns[column]
+            setting = columns[column]
             available = scan.missing_keys.get(column, [])
             fix = f"add it to every row, or point {setting} at the right column"
             raise bad_row_error(src.source, row, BadRow(column, f"missing (row has {available})", fix))

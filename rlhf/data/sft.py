@@ -9,6 +9,8 @@ Modes:
                   message is the response.
     multi-turn    data.multiturn: data.input_key holds a whole conversation; loss on every assistant turn.
     pretrain      data.pretrain_mode: loss on every token of data.input_key (+ data.output_key when set).
+Keys may be dotted (``extra_info.question``); left at their defaults they are read from TRL's formats (prompt-
+completion, ``messages``, ShareGPT ``conversations``, ``text``) or veRL's SFT layout (rlhf.spec.data_formats).
 Length: data.max_len; a prompt leaving fewer than 2 tokens is dropped, longer samples truncated (last token eos)
 or dropped per data.on_too_long.
 """
@@ -20,6 +22,7 @@ from typing import Any
 from datasets import Dataset
 
 from rlhf.data import fields
+from rlhf.data.detect import resolve_for_rows
 from rlhf.data.encode import Encoded, encode_rows, fit_sequence
 from rlhf.data.errors import BadRow, DataError
 from rlhf.data.formatting import Formatter, Segment, to_messages
@@ -67,6 +70,7 @@ def sft_segments(d: DataSpec, fmt: Formatter, row: dict[str, Any]) -> list[Segme
 
 
 def build_sft(spec: ExperimentSpec, tokenizer: Any, rows: Dataset, name: str = "train sft") -> TokenizedDataset:
+    spec, keys = resolve_for_rows(spec, "sft", rows)
     d = spec.data
     _check_mode(d)
     fmt = formatter(spec, tokenizer, apply_chat_template=d.apply_chat_template and not d.pretrain_mode)
@@ -76,7 +80,7 @@ def build_sft(spec: ExperimentSpec, tokenizer: Any, rows: Dataset, name: str = "
         ids, mask, status = fit_sequence(ids, mask, prompt_len, d.max_len, d.on_too_long, fmt.eos_id)
         return Encoded({"input_ids": ids, "loss_mask": mask}, status)
 
-    report = DataReport(name)
+    report = DataReport(name, keys=keys)
     data = encode_rows(rows, encode, report, d.on_bad_row)
     if d.packing:
         data = pack_samples(data, d.max_len)

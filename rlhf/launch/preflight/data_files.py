@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rlhf.filescan import SCANNED_SUFFIXES, Scan, scan_file
 from rlhf.launch.preflight.findings import Finding
-from rlhf.spec.data_columns import data_sources, required_columns, sources_with_columns
+from rlhf.spec.data_columns import columns_for, data_sources, required_columns, sources_with_columns
 from rlhf.spec.schema import ExperimentSpec
 
 __all__ = ["check_data_files", "data_sources", "required_columns"]
@@ -87,8 +87,11 @@ def check_data_files(spec: ExperimentSpec) -> list[Finding]:
         suffix = path.suffix.lower()
         if suffix in SCANNED_SUFFIXES:
             scan = scan_file(path, max_bytes=SCAN_BYTES, required=list(src.columns))
+            columns = columns_for(spec, src, scan.first_keys if scan is not None else None)
+            if scan is not None and columns != src.columns:  # a TRL/veRL layout: its own columns are required
+                scan = scan_file(path, max_bytes=SCAN_BYTES, required=list(columns))
             if scan is not None:
-                out += _scan_findings(key, source, scan, spec, src.columns)
+                out += _scan_findings(key, source, scan, spec, columns)
         elif suffix == ".parquet":
             out += _parquet_findings(key, source, path)
     return out
