@@ -22,6 +22,12 @@ more clients send the largest requests the server takes, one after another: ``rm
 server's ``--max-queries``, 1024), ``openai`` a prompt of ``--huge-prompt-tokens`` tokens. The table puts the small
 requests' p95 under that load beside the unloaded one. For ``rm`` one request over the limit (``--over-limit-queries``
 queries, the 450,000 of issue 21) shows how fast it is refused (413).
+
+One large request (``rm``, unless ``--large-mb 0``): the small clients again, and one request of ``--large-mb`` MB
+(10) of text in ``--large-queries`` queries (1: a single 10 MB query) sent a second after they start; the phase
+lasts ``--duration`` or until the large request is answered, whichever is later. The table gives the small requests'
+p50/p95/max unloaded, while the large request ran (sent after it and before its answer) and over the whole phase,
+and the large request's time and status.
 """
 
 from __future__ import annotations
@@ -95,8 +101,9 @@ def start_server(kind: str, workdir: Path, args: argparse.Namespace) -> tuple[su
     if kind == "rm":
         model = save_tiny_reward_model(workdir / "rm")
         cmd = [sys.executable, "-m", "rlhf.cli.serve_rm", "--model", str(model), "--port", "0", "--device", "cpu"]
-        cmd += ["--batch-size", str(args.clients), "--max-queries", str(max(args.huge_queries, 1))]
+        cmd += ["--batch-size", str(args.clients), "--max-queries", str(max(args.huge_queries, args.large_queries, 1))]
         cmd += ["--max-queue", str(max(8192, args.huge_clients * args.huge_queries + args.clients))]
+        cmd += ["--max-body-mb", f"{max(16.0, 1.1 * args.large_mb + 1):g}"]  # the large request's text and JSON
     else:
         cmd = [sys.executable, __file__, "--serve-openai", "--max-tokens", str(args.max_tokens)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -174,6 +181,26 @@ class Load:
     mixed: Load | None = None  # the small clients again, with huge requests among them
     huge: Load | None = None  # the huge requests of that phase
     over_limit: str = ""  # rm: how an over-limit request was answered
+    sent: list[float] = field(default_factory=list)  # when each request of ``latencies`` was sent (monotonic)
+    large: Large | None = None  # rm: one large request among the small clients
+
+
+@dataclass
+class Large:
+    """One large request among small clients: the small ones' figures and the large one's."""
+
+    small: Load
+    megabytes: float
+    queries: int
+    status: int = 0  # 0: no answer (a failed connection or a timeout)
+    seconds: float = float("nan")
+    sent: float = 0.0
+    error: str = ""
+
+    def during(self) -> list[float]:
+        """Latencies of the small requests sent while the large one was in flight."""
+        end = self.sent + self.seconds if self.status else float("inf")
+        return [lat for at, lat in zip(self.small.sent, self.small.latencies, strict=True) if self.sent <= at < end]
 
 
 def request_for(kind: str, prompt: str, max_tokens: int) -> tuple[str, bytes, str]:
@@ -195,9 +222,14 @@ def huge_request_for(kind: str, prompts: list[str], args: argparse.Namespace) ->
 
 
 async def _closed_loop(
-    base: str, n: int, stop_at: float, make: Callable[[int], tuple[str, bytes, str]], args: argparse.Namespace
+    base: str,
+    n: int,
+    stop_at: float,
+    make: Callable[[int], tuple[str, bytes, str]],
+    args: argparse.Namespace,
+    also_until: Callable[[], bool] = lambda: True,
 ) -> Load:
-    """``n`` clients, each sending ``make(k)`` (k = its next request number) until ``stop_at``."""
+    """``n`` clients, each sending ``make(k)`` (k = its next request number) until ``stop_at`` and ``also_until()``."""
     parts = urlsplit(base)
     load = Load()
     start = time.monotonic()
@@ -205,7 +237,7 @@ async def _closed_loop(
     async def client(i: int) -> None:
         conn = Connection(parts.hostname, parts.port, keep_alive=not args.fresh_connections)
         k = i
-        while time.monotonic() < stop_at:
+        while time.monotonic() < stop_at or not also_until():
             path, body, expect = make(k)
             k += n
             sent = time.monotonic()
@@ -220,6 +252,7 @@ async def _closed_loop(
                 await conn.close()
                 continue
             load.latencies.append(time.monotonic() - sent)
+            load.sent.append(sent)
         await conn.close()
 
     await asyncio.gather(*(client(i) for i in range(n)))
@@ -248,6 +281,48 @@ async def drive_mixed(kind: str, base: str, prompts: list[str], args: argparse.N
             _closed_loop(base, args.huge_clients, stop_at, lambda k: huge, args),
         )
     )
+
+
+def large_body(prompts: list[str], megabytes: float, queries: int) -> bytes:
+    """A request of ``megabytes`` MB of query text (``builtin:arith`` prompts over and over) in ``queries`` queries."""
+    size = int(megabytes * 2**20)
+    text = " ".join(prompts) + " "
+    text = (text * (size // len(text) + 1))[:size]
+    step = -(-size // queries)
+    return json.dumps({"query": [text[i : i + step] for i in range(0, size, step)]}).encode()
+
+
+async def drive_large(base: str, prompts: list[str], args: argparse.Namespace) -> Large:
+    """The small clients for --duration, and one --large-mb request sent a second after they start."""
+    body = large_body(prompts, args.large_mb, args.large_queries)
+    large = Large(Load(), len(body) / 2**20, args.large_queries)
+    answered = asyncio.Event()
+    parts = urlsplit(base)
+
+    async def send_large() -> None:
+        await asyncio.sleep(1.0)  # the small clients are under way
+        conn = Connection(parts.hostname, parts.port)
+        large.sent = time.monotonic()
+        try:
+            status, data = await asyncio.wait_for(conn.post("/get_reward", body), args.timeout)
+            large.seconds = time.monotonic() - large.sent
+            large.status = status
+            if status != 200:
+                large.error = f"HTTP {status}: {data[:200]!r}"
+        except (OSError, HttpError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+            large.error = f"{type(e).__name__}: {e}"
+        finally:
+            answered.set()
+            await conn.close()
+
+    def small(k: int) -> tuple[str, bytes, str]:
+        return request_for("rm", prompts[k % len(prompts)], args.max_tokens)
+
+    stop_at = time.monotonic() + args.duration
+    large.small, _ = await asyncio.gather(
+        _closed_loop(base, args.clients, stop_at, small, args, also_until=answered.is_set), send_large()
+    )
+    return large
 
 
 async def over_limit(base: str, n: int, args: argparse.Namespace) -> str:
@@ -332,12 +407,54 @@ def table(results: dict[str, Load], args: argparse.Namespace) -> str:
             lines.append(f"{TITLES[k]} over the limit: {r.over_limit}")
         for e in r.error_samples + (r.mixed.error_samples + r.huge.error_samples if r.mixed else []):
             lines.append(f"{TITLES[k]} error: {e}")
+        if r.large is not None:
+            lines += ["", *large_table(TITLES[k], r, args)]
     if "openai" in results:
         lines.append(f"openai requests: one user message, max_tokens={args.max_tokens}")
     if args.huge_clients:
         huge = f"rm {args.huge_queries} queries, openai a {args.huge_prompt_tokens}-token prompt"
         lines.append(f"mixed: {args.clients} small clients beside {args.huge_clients} clients of huge ones ({huge})")
     return "\n".join(lines)
+
+
+def large_table(title: str, r: Load, args: argparse.Namespace) -> list[str]:
+    """Small requests unloaded, while one large request ran and over that phase; the large request's answer."""
+    large = r.large
+    what = f"one {large.megabytes:.1f} MB request ({large.queries} {'query' if large.queries == 1 else 'queries'})"
+
+    def row(name: str, values: list[float]) -> str:
+        cells = [f"{1000 * percentile(values, q):.0f}" for q in (50, 95)] + [f"{1000 * max(values, default=0):.0f}"]
+        return f"{name:<34}" + "".join(f"{c:>10}" for c in cells) + f"{len(values):>10}"
+
+    answer = f"HTTP {large.status} in {1000 * large.seconds:.0f} ms" if large.status else "no answer"
+    return [
+        f"{title}: {args.clients} small clients, then the same with {what} among them",
+        f"{'small requests':<34}" + "".join(f"{c:>10}" for c in ("p50 ms", "p95 ms", "max ms", "requests")),
+        row("  unloaded", r.latencies),
+        row("  while the large one ran", large.during()),
+        row("  the whole phase", large.small.latencies),
+        f"large request: {answer}" + (f" ({large.error})" if large.error else ""),
+        f"errors: {large.small.errors} small" + "".join(f"; {e}" for e in large.small.error_samples),
+    ]
+
+
+def large_figures(r: Load) -> dict:
+    large = r.large
+    during = large.during()
+    return {
+        "large_mb": large.megabytes,
+        "large_queries": large.queries,
+        "large_status": large.status,
+        "large_ms": 1000 * large.seconds,
+        "small_unloaded_p50_ms": 1000 * percentile(r.latencies, 50),
+        "small_unloaded_p95_ms": 1000 * percentile(r.latencies, 95),
+        "small_during_large": len(during),
+        "small_during_large_p50_ms": 1000 * percentile(during, 50),
+        "small_during_large_p95_ms": 1000 * percentile(during, 95),
+        "small_during_large_max_ms": 1000 * max(during, default=float("nan")),
+        "small_large_phase_p95_ms": 1000 * percentile(large.small.latencies, 95),
+        "small_large_phase_errors": large.small.errors,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--huge-queries", type=int, default=1024, help="rm: queries per huge request (its --max-queries)")
     ap.add_argument("--huge-prompt-tokens", type=int, default=900, help="openai: prompt tokens of a huge request")
     ap.add_argument("--over-limit-queries", type=int, default=450_000, help="rm: one request this large (0: none)")
+    ap.add_argument("--large-mb", type=float, default=10.0, help="rm: MB of one large request among them (0: none)")
+    ap.add_argument("--large-queries", type=int, default=1, help="rm: queries the large request's text is cut into")
     ap.add_argument("--json", dest="json_out", default=None, help="also write the figures to this file")
     ap.add_argument("--serve-openai", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -383,6 +502,9 @@ def main(argv: list[str] | None = None) -> int:
                 if args.huge_clients:
                     print(f"{TITLES[kind]}: the same with {args.huge_clients} clients of huge requests", flush=True)
                     results[kind].mixed, results[kind].huge = asyncio.run(drive_mixed(kind, base, prompts, args))
+                if kind == "rm" and args.large_mb > 0:
+                    print(f"{TITLES[kind]}: the same with one {args.large_mb:g} MB request among them", flush=True)
+                    results[kind].large = asyncio.run(drive_large(base, prompts, args))
                 if kind == "rm" and args.over_limit_queries:
                     results[kind].over_limit = asyncio.run(over_limit(base, args.over_limit_queries, args))
             finally:
@@ -410,11 +532,17 @@ def main(argv: list[str] | None = None) -> int:
                     else {}
                 ),
                 **({"over_limit": r.over_limit} if r.over_limit else {}),
+                **(large_figures(r) if r.large else {}),
             }
             for k, r in results.items()
         }
         Path(args.json_out).write_text(json.dumps({"clients": args.clients, "duration_s": args.duration, **figures}))
-    failed = any(r.errors or (r.mixed and r.mixed.errors + r.huge.errors) for r in results.values())
+    failed = any(
+        r.errors
+        or (r.mixed and r.mixed.errors + r.huge.errors)
+        or (r.large and (r.large.status != 200 or r.large.small.errors))
+        for r in results.values()
+    )
     return 1 if failed else 0
 
 

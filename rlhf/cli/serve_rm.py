@@ -1,8 +1,8 @@
 """``rlhf-serve-rm``: serve a reward model over the remote reward protocol (POST /get_reward).
 
     rlhf-serve-rm --model PATH [--host 127.0.0.1] [--port 5000 | 0] [--batch-size 32] [--max-len 2048] [--normalize]
-                  [--max-body-mb 16] [--max-queries 1024] [--max-queue 8192] [--request-timeout-s 120]
-                  [--max-connections 256]
+                  [--max-batch-tokens 8192] [--max-body-mb 16] [--max-queries 1024] [--max-queue 8192]
+                  [--request-timeout-s 120] [--max-connections 256]
 
 A folder without trained value-head weights (a policy, say) is refused, naming the missing weights, unless
 ``--allow-untrained-head`` is given: its head would start random and score noise.
@@ -13,8 +13,13 @@ A folder without trained value-head weights (a policy, say) is refused, naming t
 Limits (see rlhf.serve.reward_server): 413 for a body over ``--max-body-mb`` or more than ``--max-queries`` queries
 in one request; 503 with ``Retry-After`` when ``--max-queue`` queries are held already; 504 for a request not
 answered within ``--request-timeout-s``; beyond ``--max-connections`` open connections uvicorn answers 503. The
-trainer's client retries 503 and 504 (reward.retries). A small request is answered between the forward passes of a
-large one, and ``/health`` at any time.
+trainer's client retries 503 and 504 (reward.retries).
+
+Fairness: a forward pass holds at most ``--batch-size`` queries and ``--max-batch-tokens`` tokens, each pending
+request at most an equal share of them, the requests with the fewest tokens left first; queries of similar length
+are scored together and answered as soon as scored; a query is tokenised only as far as ``--max-len`` needs, off the
+forward thread. So a small request waits for the forward call in progress and its own, never for a large one (a
+10 MB query, or many long ones) to finish; ``/health`` is answered at any time.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sys
 from pathlib import Path
 
 from rlhf.serve.limits import ServeLimits  # no torch: bad arguments are answered in a second
+from rlhf.serve.scheduler import DEFAULT_MAX_BATCH_TOKENS
 
 PROG = "rlhf-serve-rm"
 DEFAULTS = ServeLimits()
@@ -68,6 +74,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--port", type=_port, default=5000, help="port, 0-65535 (0: a free one, printed once bound)")
     p.add_argument("--batch-size", type=_at_least(1), default=32, help="sequences per forward pass")
     p.add_argument("--max-len", type=_at_least(2), default=2048, help="tokens per query (longer ones cut, eos kept)")
+    p.add_argument(
+        "--max-batch-tokens",
+        type=_at_least(2),
+        default=DEFAULT_MAX_BATCH_TOKENS,
+        help="tokens per forward pass: bounds how long a small request waits beside a large one (%(default)s)",
+    )
     p.add_argument("--normalize", action="store_true", help="(r - mean) / std with the statistics of RM training")
     p.add_argument("--max-wait-ms", type=_at_least(0.0, float), default=10.0, help="how long to collect requests")
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
@@ -112,6 +124,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     for problem in args.limits.problems():
         p.error(problem)
+    if args.max_len > args.max_batch_tokens:
+        p.error(
+            f"--max-len {args.max_len} is more than --max-batch-tokens {args.max_batch_tokens}: a query of the "
+            f"largest size would not fit one forward pass; raise --max-batch-tokens to {args.max_len} or more, or "
+            "lower --max-len"
+        )
     return args
 
 
@@ -169,7 +187,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(1) from None
     if untrained is not None:
         print(f"rlhf-serve-rm: warning: {args.model} has no trained value head: its scores are random", flush=True)
-    app = build_app(scorer, max_batch=args.batch_size, max_wait_s=args.max_wait_ms / 1000, limits=args.limits)
+    app = build_app(
+        scorer,
+        max_batch=args.batch_size,
+        max_wait_s=args.max_wait_ms / 1000,
+        limits=args.limits,
+        max_batch_tokens=args.max_batch_tokens,
+    )
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -25,7 +25,9 @@ LIMITS = ["--batch-size", "8", "--max-queries", str(MAX_QUERIES), "--max-queue",
 
 @pytest.fixture(scope="module")
 def server(reward_model_dir):
-    with serving(reward_model_dir[0], *LIMITS, "--max-body-mb", "1") as url:
+    # the maximum-size request runs for seconds, minutes on a crowded machine: no 504 for it here
+    timeout = ["--request-timeout-s", f"{ceiling(900):g}"]
+    with serving(reward_model_dir[0], *LIMITS, "--max-body-mb", "1", *timeout) as url:
         post(url, {"query": ["warm up"]})
         yield url
 
@@ -106,6 +108,7 @@ def test_a_request_past_its_timeout_gets_504_and_its_queries_are_dropped(reward_
         (["--port", "http"], "argument --port: 'http' is not a port number"),
         (["--max-queries", "0"], "argument --max-queries: 0 is below the least allowed, 1"),
         (["--max-queries", "100", "--max-queue", "10"], "--max-queue 10 is smaller than --max-queries 100"),
+        (["--max-batch-tokens", "0"], "argument --max-batch-tokens: 0 is below the least allowed, 2"),
     ],
 )
 def test_bad_limits_and_ports_get_our_message(reward_model_dir, args, says):

@@ -63,8 +63,12 @@ def test_allow_untrained_head_serves_with_a_warning(policy_dir):
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True).start()
     try:
-        wait_until(lambda: any(" at http" in line for line in lines), "the server's start", 120,
-                   alive=lambda: proc.poll() is None)
+        wait_until(
+            lambda: any(" at http" in line for line in lines),
+            "the server's start",
+            120,
+            alive=lambda: proc.poll() is None,
+        )
         assert any("warning:" in line and "no trained value head" in line for line in lines), "".join(lines)
         url = next(line for line in lines if " at http" in line).split(" at ")[1].strip()
         request = urllib.request.Request(

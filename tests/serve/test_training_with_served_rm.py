@@ -59,9 +59,7 @@ def served_rm(reward_model_dir):
         yield url
 
 
-def test_grpo_trains_on_rewards_from_a_served_reward_model(
-    served_rm, reward_model_dir, tmp_path, monkeypatch
-):
+def test_grpo_trains_on_rewards_from_a_served_reward_model(served_rm, reward_model_dir, tmp_path, monkeypatch):
     from rlhf.models.loading import resolve_model_path, tokenizer_for
     from rlhf.serve.reward_server import RewardModelScorer
 
