@@ -168,6 +168,9 @@ SHIPPED = {
     "rloo_tiny_cpu": "local", "rm_llama3_8b": "ray", "rm_tiny_cpu": "local", "sft_llama3_8b": "ray",
     "sft_reasoning_gym_tiny_cpu": "local", "sft_tiny_cpu": "local",
 }
+# Today's models on each GPU target (issue 36): every one on Ray (several ranks, or vLLM engines in their own venv).
+SHIPPED.update(dict.fromkeys(sorted(p.stem for p in (REPO / "recipes").glob("*.yaml") if any(
+    m in p.stem for m in ("qwen3_", "llama3_1_8b", "r1_distill"))), "ray"))
 
 
 REQUIRED = {"opd_tiny_cpu": ["teacher.model_path=/a/teacher"]}  # a recipe's ??? values

@@ -12,14 +12,17 @@ grpo_llama3_8b-zero3; two nodes in split-tp1-2n; the one-node rank variables in 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 from ceilings import ceiling
 
+from rlhf.spec.paths import conf_dir
 from rlhf.spec.validate import vllm_cpu_available
 
 pytestmark = [
@@ -46,26 +49,87 @@ def _matrix(nodes: int) -> list[tuple[str, list[str]]]:
     for tp in (1, 2, 4):
         ro = [f"rollout.tensor_parallel_size={tp}"]
         engines = (rollout or tp) // tp
-        out.append((f"colocate_all-tp{tp}-{nodes}n", [*MATRIX, *hw, "placement=colocate_all",
-                                                     f"rollout.num_engines={colocated // tp}", *ro]))
-        out.append((f"colocate_actor_ref-tp{tp}-{nodes}n", [*MATRIX, *hw, "placement=colocate_actor_ref",
-                    f"rollout.num_engines={engines}", f"placement.devices.policy={policy}", *ro]))
-        out.append((f"split-tp{tp}-{nodes}n", [*MATRIX, *hw, "placement=split", f"rollout.num_engines={engines}",
-                    f"placement.devices.policy={policy // 2}", f"placement.devices.reference={policy // 2}", *ro]))
+        out.append(
+            (
+                f"colocate_all-tp{tp}-{nodes}n",
+                [*MATRIX, *hw, "placement=colocate_all", f"rollout.num_engines={colocated // tp}", *ro],
+            )
+        )
+        out.append(
+            (
+                f"colocate_actor_ref-tp{tp}-{nodes}n",
+                [
+                    *MATRIX,
+                    *hw,
+                    "placement=colocate_actor_ref",
+                    f"rollout.num_engines={engines}",
+                    f"placement.devices.policy={policy}",
+                    *ro,
+                ],
+            )
+        )
+        out.append(
+            (
+                f"split-tp{tp}-{nodes}n",
+                [
+                    *MATRIX,
+                    *hw,
+                    "placement=split",
+                    f"rollout.num_engines={engines}",
+                    f"placement.devices.policy={policy // 2}",
+                    f"placement.devices.reference={policy // 2}",
+                    *ro,
+                ],
+            )
+        )
     return out
 
 
-RECIPES_8X = ["ppo_llama3_8b", "grpo_llama3_8b", "rloo_llama3_8b", "reinforce_pp_baseline_llama3_8b",
-              "sft_llama3_8b", "rm_llama3_8b", "dpo_llama3_8b"]
+# The shipped GPU recipes by hardware target; each target's recipes share one cluster of its shape.
+RECIPES_8X = [
+    "ppo_llama3_8b",
+    "grpo_llama3_8b",
+    "rloo_llama3_8b",
+    "reinforce_pp_baseline_llama3_8b",
+    "sft_llama3_8b",
+    "rm_llama3_8b",
+    "dpo_llama3_8b",
+    "grpo_qwen3_4b_8xh100",
+    "grpo_qwen3_8b_8xh100",
+    "grpo_qwen3_14b_8xh100",
+    "grpo_qwen3_32b_8xh100",
+    "grpo_llama3_1_8b_8xh100",
+    "grpo_r1_distill_qwen_7b_8xh100",
+    "sft_qwen3_8b_8xh100",
+    "dpo_qwen3_8b_8xh100",
+]
+RECIPES_1X = [
+    "grpo_qwen2_5_0_5b",
+    "grpo_qwen3_0_6b_h100",
+    "grpo_qwen3_1_7b_h100",
+    "grpo_qwen3_4b_h100",
+    "grpo_qwen3_8b_h100",
+    "grpo_llama3_1_8b_h100",
+    "grpo_r1_distill_qwen_1_5b_h100",
+    "grpo_r1_distill_qwen_7b_h100",
+    "grpo_qwen2_5_0_5b_h200",
+    "grpo_qwen3_1_7b_h200",
+    "grpo_qwen3_4b_h200",
+    "grpo_qwen3_8b_h200",
+    "grpo_llama3_1_8b_h200",
+    "grpo_r1_distill_qwen_1_5b_h200",
+    "grpo_r1_distill_qwen_7b_h200",
+]  # one H100 or one H200: the same shape
+RECIPES_2X8 = ["grpo_qwen3_14b_2x8xh100", "grpo_qwen3_32b_2x8xh100", "sft_qwen3_32b_2x8xh100", "dpo_qwen3_32b_2x8xh100"]
 SHAPES = {
     "1x8x192": [(r, [f"+recipe={r}"]) for r in RECIPES_8X]
     + [("grpo_llama3_8b-zero3", [*GRPO, "trainer.zero_stage=3"])],
     # the matrix, and hf engines beside the trainers (each computes on the GPU Ray reserved for it, not cuda:0)
     "1x6x48": _matrix(1) + [("colocate_all-hf-1n", [*_matrix(1)[0][1], "rollout=hf"])],
     "2x4x32": _matrix(2),
+    "2x8x192": [(r, [f"+recipe={r}"]) for r in RECIPES_2X8],
     "6x8x96": [("ppo_llama3_70b", ["+recipe=ppo_llama3_70b"])],
-    "1x1x26": [("grpo_qwen2_5_0_5b", ["+recipe=grpo_qwen2_5_0_5b"]),
-               ("grpo_qwen2_5_0_5b_h200", ["+recipe=grpo_qwen2_5_0_5b_h200"])],
+    "1x1x26": [(r, [f"+recipe={r}"]) for r in RECIPES_1X],
 }
 # One config per shape class, rehearsed in the default tier; every other case is the Ray tier's.
 SAMPLE = {"1x8x192": ("grpo_llama3_8b-zero3", "sft_llama3_8b"), "2x4x32": ("split-tp1-2n",)}
@@ -83,10 +147,12 @@ def _run_shape(shape: str, sampled: bool) -> dict[str, dict]:
         t0 = time.monotonic()
         proc = subprocess.run(
             [sys.executable, str(HERE / "rehearse_configs.py"), shape, json.dumps([c for _, c in configs])],
-            capture_output=True, text=True, timeout=ceiling(1800),
+            capture_output=True,
+            text=True,
+            timeout=ceiling(1800),
         )
         WALL[key] = time.monotonic() - t0
-        lines = [json.loads(ln[len("RESULT "):]) for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        lines = [json.loads(ln[len("RESULT ") :]) for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
         assert len(lines) == len(configs), proc.stdout[-3000:] + proc.stderr[-3000:]
         _results[key] = {name: r for (name, _), r in zip(configs, lines, strict=True)}
         print(f"rehearsal cluster {shape}: {len(configs)} config(s) in {WALL[key]:.1f} s", file=sys.stderr)
@@ -104,6 +170,25 @@ def test_the_rehearsal_passes_for_one_config_per_shape_class(shape, name):
 def test_the_rehearsal_passes(shape, name):
     result = _run_shape(shape, sampled=False)[name]
     assert result["ok"], "\n".join(result["violations"]) + "\n" + result["map"]
+
+
+def test_every_shipped_gpu_recipe_is_rehearsed_on_its_hardware_shape():
+    from rlhf.spec.store import find_recipes
+
+    shape_of = {}
+    for recipe in find_recipes().values():
+        match = re.search(r"^\s*- override /hardware: (\S+)", recipe.path.read_text(), re.M)
+        hardware = match.group(1) if match else "cpu"
+        if hardware != "cpu":
+            hw = yaml.safe_load((conf_dir() / "hardware" / f"{hardware}.yaml").read_text())
+            shape_of[recipe.name] = f"{hw['nodes']}x{hw['devices_per_node']}x{hw['cpus_per_node']}"
+    rehearsed = {
+        c[0].removeprefix("+recipe="): shape
+        for shape, configs in SHAPES.items()
+        for _, c in configs
+        if len(c) == 1 and c[0].startswith("+recipe=")
+    }
+    assert rehearsed == shape_of
 
 
 def test_the_device_map_gives_each_tp_engine_its_own_bundles_and_a_share_beside_the_trainers():
@@ -139,9 +224,18 @@ def test_the_70b_engines_span_their_own_node_and_the_sync_broadcasts_to_every_wo
 def test_a_violation_exits_non_zero_naming_role_process_and_device(tmp_path):
     # a broadcast asked for on a single GPU: the engine's worker would join the sender's GPU in one NCCL group
     proc = subprocess.run(
-        [sys.executable, "-m", "rlhf.cli.plan", "--rehearse", "+recipe=grpo_qwen2_5_0_5b",
-         "rollout.weight_sync=broadcast"],
-        capture_output=True, text=True, timeout=ceiling(900), cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "rlhf.cli.plan",
+            "--rehearse",
+            "+recipe=grpo_qwen2_5_0_5b",
+            "rollout.weight_sync=broadcast",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=ceiling(900),
+        cwd=tmp_path,
     )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "rehearsal FAILED" in proc.stdout

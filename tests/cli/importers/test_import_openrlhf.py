@@ -294,9 +294,15 @@ def test_unknown_model_gets_the_nearest_dimensions_and_says_so(in_tmp):
             "OpenRLHF/Llama-3-8b-sft-mixture", "Qwen/Qwen3-4B-Thinking-2507"
         )
     )
-    assert conv.recipe.choices["model"] == "qwen3_8b"
+    assert conv.recipe.choices["model"] == "qwen3_4b"  # the Qwen3-4B dimensions; the path stays the user's
     assert conv.recipe.values["model.path"] == "Qwen/Qwen3-4B-Thinking-2507"
-    assert any("no conf/model option for Qwen/Qwen3-4B-Thinking-2507" in n for n in conv.recipe.notes)
+    assert "model: Qwen/Qwen3-4B-Thinking-2507 with the dimensions of option qwen3_4b" in conv.recipe.notes[0]
+    other = _convert_script(
+        _dotted_ppo("--train.colocate_all --vllm.num_engines 8").replace(
+            "OpenRLHF/Llama-3-8b-sft-mixture", "mistralai/Mistral-7B-v0.3"
+        )
+    )
+    assert "no conf/model option for mistralai/Mistral-7B-v0.3 (7B)" in other.recipe.notes[0]
 
 
 def test_hardware_option_or_gpu_type(in_tmp):
