@@ -121,7 +121,12 @@ def _state_bytes(s: ModelStates) -> StateBytes:
 
 def activation_bytes(spec: ExperimentSpec, micro_batch: int) -> float:
     m, t = spec.model, spec.trainer
-    tokens = t.max_tokens_per_micro_batch or micro_batch * spec.data.max_len
+    # a sample longer than the token budget trains alone (rlhf.pipelines.batching): the longest one bounds it
+    tokens = (
+        max(t.max_tokens_per_micro_batch, spec.data.max_len)
+        if t.max_tokens_per_micro_batch
+        else micro_batch * spec.data.max_len
+    )
     if t.activation_mb_per_token is not None:
         return tokens * t.activation_mb_per_token * 1024**2
     scale = 1 if t.precision in ("bf16", "fp16") else 2

@@ -400,6 +400,9 @@ class RLWorkers:
             key = {"grad_norm": f"{prefix}_grad_norm", "lr": f"{prefix}_lr"}.get(k, k)
             out[key] = v / max(count, 1)
         own = "" if prefix == "actor" else f"{prefix}_"  # the policy's keys as OpenRLHF logs them, bare
+        budget = self.spec.trainer.max_tokens_per_micro_batch
+        if 0 < budget < self.spec.data.max_len:  # samples that trained in a micro-batch of their own
+            out[f"{own}over_budget_samples"] = float((exp.attention_mask.sum(dim=1) > budget).sum())
         real_tokens = float(exp.attention_mask.sum()) * self.spec.trainer.epochs_per_rollout if count else 0.0
         out.update(throughput(out, real_tokens, seconds, own))
         return out

@@ -141,20 +141,22 @@ def _check_batches(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
 
 
 def _check_token_budget(spec: ExperimentSpec, c: _Collector) -> None:
-    """A token budget must hold the longest sample (a pair for RM and DPO, kept in one micro-batch), and KTO's KL
-    estimate pairs samples within a micro-batch, so its micro-batches keep a fixed size."""
+    """A token budget must hold a chosen + rejected pair (RM and DPO keep one in one micro-batch); a single sample
+    longer than the budget trains in a micro-batch of its own, as OpenRLHF's dynamic batching does (the plan charges
+    its memory, the step logs how many: over_budget_samples). KTO's KL estimate pairs samples within a micro-batch,
+    so its micro-batches keep a fixed size."""
     t, a = spec.trainer, spec.algorithm
-    pair = a.family in ("rm", "dpo")
-    longest = spec.data.max_len * (2 if pair else 1)
-    what = "a chosen + rejected pair of data.max_len tokens each" if pair else "one sample of data.max_len tokens"
-    for key in ("max_tokens_per_micro_batch", "max_tokens_per_forward"):
-        budget = getattr(t, key)
-        c.require(
-            budget == 0 or budget >= longest,
-            f"trainer.{key}",
-            budget,
-            f"must hold {what} ({longest}), or be 0 (micro-batches of a fixed number of samples)",
-        )
+    if a.family in ("rm", "dpo"):
+        longest = spec.data.max_len * 2
+        for key in ("max_tokens_per_micro_batch", "max_tokens_per_forward"):
+            budget = getattr(t, key)
+            c.require(
+                budget == 0 or budget >= longest,
+                f"trainer.{key}",
+                budget,
+                f"must hold a chosen + rejected pair of data.max_len tokens each ({longest}), or be 0 (micro-batches "
+                "of a fixed number of samples)",
+            )
     if a.family == "dpo" and a.preference.loss == "kto":
         c.require(
             t.max_tokens_per_micro_batch == 0,

@@ -83,9 +83,10 @@ def _errors(*overrides: str) -> dict[str, str]:
     return {e.key: e.fix for e in validate(load_spec(list(overrides)))}
 
 
-def test_a_budget_must_hold_the_longest_sample_and_kto_keeps_fixed_micro_batches():
-    errors = _errors("+recipe=grpo_tiny_cpu", "trainer.max_tokens_per_micro_batch=50")
-    assert "one sample of data.max_len tokens (96)" in errors["trainer.max_tokens_per_micro_batch"]
+def test_a_budget_must_hold_a_pair_a_longer_single_sample_goes_alone_and_kto_keeps_fixed_micro_batches():
+    # OpenRLHF's rule: a sample longer than the budget trains in a micro-batch of its own (its example's
+    # --data.max_len 74240 with --train.max_tokens_per_gpu 16192)
+    assert not _errors("+recipe=grpo_tiny_cpu", "trainer.max_tokens_per_micro_batch=50")
     errors = _errors("+recipe=dpo_tiny_cpu", "trainer.max_tokens_per_forward=100")
     assert "chosen + rejected pair" in errors["trainer.max_tokens_per_forward"]
     errors = _errors("+recipe=dpo_tiny_cpu", "algorithm=kto", "trainer.max_tokens_per_micro_batch=4096")
@@ -101,3 +102,12 @@ def test_the_plans_activation_memory_follows_the_token_budget():
     tokens = spec.trainer.micro_batch_per_device * spec.data.max_len
     half = load_spec(["+recipe=grpo_llama3_8b", f"trainer.max_tokens_per_micro_batch={tokens // 2}"])
     assert activation_bytes(half, half.trainer.micro_batch_per_device) == pytest.approx(fixed / 2)
+
+
+def test_the_plan_charges_a_sample_longer_than_the_budget_its_whole_length():
+    spec = load_spec(["+recipe=grpo_llama3_8b"])
+    one_sample = activation_bytes(
+        load_spec(["+recipe=grpo_llama3_8b", f"trainer.max_tokens_per_micro_batch={spec.data.max_len}"]), 1
+    )
+    small = load_spec(["+recipe=grpo_llama3_8b", f"trainer.max_tokens_per_micro_batch={spec.data.max_len // 4}"])
+    assert activation_bytes(small, small.trainer.micro_batch_per_device) == pytest.approx(one_sample)

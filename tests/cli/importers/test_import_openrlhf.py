@@ -499,3 +499,18 @@ def test_dynamic_batching_becomes_the_token_budgets_and_packing(in_tmp):
     off = _convert_script(base + "--train_max_tokens_per_gpu 4096")
     assert "trainer.max_tokens_per_micro_batch" not in off.mapping.values
     assert any("used only with --train.dynamic_batch_enable" in (o.note or "") for o in off.mapping.outcomes)
+
+
+def test_the_long_context_example_converts_validates_and_plans(in_tmp):
+    # OpenRLHF's train_reinforce_baseline_hybrid_engine.sh: samples up to 74,240 tokens, micro-batches cut at 16,192
+    # tokens; a longer sample trains in a micro-batch of its own there and here (before: refused)
+    conv = _convert_script(
+        "python3 -m openrlhf.cli.train_ppo_ray --pretrain OpenRLHF/Llama-3-8b-sft-mixture --prompt_data d "
+        "--remote_rm_url http://127.0.0.1:5000/get_reward --advantage_estimator reinforce_baseline "
+        "--n_samples_per_prompt 8 --use_dynamic_batch --train_max_tokens_per_gpu 16192 "
+        "--prompt_max_len 1024 --generate_max_len 73216"
+    )
+    assert conv.mapping.values["trainer.max_tokens_per_micro_batch"] == 16192
+    spec = build(compose([f"+recipe={_written(conv, in_tmp, 'long')}", PROMPTS]))
+    assert spec.data.max_len == 74240 and validate(spec) == []
+    assert plan(spec).verdict()
