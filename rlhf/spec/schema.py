@@ -524,8 +524,9 @@ class TrainerSpec:
     max_tokens_per_micro_batch: int = key(
         0,
         "training micro-batches by tokens: about this many real tokens per forward/backward on one device, the same "
-        "number of micro-batches on every rank, the loss that of the whole step; 0: micro_batch_per_device samples "
-        "(OpenRLHF --train.dynamic_batch_enable + --train.max_tokens_per_gpu, veRL ppo_max_token_len_per_gpu)",
+        "number of micro-batches on every rank, the loss that of the whole step; a sample longer than it trains in a "
+        "micro-batch of its own (logged: over_budget_samples; RM/DPO pairs must fit); 0: micro_batch_per_device "
+        "samples (OpenRLHF --train.dynamic_batch_enable + --train.max_tokens_per_gpu, veRL ppo_max_token_len_per_gpu)",
         ge=0,
     )
     max_tokens_per_forward: int = key(
