@@ -53,6 +53,10 @@ def folder(tmp_path: Path) -> Path:
     )
     (tmp_path / "train_ppo_llama_ray.sh").write_text(script)
     (tmp_path / "run_qwen2-7b_math.sh").write_text(SAMPLE["grpo_math"][0])
+    (tmp_path / "grpo.yaml").write_text(  # a TRL GRPO config as TRL's docs write one
+        "model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\ndataset_name: trl-lib/DeepMath-103K\n"
+        "reward_funcs: [accuracy_reward]\n"
+    )
     (tmp_path / "data").mkdir()
     for name in DATA_FILES:
         (tmp_path / "data" / name).write_text("")  # the import's --check validates that the files exist
@@ -93,6 +97,11 @@ def test_every_headline_command_runs_as_far_as_this_machine_allows(folder, monke
             jobs = _sweep_jobs(args[1:]) if args[:1] == ["-m"] else [args]
             for job in jobs:
                 assert "verdict: fits" in _in_process("rlhf-plan", job, capsys)
+        elif "-o" in args or "--check" in args:
+            # a written recipe is composed by its file, which registers its name in this process's ConfigStore:
+            # in a process of its own, so no later test in this worker meets that name
+            r = _sh([verb, *args], folder)
+            assert r.returncode == 0, f"{' '.join(argv)}:\n{r.stdout[-1500:]}{r.stderr[-1500:]}"
         else:
             _in_process(verb, [a for a in args if a != "--rehearse"], capsys)  # the rehearsal: the Ray tier's
         ran.append(" ".join(argv))
