@@ -1,6 +1,6 @@
 """rlhf-recipes [-cd DIR] [-cn NAME] ls | show NAME | cp NAME FILE | validate NAME|all [overrides] | explain KEY |
-import-openrlhf | import-verl | rollouts show DIR — one small class per verb. -cd adds your config folder (its
-recipe/ subfolder holds your recipes)."""
+import-openrlhf | import-verl | import-trl | rollouts show DIR — one small class per verb. -cd adds your config
+folder (its recipe/ subfolder holds your recipes)."""
 
 from __future__ import annotations
 
@@ -216,6 +216,20 @@ class ImportVerl:
         return run(args)
 
 
+class ImportTrl:
+    help = "convert a TRL command line (trl grpo ..., accelerate launch ... grpo.py ...) or config file into a recipe"
+
+    def add(self, p: argparse.ArgumentParser) -> None:
+        from rlhf.cli.importers.trl.verb import add_arguments
+
+        add_arguments(p)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rlhf.cli.importers.trl.verb import run
+
+        return run(args)
+
+
 class Rollouts:
     help = "rollouts show DIR: summarise a rollout recording (rollout.record=DIR): steps, rewards, lengths, samples"
 
@@ -243,6 +257,7 @@ VERBS = {
     "explain": Explain(),
     "import-openrlhf": ImportOpenRLHF(),
     "import-verl": ImportVerl(),
+    "import-trl": ImportTrl(),
     "rollouts": Rollouts(),
 }
 
