@@ -264,18 +264,15 @@ def refuse_a_changed_resume(cfg, spec, run_dir: Path) -> None:
 
 
 def verified_resume(spec, run_dir: Path):
-    """``spec`` with the checkpoint a resume continues from verified now, before the heavy imports and any process
-    (rlhf.pipelines.checkpoint): damage is named at once, and the spec then names the intact checkpoint, which the
-    run does not hash again."""
-    from dataclasses import replace
-
+    """``spec``, its resume checkpoint verified now, before the heavy imports and any process
+    (rlhf.pipelines.checkpoint): damage is named at once (a CheckpointError when nothing intact is left). The run
+    resolves the same checkpoint again without hashing it or naming its damage a second time; ``checkpoint.resume``
+    keeps its word (``auto`` still means what rlhf.pipelines.init_from checks)."""
     from rlhf.pipelines.checkpoint import CheckpointManager
 
     ck = spec.checkpoint
     if ck.resume == "never":
         return spec
     root = Path(ck.dir)
-    found = CheckpointManager(root if root.is_absolute() else Path(run_dir) / root, verify=ck.verify).resolve_resume(
-        ck.resume
-    )
-    return spec if found is None else replace(spec, checkpoint=replace(ck, resume=str(found)))
+    CheckpointManager(root if root.is_absolute() else Path(run_dir) / root, verify=ck.verify).resolve_resume(ck.resume)
+    return spec

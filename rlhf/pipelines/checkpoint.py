@@ -38,6 +38,7 @@ LATEST = "latest"
 DRIVER_STATE = "driver_state.json"
 _STEP_DIR = re.compile(r"^step(\d+)$")
 _INTACT: set[tuple[Path, int | None, bool]] = set()  # checkpoints verified in this process (folder, seal, checksums)
+_SAID: set[tuple[Path, str]] = set()  # damage and fallback lines said in this process
 
 
 class CheckpointError(UserError):
@@ -154,11 +155,14 @@ class CheckpointManager:
         for step, p in self._candidates(before):
             problems = self.damage(p)
             if not problems:
-                if damaged:
+                if damaged and (p, "fallback") not in _SAID:
+                    _SAID.add((p, "fallback"))
                     say(f"resuming from {p}, the newest intact checkpoint (step {step})")
                 return p
             damaged.append(p)
-            say(f"checkpoint {p} is damaged, not resuming from it: " + "; ".join(problems))
+            if (p, "damage") not in _SAID:  # rlhf-run verifies before the run does: each line said once
+                _SAID.add((p, "damage"))
+                say(f"checkpoint {p} is damaged, not resuming from it: " + "; ".join(problems))
         if damaged:
             raise CheckpointError(
                 f"no intact checkpoint in {self.root} (damaged: {', '.join(p.name for p in damaged)}); to start this "
