@@ -140,9 +140,10 @@ def initialized(config_dir: str | os.PathLike[str] | None = None) -> Iterator[An
     from hydra.core.global_hydra import GlobalHydra
 
     from rlhf.spec.paths import conf_dir, config_dirs_on_search_path
-    from rlhf.spec.store import register
+    from rlhf.spec.store import plugins_in_place, register
 
     register()
+    plugins_in_place()
     with config_dirs_on_search_path(config_dir), initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
         yield GlobalHydra.instance().config_loader()
 

@@ -115,16 +115,25 @@ def _register_plugin_classes() -> None:
     """Hydra scans for plugins once per process, at its first use: a process that used Hydra before rlhf's first
     compose (a test session, a notebook, another Hydra app) has a scan without our folder, and the -cd folders
     and the ray_cluster launcher would be silently missing. So the classes are registered by hand as well, after
-    the scan (which re-executes a module it finds, making new classes: registering the ones it left in place
-    keeps a single copy of each)."""
+    the scan. A name already registered is left alone: a scan that found our folder re-executes its modules,
+    making new classes, and registering the old ones beside them would put the -cd folders on the path twice."""
     from hydra.core.plugins import Plugins
 
     plugins = Plugins.instance()  # the scan, if not yet done
     from hydra_plugins.rlhf_plugins.ray_cluster_launcher import RayClusterLauncher
     from hydra_plugins.rlhf_plugins.search_path import RlhfConfigDirSearchPath
 
-    plugins.register(RlhfConfigDirSearchPath)
-    plugins.register(RayClusterLauncher)
+    for clazz in (RlhfConfigDirSearchPath, RayClusterLauncher):
+        if f"{clazz.__module__}.{clazz.__name__}" not in plugins.class_name_to_class:
+            plugins.register(clazz)
+
+
+def plugins_in_place() -> None:
+    """Called before every compose: Hydra may have scanned for plugins again since :func:`register` (Hydra's
+    ``Singleton.set_state``, which every launcher's job calls, drops the plugins and scans afresh), and a change to
+    ``sys.path`` recomputes the ``hydra_plugins`` namespace path without the folder added here. CI composed a -cd
+    recipe as 'Could not find recipe/mine' after a launcher test had done both."""
+    expose_hydra_plugins()
 
 
 def _store_shared_by_copies() -> None:
