@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlhf.cli.common import fail
+from rlhf.engines.backends import train_backend
+from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.launch.auto import TIE_PER_CHANGE, Candidate, SearchResult, search
 from rlhf.launch.cost import PHASES
 from rlhf.launch.memory import sleeps
@@ -26,25 +28,12 @@ def _rollout(c: Candidate) -> str:
         return "-"
     ro = c.spec.rollout
     turns = any(sleeps(c.spec, g.roles) for g in c.plan.groups)
-    util = (
-        f" {ro.vllm.gpu_memory_utilization:.2f}"
-        if ro.backend == "vllm" and c.spec.hardware.accelerator == "gpu"
-        else ""
-    )
+    util = rollout_backend(ro.backend).label(c.spec)
     return f"{ro.num_engines}xTP{ro.tensor_parallel_size}{util}{' turns' if turns else ''}"
 
 
 def _engine(s: ExperimentSpec) -> str:
-    t = s.trainer
-    if t.backend == "fsdp2":
-        out = "fsdp2" + ("" if t.fsdp2.reshard_after_forward else " keep-gathered")
-        return out + (" cpu-offload" if t.fsdp2.cpu_offload else "")
-    out = f"ZeRO-{t.zero_stage}"
-    if t.offload_optimizer:
-        out += " off-optim"
-    if t.offload_params:
-        out += "+params"
-    return out
+    return train_backend(s.trainer.backend).label(s)
 
 
 def _frozen(s: ExperimentSpec) -> str:

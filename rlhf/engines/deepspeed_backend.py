@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf.engines.training import ModelLoader, ModelStates
+from rlhf.engines.training import ModelLoader, ModelStates, Network, TrainTraffic
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -151,6 +151,88 @@ class DeepSpeedBackend:
 
     def gathers_on_every_rank(self, spec: ExperimentSpec) -> bool:
         return spec.trainer.zero_stage == 3
+
+    def shards_optimizer_states(self, spec: ExperimentSpec) -> bool:
+        return spec.trainer.zero_stage >= 1
+
+    def gathered_units(self, spec: ExperimentSpec) -> int:
+        """ZeRO-3's hooks fetch each module holding parameters: 7 projections and 2 norms per decoder layer, then
+        the embeddings and the final norm."""
+        m = spec.model
+        return 9 * m.num_layers + (2 if m.tie_word_embeddings else 3)
+
+    def module_cost(self, constants: Any) -> Any:
+        return constants.zero3_module
+
+    def traffic(
+        self,
+        spec: ExperimentSpec,
+        net: Network,
+        *,
+        ranks: int,
+        link: float,
+        weight_bytes: float,
+        grad_bytes: float,
+        trained: float,
+        units: int,
+        buckets: int,
+        hidden: float,
+        gpu: bool,
+    ) -> TrainTraffic:
+        """ZeRO-3 gathers the weights in each pass (again to recompute) and reduce-scatters the gradients; ZeRO-2
+        reduce-scatters the gradients per micro-batch in buckets and all-gathers the weights after the step; ZeRO
+        0-1 all-reduce the gradients once per step. Parameter offload (ZeRO-3) crosses the host link per pass."""
+        t = spec.trainer
+        per_mb = per_step = 0.0
+        if t.zero_stage == 3:
+            gathers = 3 if t.gradient_checkpointing else 2
+            per_mb += hidden * (gathers * net.ring(weight_bytes, ranks, link) + net.ring(grad_bytes, ranks, link))
+            per_mb += net.calls((gathers + 1) * units, ranks)
+        elif t.zero_stage == 2:
+            per_mb += hidden * net.ring(grad_bytes, ranks, link) + net.calls(buckets, ranks)
+            per_step += net.ring(weight_bytes, ranks, link) + net.calls(buckets, ranks)
+        else:
+            per_step += 2 * net.ring(grad_bytes, ranks, link) + net.calls(buckets, ranks)
+        if t.offload_params and t.zero_stage == 3 and gpu:
+            per_mb += (2 + (1 if t.gradient_checkpointing else 0)) * net.host(weight_bytes / ranks)
+        return TrainTraffic(per_mb, per_step, t.offload_optimizer and gpu)
+
+    def offloads_frozen(self, spec: ExperimentSpec) -> bool:
+        # offload_param is a ZeRO-3 feature (rlhf.engines.ds_config): under ZeRO 0-2 frozen models stay on the device
+        return spec.trainer.zero_stage == 3
+
+    def auto_defaults(self) -> dict[str, Any]:
+        return {"trainer.offload_optimizer": False, "trainer.offload_params": False}
+
+    def auto_options(self, spec: ExperimentSpec, *, gpu: bool, turns: bool, lora: bool) -> list[dict[str, Any]]:
+        """ZeRO 0-3, with optimizer offload on GPUs (stage >= 1) and parameter offload (ZeRO-3 without LoRA); none
+        that DeepSpeed refuses: offload under the hybrid engine's turns, ZeRO-0 there."""
+        out: list[dict[str, Any]] = []
+        for stage in (0, 1, 2, 3):
+            if turns and stage == 0:
+                continue
+            out.append({"trainer.zero_stage": stage})
+            if gpu and not turns and stage >= 1:
+                out.append({"trainer.zero_stage": stage, "trainer.offload_optimizer": True})
+            if gpu and not turns and stage == 3 and not lora:
+                out.append({"trainer.zero_stage": 3, "trainer.offload_optimizer": True, "trainer.offload_params": True})
+        return out
+
+    def label(self, spec: ExperimentSpec) -> str:
+        t = spec.trainer
+        out = f"ZeRO-{t.zero_stage}"
+        if t.offload_optimizer:
+            out += " off-optim"
+        if t.offload_params:
+            out += "+params"
+        return out
+
+    def layout_keys(self, values: dict[str, Any]) -> list[str]:
+        return [k for k in ("trainer.zero_stage", "trainer.offload_optimizer", "trainer.offload_params") if k in values]
+
+    def preload_modules(self) -> tuple[str, ...]:
+        # "deepspeed" is imported by the preloader through rlhf.engines.deepspeed_import, as every engine imports it
+        return ("deepspeed", "rlhf.engines.deepspeed_engine")
 
 
 _HF_DS_CONFIG: Any = None

@@ -6,12 +6,15 @@ loads adapter-only syncs (rollout.weight_sync_lora=adapter). No torch import her
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlhf.engines.lora_sync import adapter_sync, lora_settings
 from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutMemory, kv_cache_bytes_per_token
 from rlhf.spec.rollout_backends import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec
 
 ACTOR = "rlhf.workers.rollout_worker:HFRolloutWorker"
+MAX_BATCH = 512  # rlhf.engines.hf_engine.HFEngine(max_batch_size=512): sequences per generate call
 
 
 def _bytes_per_value(spec: ExperimentSpec) -> int:
@@ -66,6 +69,24 @@ class HFBackend:
             env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
         kwargs = {"lora": lora_settings(spec)} if adapter_sync(spec) else {}
         return EngineLaunch(ACTOR, (model_path, hw.accelerator, spec.trainer.precision), kwargs, {"env_vars": env})
+
+    def tensor_parallel(self, spec: ExperimentSpec) -> bool:
+        return False
+
+    def kv_bounds_batch(self, spec: ExperimentSpec) -> bool:
+        return False
+
+    def generation_batch(self, spec: ExperimentSpec, sequences: int, kv_tokens: float | None, seq: float) -> int:
+        return min(sequences, MAX_BATCH)
+
+    def loads_synced_weights(self, spec: ExperimentSpec) -> bool:
+        return False  # the cost model does not count its load apart from the transfer
+
+    def auto_options(self, spec: ExperimentSpec) -> list[dict[str, Any]]:
+        return []
+
+    def label(self, spec: ExperimentSpec) -> str:
+        return ""
 
 
 BACKEND = HFBackend()

@@ -176,6 +176,36 @@ class RolloutBackend(Protocol):
         (its thread count)."""
         ...
 
+    # What the planner asks (rlhf.launch.cost, rlhf.launch.auto, rlhf-plan --auto): nothing outside the backend's
+    # module compares its name.
+
+    def tensor_parallel(self, spec: ExperimentSpec) -> bool:
+        """Whether its engines can split a model over several devices on ``spec.hardware`` (``--auto`` tries
+        ``rollout.tensor_parallel_size`` > 1 only then)."""
+        ...
+
+    def kv_bounds_batch(self, spec: ExperimentSpec) -> bool:
+        """Whether the plan's KV cache (``kv_cache_gb``) is what bounds how many sequences decode at once."""
+        ...
+
+    def generation_batch(self, spec: ExperimentSpec, sequences: int, kv_tokens: float | None, seq: float) -> int:
+        """Sequences one engine decodes at once out of its ``sequences``, ``seq`` tokens each, with ``kv_tokens``
+        tokens of KV cache (None: not the limit)."""
+        ...
+
+    def loads_synced_weights(self, spec: ExperimentSpec) -> bool:
+        """Whether a weight sync ends with the engine copying the weights into a model of its own (counted at
+        memory bandwidth by the cost model)."""
+        ...
+
+    def auto_options(self, spec: ExperimentSpec) -> list[dict[str, Any]]:
+        """Values of its own keys ``--auto`` scans ([]: none)."""
+        ...
+
+    def label(self, spec: ExperimentSpec) -> str:
+        """A few characters for ``--auto``'s rollout column beyond the engine count and TP ("" for none)."""
+        ...
+
 
 @runtime_checkable
 class RolloutEngine(Protocol):

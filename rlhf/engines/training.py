@@ -44,6 +44,31 @@ class ModelStates:
     host: float = 0.0  # what the backend keeps in host memory instead (offload), per device
 
 
+@dataclass(frozen=True)
+class TrainTraffic:
+    """What a training engine moves besides compute, in seconds, as the cost model (rlhf.launch.cost) counts it."""
+
+    per_micro_batch: float = 0.0  # collectives and host copies of one forward + backward
+    per_step: float = 0.0  # collectives of one optimizer step
+    optimizer_on_host: bool = False  # the optimizer step runs in host memory (offload)
+
+
+class Network(Protocol):
+    """The cost model's links, as a backend's :meth:`TrainBackend.traffic` uses them (seconds)."""
+
+    def ring(self, nbytes: float, ranks: int, bandwidth: float) -> float:
+        """A ring collective moving (N-1)/N of ``nbytes`` per rank (reduce-scatter or all-gather)."""
+        ...
+
+    def calls(self, n: int, ranks: int) -> float:
+        """The fixed cost of ``n`` collective calls among ``ranks`` ranks."""
+        ...
+
+    def host(self, nbytes: float) -> float:
+        """Bytes over the host link (offload)."""
+        ...
+
+
 @runtime_checkable
 class TrainEngine(Protocol):
     """A trained model on one data-parallel rank. Every method marked *collective* must be called by every rank of
@@ -218,4 +243,67 @@ class TrainBackend(Protocol):
     def gathers_on_every_rank(self, spec: ExperimentSpec) -> bool:
         """Whether the policy's parameters are sharded under ``spec`` (every rank gathers each weight-sync bucket,
         so each holds one bucket during a sync); the engine's :attr:`TrainEngine.gathers_on_every_rank` agrees."""
+        ...
+
+    # What the planner asks (rlhf.launch.cost, rlhf.launch.auto, rlhf-plan --auto): nothing outside the backend's
+    # module compares its name.
+
+    def shards_optimizer_states(self, spec: ExperimentSpec) -> bool:
+        """Whether the optimizer states are split over the role's ranks (each rank steps its shard)."""
+        ...
+
+    def gathered_units(self, spec: ExperimentSpec) -> int:
+        """How many separate gathers a sharded engine makes per pass (its hooks' fixed cost is paid per unit)."""
+        ...
+
+    def module_cost(self, constants: Any) -> Any:
+        """The cost model's fixed cost per gathered unit for this engine (a ``rlhf.launch.cost.ModuleCost`` field of
+        ``constants``)."""
+        ...
+
+    def traffic(
+        self,
+        spec: ExperimentSpec,
+        net: Network,
+        *,
+        ranks: int,
+        link: float,
+        weight_bytes: float,
+        grad_bytes: float,
+        trained: float,
+        units: int,
+        buckets: int,
+        hidden: float,
+        gpu: bool,
+    ) -> TrainTraffic:
+        """Gradient and parameter traffic of one trained role: ``weight_bytes`` of weights and ``grad_bytes`` of
+        16-bit gradients of ``trained`` parameters over ``ranks`` ranks at ``link``, in ``units`` gathers or
+        ``buckets`` reduce buckets; ``hidden``: the share of it not overlapped by compute."""
+        ...
+
+    def offloads_frozen(self, spec: ExperimentSpec) -> bool:
+        """Whether ``reference.offload`` (and the reward model's, the teacher's) really moves a frozen model to host
+        memory (``--auto`` offers it only then)."""
+        ...
+
+    def auto_defaults(self) -> dict[str, Any]:
+        """This backend's own keys at the values ``--auto`` resets them to when it tries another backend."""
+        ...
+
+    def auto_options(self, spec: ExperimentSpec, *, gpu: bool, turns: bool, lora: bool) -> list[dict[str, Any]]:
+        """The configurations of this backend ``--auto`` tries (its keys only; ``turns``: the hybrid engine's
+        sleep/wake around generation; ``lora``: a LoRA policy); the planner adds ``trainer.backend`` and the other
+        backends' :meth:`auto_defaults`."""
+        ...
+
+    def label(self, spec: ExperimentSpec) -> str:
+        """A few characters for ``--auto``'s table (e.g. ``ZeRO-3 off-optim``)."""
+        ...
+
+    def layout_keys(self, values: dict[str, Any]) -> list[str]:
+        """Of a chosen layout's ``values``, the keys of this backend a written recipe shows."""
+        ...
+
+    def preload_modules(self) -> tuple[str, ...]:
+        """Modules a Ray worker imports ahead of a CPU job's actors, beyond torch and transformers."""
         ...

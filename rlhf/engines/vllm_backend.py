@@ -28,6 +28,12 @@ from rlhf.spec.schema import ExperimentSpec
 SETUP_SCRIPT = VLLM_CPU_SETUP
 ACTOR = "rlhf.workers.vllm_rollout_worker:VLLMRolloutActor"
 _GB = 1024**3
+# vLLM's default max_num_seqs for its offline LLM class (vllm/engine/arg_utils.py, EngineArgs
+# get_batch_defaults, vLLM 0.32): 1024 on GPUs of 70 GB or more other than A100s, 256 on A100s and smaller GPUs,
+# 256 per tensor-parallel rank on CPU.
+MAX_NUM_SEQS = {"h100": 1024, "h200": 1024, "gpu": 256, "cpu": 256}
+# rollout.vllm.gpu_memory_utilization values rlhf-plan --auto scans on GPUs, highest first
+AUTO_UTILIZATION = (0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
 
 # What the preflight runs in the engine's interpreter: its vLLM distribution and version, without importing vllm.
 _VERSION = (
@@ -204,6 +210,35 @@ class VLLMBackend:
             # vLLM's executor finds the group through the actor (ray.util.get_current_placement_group)
             capture_child_tasks=True,
         )
+
+    def tensor_parallel(self, spec: ExperimentSpec) -> bool:
+        return spec.hardware.accelerator == "gpu"  # vllm-cpu's tensor parallelism has not been run here
+
+    def kv_bounds_batch(self, spec: ExperimentSpec) -> bool:
+        return spec.hardware.accelerator == "gpu"
+
+    def generation_batch(self, spec: ExperimentSpec, sequences: int, kv_tokens: float | None, seq: float) -> int:
+        """``rollout.vllm.max_num_seqs`` or vLLM's default for the device (per TP rank on CPU), and no more than
+        the KV cache holds."""
+        hw = spec.hardware
+        default = MAX_NUM_SEQS.get(hw.device_type, MAX_NUM_SEQS["cpu" if hw.accelerator == "cpu" else "gpu"])
+        if hw.accelerator == "cpu":
+            default *= spec.rollout.tensor_parallel_size
+        batch = min(sequences, spec.rollout.vllm.max_num_seqs or default)
+        if kv_tokens is not None:
+            batch = min(batch, max(int(kv_tokens // max(seq, 1)), 1))
+        return batch
+
+    def loads_synced_weights(self, spec: ExperimentSpec) -> bool:
+        return True
+
+    def auto_options(self, spec: ExperimentSpec) -> list[dict[str, Any]]:
+        if spec.hardware.accelerator != "gpu":
+            return []
+        return [{"rollout.vllm.gpu_memory_utilization": u} for u in AUTO_UTILIZATION]
+
+    def label(self, spec: ExperimentSpec) -> str:
+        return f" {spec.rollout.vllm.gpu_memory_utilization:.2f}" if spec.hardware.accelerator == "gpu" else ""
 
 
 BACKEND = VLLMBackend()

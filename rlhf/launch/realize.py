@@ -14,14 +14,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlhf import faults
+from rlhf.engines.backends import train_backend
 from rlhf.errors import UserError
-from rlhf.launch import actor_env, worker_preload
+from rlhf.launch import actor_env
 from rlhf.launch.cluster import Cluster, start_or_attach, worker_start_env
 from rlhf.launch.ledger import BundleLedger
 from rlhf.launch.plan import DeviceGroup, Plan, RolePlacement
 from rlhf.launch.ports import free_port
 from rlhf.launch.reservation import adopt_reserved
 from rlhf.launch.role_calls import RoleCalls, WorkerError  # noqa: F401 - WorkerError: re-exported
+from rlhf.spec.backends import ROLLOUT_BACKENDS
 from rlhf.spec.executor import heartbeat_s
 from rlhf.spec.schema import ExperimentSpec
 
@@ -435,8 +437,7 @@ def preload_modules(spec: ExperimentSpec, *, own_process: bool = False) -> tuple
         return ("torch",)
     arch = spec.model.architecture
     modules = ["torch", "transformers", f"transformers.models.{arch}.modeling_{arch}", "rlhf.engines.hf_engine"]
-    if spec.trainer.backend == "deepspeed":
-        modules += [worker_preload.DEEPSPEED, "rlhf.engines.deepspeed_engine"]
+    modules += train_backend(spec.trainer.backend).preload_modules()
     return tuple(modules)
 
 
@@ -447,7 +448,7 @@ def warm_count(spec: ExperimentSpec, plan: Plan) -> int:
     from rlhf.spec.rollout_backends import generates_in_policy
 
     count = sum(plan.roles[r].ranks for r in ("policy", "critic") if r in plan.roles)
-    if "rollout" in plan.roles and spec.rollout.backend == "hf" and not generates_in_policy(spec):
+    if "rollout" in plan.roles and ROLLOUT_BACKENDS[spec.rollout.backend].in_process and not generates_in_policy(spec):
         count += plan.roles["rollout"].ranks  # rollout.hf.in_policy: the policy's ranks generate, no process
     return count
 

@@ -22,7 +22,9 @@ from typing import Any
 
 from rlhf.spec.backends import ROLLOUT_BACKENDS
 from rlhf.spec.derive import Derived, derive
+from rlhf.spec.rollout_backends import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec
+from rlhf.spec.trainer_backends import BESIDE_AN_ENGINE
 
 EXECUTORS = ("auto", "ray", "local")
 RAY_MAX_RESTARTS = 3  # trainer.max_restarts=null on the ray executor
@@ -70,7 +72,7 @@ def ray_only(spec: ExperimentSpec, d: Derived | None = None) -> list[Blocker]:
                     "hardware.devices_per_node x hardware.nodes)",
                 )
             )
-    if "rollout" in d.roles and not (spec.rollout.backend == "hf" and spec.rollout.hf.in_policy):
+    if "rollout" in d.roles and not generates_in_policy(spec):
         entry = ROLLOUT_BACKENDS.get(spec.rollout.backend)
         if entry is not None and not entry.in_process:
             out.append(
@@ -78,15 +80,8 @@ def ray_only(spec: ExperimentSpec, d: Derived | None = None) -> list[Blocker]:
             )
         elif spec.rollout.num_engines > 1:
             out.append(Blocker("rollout.num_engines", spec.rollout.num_engines, "one engine beside the policy at most"))
-        if spec.trainer.backend == "deepspeed" and spec.trainer.zero_stage == 3:
-            out.append(
-                Blocker(
-                    "trainer.zero_stage",
-                    3,
-                    "ZeRO-3 builds every model of its process partitioned (transformers' HfDeepSpeedConfig is "
-                    "process-wide), the rollout engine's beside the policy too",
-                )
-            )
+        beside = BESIDE_AN_ENGINE.get(spec.trainer.backend)
+        out += [Blocker(key, value, why) for key, value, why in (beside(spec) if beside else [])]
     if spec.trainer.max_restarts:
         out.append(Blocker("trainer.max_restarts", spec.trainer.max_restarts, "in-run restarts replace processes"))
     if spec.trainer.heartbeat_timeout_s is not None:

@@ -94,7 +94,10 @@ def observes(key: str) -> bool:
 
 def sharded_optimizer(flat: dict[str, Any]) -> bool:
     """Whether the optimizer state is split across ranks in a layout its checkpoint cannot reshard."""
-    return flat.get("trainer.backend") == "deepspeed" and int(flat.get("trainer.zero_stage") or 0) >= 1
+    from rlhf.spec.trainer_backends import OPTIMIZER_BOUND_TO_RANKS
+
+    rule = OPTIMIZER_BOUND_TO_RANKS.get(str(flat.get("trainer.backend")))
+    return rule is not None and rule(flat)
 
 
 def judge(

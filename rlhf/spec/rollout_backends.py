@@ -18,6 +18,7 @@ from typing import Any
 from rlhf.spec.backends import ROLLOUT_BACKENDS, unused_sections
 from rlhf.spec.derive import Derived
 from rlhf.spec.schema import ExperimentSpec, HFRolloutSpec, VLLMSpec
+from rlhf.spec.trainer_backends import weights_split
 
 Problem = tuple[str, Any, str]
 
@@ -44,7 +45,8 @@ def vllm_cpu_available() -> bool:
 def generates_in_policy(spec: ExperimentSpec) -> bool:
     """Whether the policy's ranks generate with the weights they train (``rollout.hf.in_policy`` with the hf
     backend): no engine processes, no weight sync, nothing taking turns on the devices."""
-    return spec.rollout.backend == "hf" and spec.rollout.hf.in_policy
+    section = getattr(spec.rollout, spec.rollout.backend, None)  # the selected backend's own keys, if it has any
+    return bool(getattr(section, "in_policy", False))
 
 
 def _hf(spec: ExperimentSpec, d: Derived) -> list[Problem]:
@@ -67,7 +69,7 @@ def _hf(spec: ExperimentSpec, d: Derived) -> list[Problem]:
 def _in_policy(spec: ExperimentSpec, d: Derived) -> list[Problem]:
     """``rollout.hf.in_policy``: each policy rank generates with the module it trains, so the rollout must sit on
     the policy's devices, one engine per rank, with the whole weights in every rank and nothing else running."""
-    ro, t = spec.rollout, spec.trainer
+    ro = spec.rollout
     key, off = "rollout.hf.in_policy", "or set rollout.hf.in_policy=false (engines in processes of their own)"
     if "policy" not in d.roles:
         return [(key, True, f"generating in the policy's ranks needs a policy that trains: {off}")]
@@ -77,11 +79,12 @@ def _in_policy(spec: ExperimentSpec, d: Derived) -> list[Problem]:
     ranks = d.devices.get("policy", 0)
     if ro.num_engines != ranks:
         out.append(("rollout.num_engines", ro.num_engines, f"one engine per policy rank: set it to {ranks}; {off}"))
-    if t.backend != "deepspeed" or t.zero_stage > 2:
+    split = weights_split(spec)
+    if split is not None:
         out.append(
             (
-                "trainer.zero_stage" if t.backend == "deepspeed" else "trainer.backend",
-                t.zero_stage if t.backend == "deepspeed" else t.backend,
+                split[0],
+                split[1],
                 "generating in the policy's ranks needs the whole weights on every rank (DeepSpeed ZeRO 0-2: "
                 f"ZeRO-3's and FSDP2's forward passes gather weights across the ranks); {off}",
             )

@@ -70,6 +70,44 @@ def _fsdp2(spec: ExperimentSpec) -> list[Problem]:
 RULES: dict[str, Callable[[ExperimentSpec], list[Problem]]] = {"deepspeed": _deepspeed, "fsdp2": _fsdp2}
 
 
+def _deepspeed_in_one_process(spec: ExperimentSpec) -> list[Problem]:
+    if spec.trainer.zero_stage != 3:
+        return []
+    why = (
+        "ZeRO-3 builds every model of its process partitioned (transformers' HfDeepSpeedConfig is process-wide), "
+        "the rollout engine's beside the policy too"
+    )
+    return [("trainer.zero_stage", 3, why)]
+
+
+def _deepspeed_split_weights(spec: ExperimentSpec) -> Problem | None:
+    return ("trainer.zero_stage", spec.trainer.zero_stage, "ZeRO-3") if spec.trainer.zero_stage > 2 else None
+
+
+# Which key splits the weights over the ranks (so no rank holds the whole model between passes), with the value
+# given and what does it; a backend without a line is taken to split them (FSDP2 always does).
+SPLIT_WEIGHTS: dict[str, Callable[[ExperimentSpec], Problem | None]] = {"deepspeed": _deepspeed_split_weights}
+
+
+def weights_split(spec: ExperimentSpec) -> Problem | None:
+    """``(key, value, what splits them)`` when the training backend splits the weights over the ranks, else None."""
+    rule = SPLIT_WEIGHTS.get(spec.trainer.backend)
+    return rule(spec) if rule else ("trainer.backend", spec.trainer.backend, spec.trainer.backend)
+
+
+# What keeps a backend from sharing its process with a rollout engine (the local executor): backend -> rule
+BESIDE_AN_ENGINE: dict[str, Callable[[ExperimentSpec], list[Problem]]] = {"deepspeed": _deepspeed_in_one_process}
+
+
+def _deepspeed_optimizer_bound(flat: dict[str, Any]) -> bool:
+    return int(flat.get("trainer.zero_stage") or 0) >= 1
+
+
+# Whether a backend's checkpoint holds optimizer state split over as many ranks as saved it, so it cannot resume on
+# another count (flattened config -> bool): DeepSpeed ZeRO 1-3 does; FSDP2's DCP checkpoints reshard.
+OPTIMIZER_BOUND_TO_RANKS: dict[str, Callable[[dict[str, Any]], bool]] = {"deepspeed": _deepspeed_optimizer_bound}
+
+
 def backend_problems(spec: ExperimentSpec) -> list[Problem]:
     """The selected backend's rules and the keys of the others that were changed (unknown backends are reported by
     the key's own domain check)."""

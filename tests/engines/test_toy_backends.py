@@ -66,6 +66,26 @@ def test_the_toy_backends_validate_under_their_config_strings_and_plan(toy_regis
     assert p["rollout_engine"].startswith("toy (a plug-in over")
 
 
+def test_the_toy_backends_are_options_of_auto_and_priced_by_their_own_answers(toy_registered):
+    """rlhf-plan --auto tries the toy training backend's own options, and the cost model prices a toy job from the
+    toy's answers (DeepSpeed's and the hf engine's, to which it delegates): nothing in the planner names either."""
+    from rlhf.launch.auto import _engines, search
+    from rlhf.launch.cost import estimate
+    from rlhf.launch.plan import plan
+
+    gpu = ["+recipe=grpo_qwen3_8b_h100"]
+    options = _engines(load_spec(gpu))
+    toy = [o for o in options if o["trainer.backend"] == "toy"]
+    deepspeed = [o for o in options if o["trainer.backend"] == "deepspeed"]
+    assert toy and [{**o, "trainer.backend": "deepspeed"} for o in toy] == deepspeed
+    for stage in (2, 3):
+        ours = load_spec([*gpu, f"trainer.zero_stage={stage}", "trainer.backend=deepspeed", "rollout=hf"])
+        as_toy = load_spec([*gpu, f"trainer.zero_stage={stage}", "trainer.backend=toy", "rollout=toy"])
+        assert estimate(as_toy, plan(as_toy)).phases == estimate(ours, plan(ours)).phases
+    best = search(load_spec([*TOY, "trainer.max_steps=1"]), top=3)
+    assert best.ranked and {c.spec.trainer.backend for c in best.ranked} <= {"toy", "deepspeed", "fsdp2"}
+
+
 def test_the_toy_backends_pass_each_axis_conformance_checks(toy_registered):
     from rlhf.engines.backends import train_backend
     from rlhf.engines.protocol import RolloutBackend

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlhf.engines.fsdp2 import memory
-from rlhf.engines.training import ModelLoader, ModelStates
+from rlhf.engines.training import ModelLoader, ModelStates, Network, TrainTraffic
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -81,6 +81,68 @@ class FSDP2Backend:
 
     def gathers_on_every_rank(self, spec: ExperimentSpec) -> bool:
         return True
+
+    def shards_optimizer_states(self, spec: ExperimentSpec) -> bool:
+        return True
+
+    def gathered_units(self, spec: ExperimentSpec) -> int:
+        """One gather per unit: each decoder layer, each untied embedding, the root (rlhf.engines.fsdp2.engine)."""
+        m = spec.model
+        return m.num_layers + (1 if m.tie_word_embeddings else 2) + 1
+
+    def module_cost(self, constants: Any) -> Any:
+        return constants.fsdp2_unit
+
+    def traffic(
+        self,
+        spec: ExperimentSpec,
+        net: Network,
+        *,
+        ranks: int,
+        link: float,
+        weight_bytes: float,
+        grad_bytes: float,
+        trained: float,
+        units: int,
+        buckets: int,
+        hidden: float,
+        gpu: bool,
+    ) -> TrainTraffic:
+        """Each unit gathered in forward and backward (and to recompute; once less when kept gathered from forward
+        to backward), the ``trained`` parameters' gradients reduce-scattered in fp32."""
+        t = spec.trainer
+        gathers = (3 if t.gradient_checkpointing else 2) - (0 if t.fsdp2.reshard_after_forward else 1)
+        per_mb = hidden * (gathers * net.ring(weight_bytes, ranks, link) + net.ring(trained * 4, ranks, link))
+        per_mb += net.calls((gathers + 1) * units, ranks)
+        return TrainTraffic(per_mb, 0.0, t.fsdp2.cpu_offload and gpu)
+
+    def offloads_frozen(self, spec: ExperimentSpec) -> bool:
+        return True
+
+    def auto_defaults(self) -> dict[str, Any]:
+        return {"trainer.fsdp2.reshard_after_forward": True, "trainer.fsdp2.cpu_offload": False}
+
+    def auto_options(self, spec: ExperimentSpec, *, gpu: bool, turns: bool, lora: bool) -> list[dict[str, Any]]:
+        """Resharded after forward or kept gathered, and CPU offload on GPUs; none in fp16 or with DeepSpeed's CPU
+        Adam (FSDP2 has neither). ``trainer.zero_stage`` stays the recipe's (FSDP2 does not read it)."""
+        if spec.trainer.precision == "fp16" or spec.trainer.optimizer == "cpu_adam":
+            return []
+        keep = {"trainer.zero_stage": spec.trainer.zero_stage}
+        out = [dict(keep), {**keep, "trainer.fsdp2.reshard_after_forward": False}]
+        if gpu:
+            out.append({**keep, "trainer.fsdp2.cpu_offload": True})
+        return out
+
+    def label(self, spec: ExperimentSpec) -> str:
+        f = spec.trainer.fsdp2
+        out = "fsdp2" + ("" if f.reshard_after_forward else " keep-gathered")
+        return out + (" cpu-offload" if f.cpu_offload else "")
+
+    def layout_keys(self, values: dict[str, Any]) -> list[str]:
+        return [k for k in values if k.startswith("trainer.fsdp2.")]
+
+    def preload_modules(self) -> tuple[str, ...]:
+        return ()
 
 
 BACKEND = FSDP2Backend()

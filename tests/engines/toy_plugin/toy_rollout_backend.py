@@ -43,5 +43,25 @@ class ToyRolloutBackend:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH", "")) if p)
         return replace(hf, actor="toy_rollout_worker:ToyRolloutWorker", runtime_env={**hf.runtime_env, "env_vars": env})
 
+    # what the planner asks: the hf engine's answers
+
+    def tensor_parallel(self, spec: ExperimentSpec) -> bool:
+        return HF.tensor_parallel(spec)
+
+    def kv_bounds_batch(self, spec: ExperimentSpec) -> bool:
+        return HF.kv_bounds_batch(spec)
+
+    def generation_batch(self, spec: ExperimentSpec, sequences: int, kv_tokens: float | None, seq: float) -> int:
+        return HF.generation_batch(spec, sequences, kv_tokens, seq)
+
+    def loads_synced_weights(self, spec: ExperimentSpec) -> bool:
+        return HF.loads_synced_weights(spec)
+
+    def auto_options(self, spec: ExperimentSpec) -> list[dict[str, Any]]:
+        return HF.auto_options(spec)
+
+    def label(self, spec: ExperimentSpec) -> str:
+        return " toy"
+
 
 BACKEND = ToyRolloutBackend()

@@ -44,5 +44,37 @@ class ToyTrainBackend:
     def gathers_on_every_rank(self, spec: ExperimentSpec) -> bool:
         return DEEPSPEED.gathers_on_every_rank(spec)
 
+    # what the planner asks: DeepSpeed's answers, but for its own --auto label
+
+    def shards_optimizer_states(self, spec: ExperimentSpec) -> bool:
+        return DEEPSPEED.shards_optimizer_states(spec)
+
+    def gathered_units(self, spec: ExperimentSpec) -> int:
+        return DEEPSPEED.gathered_units(spec)
+
+    def module_cost(self, constants: Any) -> Any:
+        return DEEPSPEED.module_cost(constants)
+
+    def traffic(self, spec: ExperimentSpec, net: Any, **sizes: Any) -> Any:
+        return DEEPSPEED.traffic(spec, net, **sizes)
+
+    def offloads_frozen(self, spec: ExperimentSpec) -> bool:
+        return DEEPSPEED.offloads_frozen(spec)
+
+    def auto_defaults(self) -> dict[str, Any]:
+        return DEEPSPEED.auto_defaults()
+
+    def auto_options(self, spec: ExperimentSpec, *, gpu: bool, turns: bool, lora: bool) -> list[dict[str, Any]]:
+        return DEEPSPEED.auto_options(spec, gpu=gpu, turns=turns, lora=lora)
+
+    def label(self, spec: ExperimentSpec) -> str:
+        return "toy " + DEEPSPEED.label(spec)
+
+    def layout_keys(self, values: dict[str, Any]) -> list[str]:
+        return DEEPSPEED.layout_keys(values)
+
+    def preload_modules(self) -> tuple[str, ...]:
+        return DEEPSPEED.preload_modules()
+
 
 BACKEND = ToyTrainBackend()
