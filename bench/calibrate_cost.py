@@ -1,4 +1,4 @@
-"""Calibrate the cost model of ``rlhf-plan --auto`` (rlhf/launch/cost.py) on this CPU: measured step times of a small
+"""Calibrate the cost model of ``rlhf-plan --auto`` (rlhf/planning/cost.py) on this CPU: measured step times of a small
 grid of layouts, run with the project's own sweeps (``rlhf-run -m``), beside the model's estimates; the rank
 correlation, the ratio, and how the layout ``--auto`` picks compares with the best measured one.
 
@@ -84,8 +84,8 @@ def _base_spec(model: str):
 
 
 def grid(model: str) -> list[tuple[str, dict[str, Any]]]:
-    """(name, values) of every grid point, in the form --auto's candidates take (rlhf.launch.auto)."""
-    from rlhf.launch.auto import _placements, _with_derived, with_values
+    """(name, values) of every grid point, in the form --auto's candidates take (rlhf.planning.auto)."""
+    from rlhf.planning.auto import _placements, _with_derived, with_values
 
     base = _base_spec(model)
     placements = {}
@@ -104,9 +104,9 @@ def grid(model: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def estimate_point(model: str, values: dict[str, Any]) -> dict[str, Any]:
-    from rlhf.launch.auto import with_values
-    from rlhf.launch.cost import estimate
-    from rlhf.launch.plan import plan
+    from rlhf.planning.auto import with_values
+    from rlhf.planning.cost import estimate
+    from rlhf.planning.plan import plan
     from rlhf.spec.validate import validate
 
     spec = with_values(_base_spec(model), values)
@@ -117,14 +117,14 @@ def estimate_point(model: str, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def auto_pick(model: str) -> dict[str, Any]:
-    from rlhf.launch.auto import search
+    from rlhf.planning.auto import search
 
     result = search(_base_spec(model), top=1)
     return result.ranked[0].values
 
 
 def _same(a: dict[str, Any], b: dict[str, Any], model: str) -> bool:
-    from rlhf.launch.auto import with_values
+    from rlhf.planning.auto import with_values
 
     base = _base_spec(model)
     return with_values(base, a) == with_values(base, b)
@@ -184,7 +184,7 @@ def run_model(model: str, out: Path, repeats: int, points: list[tuple[str, dict[
 
 
 QUANTILE = 0.2  # a point's step time: this quantile of its steps (after the first) over all its repeats
-PHASES = {  # measured train/timing/* -> the cost model's phases (rlhf.launch.cost.PHASES)
+PHASES = {  # measured train/timing/* -> the cost model's phases (rlhf.planning.cost.PHASES)
     "generation": ("generation",), "make_experience": ("reward", "experience"), "ppo_train": ("train",),
     "broadcast": ("sync",),
 }

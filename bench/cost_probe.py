@@ -1,4 +1,4 @@
-"""Measure the CPU constants of the cost model (rlhf/launch/cost.py, ``CPU``) and the CPU hardware facts
+"""Measure the CPU constants of the cost model (rlhf/planning/cost.py, ``CPU``) and the CPU hardware facts
 (conf/hardware/cpu.yaml) on this machine, each from a microbenchmark of its own, so that the end-to-end calibration
 (bench/calibrate_cost.py) checks the model on runs it was not fitted to.
 
@@ -21,7 +21,7 @@ core; the node's figures are the one-thread ones times the cores):
     sharded           the training engine's fixed cost per gathered module: model=tiny at micro-batch 1 x 8 tokens
                       trained and run forward (no grad) on one rank through the project's own engines
                       (rlhf.engines.backends: DeepSpeed ZeRO-2, ZeRO-3, FSDP2), so no collective moves a byte: the
-                      time ZeRO-3 (FSDP2) adds over ZeRO-2, per gathered module (rlhf.launch.cost.gathered_units),
+                      time ZeRO-3 (FSDP2) adds over ZeRO-2, per gathered module (rlhf.planning.cost.gathered_units),
                       in a training micro-batch (the marginal cost of one more in a step of 8), in a no-grad
                       forward, in the optimizer step and in the weight sync's read of the weights
                                                                               -> CPU.zero3_module, CPU.fsdp2_unit
@@ -72,8 +72,8 @@ def model_of(name: str):
 
 
 def gathered_units_of(model: str, engine: str) -> int:
-    """The cost model's count of separately gathered modules (rlhf.launch.cost.gathered_units) for ``engine``."""
-    from rlhf.launch.cost import gathered_units
+    """The cost model's count of separately gathered modules (rlhf.planning.cost.gathered_units) for ``engine``."""
+    from rlhf.planning.cost import gathered_units
     from rlhf.spec.build import load_spec
 
     return gathered_units(load_spec([f"model={model}", "+recipe=grpo_tiny_cpu", *SHARDED_ENGINES[engine]]))
@@ -106,7 +106,7 @@ def probe_kernels() -> dict[str, float]:
 def probe_model() -> dict[str, float]:
     import torch
 
-    from rlhf.launch.cost import forward_flops
+    from rlhf.planning.cost import forward_flops
 
     torch.set_num_threads(1)
     out = {}
@@ -354,7 +354,7 @@ def main() -> None:
           f"{load0[0]:.1f} before, {load1[0]:.1f} after")
     for k, v in figures.items():
         print(f"  {k:<34} {v:.4g}")
-    print("constants (rlhf/launch/cost.py CPU, conf/hardware/cpu.yaml):")
+    print("constants (rlhf/planning/cost.py CPU, conf/hardware/cpu.yaml):")
     for k, v in derived.items():
         print(f"  {k:<34} {v:.4g}")
     if args.json:

@@ -257,7 +257,7 @@ def prepare_varlen(out: Path, w: dict[str, Any], seed: int) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------------------ rlhf
 def child_rlhf(cfg: dict[str, Any], t_launch: float) -> dict[str, Any]:
     import rlhf.pipelines.rl as rl
-    from rlhf.launch.plan import plan
+    from rlhf.planning.plan import plan
     from rlhf.spec.build import load_spec
     from rlhf.tracking.tracker import Tracking, read_metrics
 

@@ -113,11 +113,11 @@ def _measure(size: str, backend: str, routes: list[str], repeats: int, threads: 
     from dataclasses import replace
 
     from rlhf.engines.weight_sync.memory import PeakRSS
-    from rlhf.launch.plan import plan
     from rlhf.launch.realize import realize
     from rlhf.models.loading import resolve_model_path
     from rlhf.pipelines.rollout_engines import RolloutEngines
     from rlhf.pipelines.weight_sync import WeightSync
+    from rlhf.planning.plan import plan
     from rlhf.spec.build import load_spec
     from rlhf.workers import TrainerWorker
 

@@ -86,12 +86,12 @@ def run(
     run_dir: str | Path | None = None,
 ) -> RunResult:
     """Train ``recipe`` with ``overrides`` (``key=value`` strings, as on the command line); see the module's doc.
-    Raises rlhf.spec.SpecInvalid or rlhf.launch.preflight.PreflightFailed (every problem named) before anything
+    Raises rlhf.spec.SpecInvalid or rlhf.planning.preflight.PreflightFailed (every problem named) before anything
     starts."""
     from rlhf.launch.cluster import set_ray_env
     from rlhf.launch.job import run as run_job
-    from rlhf.launch.plan import plan
-    from rlhf.launch.preflight import require_preflight
+    from rlhf.planning.plan import plan
+    from rlhf.planning.preflight import require_preflight
     from rlhf.spec import check
     from rlhf.spec.build import load_spec
 

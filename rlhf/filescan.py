@@ -1,7 +1,7 @@
 """Finding malformed lines and empty files in local JSON Lines, JSON and CSV data files, with the standard library.
 
 Shared by the data loader (rlhf.data.loading: to name a malformed line, or skip it with ``data.on_bad_row=skip``)
-and the preflight (rlhf.launch.preflight: to name it before anything starts). It lives at the package root, beside
+and the preflight (rlhf.planning.preflight: to name it before anything starts). It lives at the package root, beside
 rlhf.errors, because importing anything under rlhf.data imports torch, and the preflight must stay light.
 
 The rules follow what ``datasets`` accepts: a file whose first byte (after a UTF-8 BOM) is ``[`` is one JSON array,

@@ -230,8 +230,8 @@ def _recipe_facts(name: str, purpose: str) -> dict:
     the cost model's seconds per step."""
     from omegaconf import OmegaConf
 
-    from rlhf.launch.cost import estimate
-    from rlhf.launch.plan import plan
+    from rlhf.planning.cost import estimate
+    from rlhf.planning.plan import plan
     from rlhf.spec.build import compose
     from rlhf.spec.required import check_with_stand_ins
 

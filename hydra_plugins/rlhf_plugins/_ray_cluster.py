@@ -134,9 +134,9 @@ class SweepRunner:
     # -- preparing ------------------------------------------------------------------------------------------------
     def _prepare(self, num: int, overrides: list[str]) -> _Job:
         from rlhf.cli.common import explain_compose_error
-        from rlhf.launch.plan import plan
         from rlhf.launch.reservation import bundles_of
         from rlhf.launch.sweep import JobFailed
+        from rlhf.planning.plan import plan
         from rlhf.spec import SpecInvalid, build, check
         from rlhf.spec.store import register
 

@@ -6,7 +6,7 @@ the same cluster. Chosen over ``ray job submit`` (JobSubmissionClient) because i
 (private clusters run without them; token auth on Ray 2.60 clusters), hands Hydra's state (ConfigStore, recipes
 given as files) to the job as Python objects, and returns the job's JobReturn and objective directly.
 
-Scheduling: for each job the launcher computes the plan (rlhf.launch.plan) and reserves its placement groups; Ray
+Scheduling: for each job the launcher computes the plan (rlhf.planning.plan) and reserves its placement groups; Ray
 places them when the cluster has room, and only then does the job start and adopt them (realize's placement
 timeout never runs on a queued job). One job at a time waits for its reservation (first come, first served, and two
 half-placed reservations can never block each other); at most ``max_concurrent`` jobs run at once. A job whose

@@ -10,9 +10,9 @@ from pathlib import Path
 from rlhf.cli.common import fail
 from rlhf.engines.backends import train_backend
 from rlhf.engines.rollout_backends import rollout_backend
-from rlhf.launch.auto import TIE_PER_CHANGE, Candidate, SearchResult, search
-from rlhf.launch.cost import PHASES
-from rlhf.launch.memory import sleeps
+from rlhf.planning.auto import TIE_PER_CHANGE, Candidate, SearchResult, search
+from rlhf.planning.cost import PHASES
+from rlhf.planning.memory import sleeps
 from rlhf.spec.schema import ExperimentSpec
 
 _SHORT = {"policy": "pol", "reference": "ref", "teacher": "tea", "critic": "cri", "reward": "rm", "rollout": "gen"}
@@ -165,7 +165,7 @@ def run(
     config_name: str | None,
 ) -> None:
     """Search, print, and write the best as a recipe when ``out`` is given (exit 1 when nothing fits)."""
-    from rlhf.launch.auto_recipe import header_lines, write_recipe
+    from rlhf.planning.auto_recipe import header_lines, write_recipe
 
     result = search(spec, top)
     print(render(result, spec))

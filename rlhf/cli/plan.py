@@ -21,8 +21,8 @@ from rlhf.cli.common import (
     spec_or_fail,
     with_default_recipe,
 )
-from rlhf.launch.memory import GB
-from rlhf.launch.plan import Plan, plan
+from rlhf.planning.memory import GB
+from rlhf.planning.plan import Plan, plan
 from rlhf.spec import SpecInvalid, build
 
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="search the layouts the platform supports for this recipe on its hardware (placement, engines and TP, "
         "training engine, offload, micro-batches), keep those that fit, rank them by estimated step time and print "
-        "the best with their memory and time per phase (rlhf/launch/auto.py, rlhf/launch/cost.py)",
+        "the best with their memory and time per phase (rlhf/planning/auto.py, rlhf/planning/cost.py)",
     )
     ap.add_argument("--top", type=int, default=5, help="--auto: how many layouts to show")
     ap.add_argument("-o", "--output", help="--auto: write the best layout as a recipe to this file")
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     print(p.to_json() if args.json else render(p))
     if args.check:
-        from rlhf.launch.preflight import PreflightFailed, require_preflight
+        from rlhf.planning.preflight import PreflightFailed, require_preflight
 
         try:
             report = require_preflight(spec)

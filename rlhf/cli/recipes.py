@@ -118,7 +118,7 @@ class Validate:
         p.add_argument("overrides", nargs="*", help="Hydra overrides applied to each recipe, e.g. model=my_model")
 
     def run(self, args: argparse.Namespace) -> int:
-        from rlhf.launch.plan import plan
+        from rlhf.planning.plan import plan
         from rlhf.spec.build import compose
         from rlhf.spec.required import check_with_stand_ins
 

@@ -242,7 +242,7 @@ def refuse_a_changed_resume(cfg, spec, run_dir: Path) -> None:
     each key, old and new value, and the fix (rlhf.spec.resume_rules); other changes are said in one line."""
     from omegaconf import OmegaConf
 
-    from rlhf.launch.plan import plan
+    from rlhf.planning.plan import plan
     from rlhf.spec.resume_rules import ResumeRefused, flatten, judge, refusal
 
     before = _resumed_run(spec, Path(run_dir))

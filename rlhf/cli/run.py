@@ -136,8 +136,8 @@ def _job(cfg, hc, run_dir: Path) -> float | None:
                 print(resume_line(e), file=sys.stderr)
             raise SystemExit(130) from None
         except (SpecInvalid, UserError) as e:
-            from rlhf.launch.preflight import PreflightFailed
             from rlhf.pipelines.checkpoint import CheckpointError
+            from rlhf.planning.preflight import PreflightFailed
             from rlhf.spec.resume_rules import ResumeRefused
 
             # 2: nothing was started (a bad config or a static mistake); 1: the run failed
@@ -179,7 +179,7 @@ def _preflight(spec) -> None:
     from rlhf.launch.cluster import set_ray_env
 
     set_ray_env(spec.ray)  # before anything imports ray
-    from rlhf.launch.preflight import require_preflight
+    from rlhf.planning.preflight import require_preflight
 
     for warning in require_preflight(spec).warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -189,7 +189,7 @@ def _refuse_before_hydra(cfg) -> None:
     """Validate and preflight a single run before Hydra makes its run folder: a run refused here leaves no folder
     behind (exit 2, every problem named)."""
     global _PREFLIGHT_DONE
-    from rlhf.launch.preflight import PreflightFailed
+    from rlhf.planning.preflight import PreflightFailed
     from rlhf.spec import build, check
 
     try:
@@ -209,8 +209,8 @@ def _run(cfg, run_dir: Path, *, sweep_id: str = "") -> tuple[str | None, float |
 
     from rlhf.cli.resume import refuse_a_changed_resume, verified_resume
     from rlhf.launch.cluster import set_ray_env, watch_run_dir
-    from rlhf.launch.plan import plan
     from rlhf.launch.sweep import ObjectiveMissing, objective_of
+    from rlhf.planning.plan import plan
     from rlhf.spec import build, check
 
     spec = build(cfg)

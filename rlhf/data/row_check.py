@@ -18,7 +18,7 @@ from rlhf.filescan import SCANNED_SUFFIXES, scan_file
 from rlhf.spec.data_columns import columns_for, sources_with_columns
 from rlhf.spec.schema import ExperimentSpec
 
-SCAN_BYTES = 256 * 2**20  # as the preflight's scan (rlhf.launch.preflight.data_files): beyond it the loader judges
+SCAN_BYTES = 256 * 2**20  # as the preflight's scan (rlhf.planning.preflight.data_files): beyond it the loader judges
 
 
 def check_rows(spec: ExperimentSpec) -> None:

@@ -11,7 +11,7 @@ Memory per device, DeepSpeed's own accounting (P parameters, N data-parallel ran
     layer, the gathered-parameter buffer; no separate 16-bit gradient partition, so 18 bytes per parameter / N).
     offload_optimizer moves master, fp32 grads and Adam to host memory; offload_params (ZeRO-3) the weights too.
     LoRA: the base weights frozen (weights only), the adapters trained in full.
-    This is what deepspeed's estimate_zero{2,3}_model_states_mem_needs compute (tests/launch/test_plan.py compares).
+    This is what deepspeed's estimate_zero{2,3}_model_states_mem_needs compute (tests/planning/test_plan.py compares).
 Frozen models: weights only, sharded /N under ZeRO-3 (when the trained models use stage 3), 0 when offloaded.
 """
 

@@ -77,7 +77,7 @@ MEMORY_TAGS = ("kv_cache", "weights")
 
 @dataclass(frozen=True)
 class RolloutMemory:
-    """Bytes per device of one engine, as the plan counts them (rlhf.launch.memory)."""
+    """Bytes per device of one engine, as the plan counts them (rlhf.planning.memory)."""
 
     weights: float  # its weights on each device (the model over tensor_parallel_size)
     kv_cache: float  # its KV cache on each device
@@ -176,7 +176,7 @@ class RolloutBackend(Protocol):
         (its thread count)."""
         ...
 
-    # What the planner asks (rlhf.launch.cost, rlhf.launch.auto, rlhf-plan --auto): nothing outside the backend's
+    # What the planner asks (rlhf.planning.cost, rlhf.planning.auto, rlhf-plan --auto): nothing outside the backend's
     # module compares its name.
 
     def tensor_parallel(self, spec: ExperimentSpec) -> bool:

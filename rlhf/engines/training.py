@@ -46,7 +46,7 @@ class ModelStates:
 
 @dataclass(frozen=True)
 class TrainTraffic:
-    """What a training engine moves besides compute, in seconds, as the cost model (rlhf.launch.cost) counts it."""
+    """What a training engine moves besides compute, in seconds, as the cost model (rlhf.planning.cost) counts it."""
 
     per_micro_batch: float = 0.0  # collectives and host copies of one forward + backward
     per_step: float = 0.0  # collectives of one optimizer step
@@ -245,7 +245,7 @@ class TrainBackend(Protocol):
         so each holds one bucket during a sync); the engine's :attr:`TrainEngine.gathers_on_every_rank` agrees."""
         ...
 
-    # What the planner asks (rlhf.launch.cost, rlhf.launch.auto, rlhf-plan --auto): nothing outside the backend's
+    # What the planner asks (rlhf.planning.cost, rlhf.planning.auto, rlhf-plan --auto): nothing outside the backend's
     # module compares its name.
 
     def shards_optimizer_states(self, spec: ExperimentSpec) -> bool:
@@ -257,7 +257,7 @@ class TrainBackend(Protocol):
         ...
 
     def module_cost(self, constants: Any) -> Any:
-        """The cost model's fixed cost per gathered unit for this engine (a ``rlhf.launch.cost.ModuleCost`` field of
+        """The cost model's fixed cost per gathered unit for this engine (a ``rlhf.planning.cost.ModuleCost`` field of
         ``constants``)."""
         ...
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rlhf.errors import UserError
 from rlhf.launch import worker_preload
+from rlhf.planning.preflight.ray_address import is_loopback_address
 from rlhf.spec.schema import RaySpec
 
 log = logging.getLogger(__name__)
@@ -256,21 +257,6 @@ def _token_at_hand() -> bool:
     if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
         return True
     return (Path.home() / ".ray" / "auth_token").is_file()  # Ray's default token file (its token-auth docs)
-
-
-def host_port(address: str) -> tuple[str, int] | None:
-    """``host:port`` of a GCS address (``ray.address``), or None for "auto" and Ray Client's ``ray://`` form."""
-    if not address or address == "auto" or "://" in address:
-        return None
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
-
-
-def is_loopback_address(address: str) -> bool:
-    hp = host_port(address)
-    return hp is not None and (hp[0] == "localhost" or hp[0] == "::1" or hp[0].startswith("127."))
 
 
 def start_or_attach(

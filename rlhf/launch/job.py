@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhf.launch.cluster import set_ray_env
-from rlhf.launch.plan import Plan
+from rlhf.planning.plan import Plan
 from rlhf.spec.schema import ExperimentSpec
 
 

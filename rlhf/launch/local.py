@@ -36,9 +36,9 @@ from rlhf import faults
 from rlhf.errors import UserError
 from rlhf.futures import LocalRef
 from rlhf.launch import actor_env
-from rlhf.launch.plan import Plan, RolePlacement
 from rlhf.launch.ports import free_port
 from rlhf.launch.role_calls import RoleCalls
+from rlhf.planning.plan import Plan, RolePlacement
 from rlhf.spec.schema import ExperimentSpec
 
 # How long the teardown waits for a role to leave its process group and free its engine, per lane; a lane still

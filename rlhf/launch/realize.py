@@ -19,10 +19,10 @@ from rlhf.errors import UserError
 from rlhf.launch import actor_env
 from rlhf.launch.cluster import Cluster, start_or_attach, worker_start_env
 from rlhf.launch.ledger import BundleLedger
-from rlhf.launch.plan import DeviceGroup, Plan, RolePlacement
 from rlhf.launch.ports import free_port
 from rlhf.launch.reservation import adopt_reserved
 from rlhf.launch.role_calls import RoleCalls, WorkerError  # noqa: F401 - WorkerError: re-exported
+from rlhf.planning.plan import DeviceGroup, Plan, RolePlacement
 from rlhf.spec.backends import ROLLOUT_BACKENDS
 from rlhf.spec.executor import heartbeat_s
 from rlhf.spec.schema import ExperimentSpec

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlhf.errors import UserError
-from rlhf.launch.plan import Plan
+from rlhf.planning.plan import Plan
 from rlhf.spec.schema import ExperimentSpec
 
 STOOD_IN = (

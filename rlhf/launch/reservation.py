@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlhf.launch.plan import DeviceGroup, Plan
+from rlhf.planning.plan import DeviceGroup, Plan
 
 log = logging.getLogger(__name__)
 

@@ -112,7 +112,7 @@ def _in_sample_order(parts: list[Any], order: list[int]) -> Any:
 
 def takes_turns(spec: ExperimentSpec, rollout_colocated: bool) -> bool:
     """Rollout and training share devices and swap memory (colocated with the policy, rollout.enable_sleep, not
-    async): rlhf.launch.memory.sleeps, which the plan's phases follow."""
+    async): rlhf.planning.memory.sleeps, which the plan's phases follow."""
     ro = spec.rollout
     return ro.enable_sleep and not ro.async_mode and rollout_colocated
 

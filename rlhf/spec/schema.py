@@ -442,7 +442,7 @@ class HardwareSpec:
     cpus_per_node: int = key(2, "CPU cores per node", ge=1)
     host_memory_gb: float = key(24.0, "host memory per node", gt=0, le=1e6)
     bf16: bool = key(False, "native bf16 (on CPU bf16 works but is slower than fp32)")
-    # Device facts for the cost model of ``rlhf-plan --auto`` (rlhf.launch.cost): peak rates from the vendor's
+    # Device facts for the cost model of ``rlhf-plan --auto`` (rlhf.planning.cost): peak rates from the vendor's
     # datasheet on GPUs, measured on CPU (bench/cost_probe.py); the model's own efficiency constants turn them into
     # achieved rates. On CPU hardware a "device" is a slot of the node's cores, and these are the whole node's
     # figures: each of the devices_per_node slots gets its share. The defaults are conf/hardware/cpu.yaml's.

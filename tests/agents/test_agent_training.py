@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rlhf.launch.job import run as run_pipeline
-from rlhf.launch.plan import plan
 from rlhf.pipelines import rl
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics
 

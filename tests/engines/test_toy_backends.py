@@ -55,7 +55,7 @@ def toy_registered(monkeypatch):
 
 
 def test_the_toy_backends_validate_under_their_config_strings_and_plan(toy_registered):
-    from rlhf.launch.plan import plan
+    from rlhf.planning.plan import plan
 
     spec = load_spec(TOY)
     assert (spec.trainer.backend, spec.rollout.backend) == ("toy", "toy")
@@ -69,9 +69,9 @@ def test_the_toy_backends_validate_under_their_config_strings_and_plan(toy_regis
 def test_the_toy_backends_are_options_of_auto_and_priced_by_their_own_answers(toy_registered):
     """rlhf-plan --auto tries the toy training backend's own options, and the cost model prices a toy job from the
     toy's answers (DeepSpeed's and the hf engine's, to which it delegates): nothing in the planner names either."""
-    from rlhf.launch.auto import _engines, search
-    from rlhf.launch.cost import estimate
-    from rlhf.launch.plan import plan
+    from rlhf.planning.auto import _engines, search
+    from rlhf.planning.cost import estimate
+    from rlhf.planning.plan import plan
 
     gpu = ["+recipe=grpo_qwen3_8b_h100"]
     options = _engines(load_spec(gpu))
@@ -123,9 +123,9 @@ def test_the_toy_training_backend_keeps_the_engine_contract_on_two_ranks(toy_reg
 
 @pytest.mark.slow
 def test_the_toy_rollout_engine_keeps_the_engine_contract(toy_registered, ray_cluster):
-    from rlhf.launch.plan import plan
     from rlhf.launch.realize import realize
     from rlhf.models.loading import resolve_model_path
+    from rlhf.planning.plan import plan
 
     spec = load_spec([*rollout_conformance.TINY, "rollout=toy"])
     realized = realize(spec, plan(spec))

@@ -84,7 +84,7 @@ def test_memory_shards_over_ranks_and_offload_moves_to_the_host(name):
 
 
 def test_fsdp2_memory_follows_its_keys():
-    from rlhf.launch.plan import plan
+    from rlhf.planning.plan import plan
 
     def policy(*extra):
         spec = load_spec(["+recipe=grpo_llama3_8b", "trainer.backend=fsdp2", *extra])

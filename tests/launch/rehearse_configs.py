@@ -9,8 +9,8 @@ import time
 
 
 def main(shape: str, configs_json: str) -> None:
-    from rlhf.launch.plan import plan
     from rlhf.launch.rehearsal import rehearse, simulated_cluster
+    from rlhf.planning.plan import plan
     from rlhf.spec import check
     from rlhf.spec.build import load_spec
 

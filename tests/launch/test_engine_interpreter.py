@@ -47,7 +47,7 @@ def test_without_any_vllm_the_error_names_all_three_ways(tmp_path, monkeypatch):
 
 
 def test_preflight_names_a_missing_engine_interpreter_before_anything_starts(tmp_path, monkeypatch):
-    from rlhf.launch.preflight.engine import check_rollout_engine
+    from rlhf.planning.preflight.engine import check_rollout_engine
     from rlhf.spec.build import load_spec
 
     monkeypatch.delenv(paths.VLLM_PYTHON_ENV, raising=False)

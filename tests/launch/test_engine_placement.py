@@ -15,9 +15,9 @@ from rlhf.engines.vllm_placement import (
     worker_bundles,
 )
 from rlhf.launch.ledger import OverBooked
-from rlhf.launch.plan import plan
 from rlhf.launch.realize import ledger_of
 from rlhf.launch.rollout import engine_placements
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 
 

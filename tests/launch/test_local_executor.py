@@ -137,7 +137,7 @@ def test_with_a_grace_period_the_blamed_role_is_named_first(lane):
 
 def test_the_job_sets_the_ranks_variables_and_gives_them_back(monkeypatch):
     from rlhf.launch.local import realize
-    from rlhf.launch.plan import plan
+    from rlhf.planning.plan import plan
 
     monkeypatch.setenv("RANK", "5")
     monkeypatch.delenv("MASTER_PORT", raising=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlhf.launch.job import run
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.spec import check
 from rlhf.spec.build import load_spec
 

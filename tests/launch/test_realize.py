@@ -12,8 +12,8 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
 
 from rlhf.errors import UserError  # noqa: E402
-from rlhf.launch.plan import plan  # noqa: E402
 from rlhf.launch.realize import PlacementError, WorkerError, realize  # noqa: E402
+from rlhf.planning.plan import plan  # noqa: E402
 from rlhf.spec.build import load_spec  # noqa: E402
 
 

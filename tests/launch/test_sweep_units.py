@@ -31,7 +31,7 @@ def test_fits_on_places_every_bundle_on_one_node(bundles, nodes, fits):
 
 def test_a_plans_bundles_are_every_device_group_together():
     spec = load_spec(["+recipe=grpo_tiny_cpu", "hardware.devices_per_node=2", "rollout.num_engines=2"])
-    from rlhf.launch.plan import plan
+    from rlhf.planning.plan import plan
 
     assert bundles_of(plan(spec)) == [{"CPU": 1.0}, {"CPU": 1.0}]
 

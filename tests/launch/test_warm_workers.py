@@ -93,8 +93,8 @@ def test_a_gone_drivers_slot_folders_are_removed_and_other_drivers_kept(tmp_path
 
 
 def test_the_workers_warmed_are_the_processes_the_plan_starts():
-    from rlhf.launch.plan import plan
     from rlhf.launch.realize import warm_count
+    from rlhf.planning.plan import plan
     from rlhf.spec.build import load_spec
 
     engines = load_spec(["+recipe=grpo_tiny_cpu"])
@@ -113,7 +113,7 @@ _SCRIPT = textwrap.dedent(
     import json, os, sys
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
-    from rlhf.launch.plan import plan
+    from rlhf.planning.plan import plan
     from rlhf.launch.realize import realize
     from rlhf.spec.build import load_spec
 

@@ -46,9 +46,9 @@ def main(run_dir: str) -> None:
     from ray.cluster_utils import Cluster
 
     from rlhf.launch.cluster import set_ray_env
-    from rlhf.launch.plan import plan
     from rlhf.launch.realize import realize
     from rlhf.pipelines import run as run_pipeline
+    from rlhf.planning.plan import plan
     from rlhf.spec import check
     from rlhf.spec.build import load_spec
 

@@ -26,9 +26,9 @@ import pytest
 
 from rlhf.atomic_save import DiskFull
 from rlhf.launch.job import run
-from rlhf.launch.plan import plan
 from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.pipelines.lifecycle import NonFinite, RunFailed
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics
 

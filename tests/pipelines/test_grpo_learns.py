@@ -26,7 +26,7 @@ import math
 import pytest
 
 from rlhf.launch.job import run
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics
 

@@ -26,8 +26,8 @@ class _Engines:
 
 
 def test_the_schedule_follows_openrlhfs_order_and_the_plans_phases():
-    from rlhf.launch.memory import phases
     from rlhf.pipelines.rl_roles import HybridSchedule, engines_first, takes_turns
+    from rlhf.planning.memory import phases
 
     spec = load_spec(["+recipe=grpo_llama3_8b"])
     assert takes_turns(spec, True) and engines_first(spec, True)

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from rlhf.engines.protocol import SamplingSpec
-from rlhf.launch.plan import plan
 from rlhf.launch.realize import realize
 from rlhf.models.loading import resolve_model_path
+from rlhf.planning.plan import plan
 from rlhf.spec import check
 from rlhf.spec.build import load_spec
 

@@ -55,8 +55,8 @@ def _tiny(*overrides: str):
 
 
 def test_preflight_refuses_what_holds_no_weights_or_does_not_fit_model(tmp_path):
-    from rlhf.launch.preflight import PreflightFailed, require_preflight
     from rlhf.models.value_head import load_value_model
+    from rlhf.planning.preflight import PreflightFailed, require_preflight
 
     (tmp_path / "notes.txt").write_text("not a model")
     spec = load_spec(["+recipe=grpo_tiny_cpu", f"checkpoint.init_from={tmp_path}"])
@@ -161,7 +161,7 @@ class SFTRun:
 
 def _job(run_dir: Path, *overrides: str) -> tuple[dict, list[dict]]:
     from rlhf.launch.job import run
-    from rlhf.launch.plan import plan
+    from rlhf.planning.plan import plan
     from rlhf.spec import check as check_spec
     from rlhf.tracking.tracker import read_metrics
 

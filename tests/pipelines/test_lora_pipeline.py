@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from rlhf.launch.job import run
-from rlhf.launch.plan import plan
 from rlhf.models.forward import causal_lm_log_probs
 from rlhf.models.loading import resolve_model_path, tokenizer_for
+from rlhf.planning.plan import plan
 
 pytestmark = pytest.mark.slow
 

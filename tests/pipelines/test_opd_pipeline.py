@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlhf.errors import UserError
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.spec import check
 from rlhf.spec.build import load_spec
 

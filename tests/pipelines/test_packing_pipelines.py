@@ -11,7 +11,7 @@ import random
 import pytest
 
 from rlhf.launch.job import run
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.spec import check
 from rlhf.tracking.tracker import read_metrics
 

@@ -44,7 +44,7 @@ def _run(run_dir: Path, *overrides: str) -> tuple[dict, list[dict], set[str]]:
     started: each local actor the executor built, seen by a spy on its constructor)."""
     import rlhf.launch.local as local
     from rlhf.launch.job import run
-    from rlhf.launch.plan import plan
+    from rlhf.planning.plan import plan
     from rlhf.spec import check
     from rlhf.tracking.tracker import read_metrics
 

@@ -14,9 +14,9 @@ import pytest
 from ceilings import ceiling
 
 from rlhf.launch.job import run
-from rlhf.launch.plan import plan
 from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.pipelines.sft_warmup import STATE_KEY
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics
 

@@ -16,7 +16,7 @@ import pytest
 from tiny_shapes import TWO_RANKS
 
 from rlhf.launch.job import run
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rlhf.launch.job import run
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.tracking.tracker import read_metrics
 
 pytestmark = pytest.mark.slow

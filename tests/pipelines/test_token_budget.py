@@ -9,10 +9,10 @@ import random
 import pytest
 import torch
 
-from rlhf.launch.memory import activation_bytes
 from rlhf.pipelines.batching import balanced_partition, min_micro_batches, token_budget_plan
 from rlhf.pipelines.experience import ExperienceBatch, micro_batch_plan
 from rlhf.pipelines.rl_roles import _in_sample_order
+from rlhf.planning.memory import activation_bytes
 from rlhf.spec.build import load_spec
 from rlhf.spec.validate import validate
 

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from rlhf.engines.protocol import SamplingSpec
-from rlhf.launch.plan import plan
 from rlhf.launch.realize import realize
 from rlhf.models.loading import resolve_model_path
 from rlhf.pipelines.experience import from_rollouts
@@ -22,6 +21,7 @@ from rlhf.pipelines.rl_losses import policy_logprobs_fn
 from rlhf.pipelines.rollout_engines import RolloutEngines
 from rlhf.pipelines.sft import sft_loss_fn
 from rlhf.pipelines.weight_sync import WeightSync
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 from rlhf.spec.validate import vllm_cpu_available
 

@@ -23,11 +23,11 @@ from test_weight_sync import (
     _trainer_logprobs,
 )
 
-from rlhf.launch.plan import plan
 from rlhf.launch.realize import realize
 from rlhf.models.loading import resolve_model_path, tokenizer_for
 from rlhf.pipelines.rollout_engines import RolloutEngines
 from rlhf.pipelines.weight_sync import WeightSync
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 from rlhf.spec.validate import vllm_cpu_available
 

@@ -114,7 +114,7 @@ def test_exceptions_inside_reward_func_are_wrapped_with_the_file(reward_file):
 
 def test_the_static_check_and_the_loader_ask_for_the_same_definition(reward_file):
     # One contract (rlhf.rewards.function): the check before start-up and the load at start-up give the same fix.
-    from rlhf.launch.preflight.python_files import check_reward_file
+    from rlhf.planning.preflight.python_files import check_reward_file
 
     path = reward_file("def score(queries):\n    return [0.0] * len(queries)\n")
     (finding,) = check_reward_file(path)

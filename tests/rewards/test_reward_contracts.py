@@ -282,7 +282,7 @@ def test_the_schemas_contract_names_are_the_registrys():
 
 
 def test_the_static_check_names_the_contract_it_found_and_the_fix_when_none_fits(write):
-    from rlhf.launch.preflight.python_files import check_reward_file, check_reward_functions
+    from rlhf.planning.preflight.python_files import check_reward_file, check_reward_functions
 
     trl_file, verl_file = write(TRL_DOC_STYLE, "t.py"), write(VERL_FILE, "v.py")
     found, seen = check_reward_functions([trl_file, f"{verl_file}:compute_score", "trl.rewards.accuracy_reward"])

@@ -15,8 +15,8 @@ import torch
 from serve_helpers import health, serving
 
 from rlhf.launch.job import run as run_pipeline
-from rlhf.launch.plan import plan
 from rlhf.pipelines import rl
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics
 

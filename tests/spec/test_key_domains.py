@@ -9,7 +9,7 @@ import math
 import pytest
 
 from rlhf.cli import plan as plan_cli
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.spec import validate
 from rlhf.spec.build import load_spec
 from rlhf.spec.keys import Domain, walk
@@ -162,9 +162,9 @@ DIVISORS = [
     (CPU_RL, "trainer.global_batch"),  # derive: optimizer steps per rollout; pipelines/supervised: steps per epoch
     (CPU_RL, "rollout.prompts_per_step"),  # pipelines/rl: RL steps per episode
     (CPU_RL, "rollout.samples_per_prompt"),  # algo/advantages: groups of n samples
-    (GPU_RL, "rollout.tensor_parallel_size"),  # launch/memory: weights per engine device
-    (GPU_RL, "rollout.num_engines"),  # launch/memory: sequences per engine
-    (CPU_RL, "hardware.devices_per_node"),  # launch/plan: CPUs per bundle; pipelines/rl_roles: threads per rank
+    (GPU_RL, "rollout.tensor_parallel_size"),  # planning/memory: weights per engine device
+    (GPU_RL, "rollout.num_engines"),  # planning/memory: sequences per engine
+    (CPU_RL, "hardware.devices_per_node"),  # planning/plan: CPUs per bundle; pipelines/rl_roles: threads per rank
     (CPU_RL, "hardware.nodes"),  # derive: devices shared out between groups
     (CPU_RL, "algorithm.kl.target"),  # algo/kl: adaptive controller, current / target
     (CPU_RL, "algorithm.kl.horizon"),  # algo/kl: n_steps / horizon

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.spec import validate
 from rlhf.spec.build import load_spec
 from rlhf.spec.derive import derive

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.spec import validate
 from rlhf.spec.build import load_spec
 from rlhf.spec.required import MissingValues

@@ -189,7 +189,7 @@ def check_recipe(path: Path, holders: dict[str, Placeholder]) -> bool:
     must give; True when nothing but those values is missing. Each ??? is validated with its stand-in in place."""
     from rlhf.cli.common import compose_or_fail
     from rlhf.cli.plan import render as render_plan
-    from rlhf.launch.plan import plan
+    from rlhf.planning.plan import plan
     from rlhf.spec.required import check_with_stand_ins
 
     cfg = compose_or_fail([f"+recipe={path}"])

@@ -16,7 +16,7 @@ Frozen roles: their shards in the training precision (p = 2 bytes bf16, 4 fp32) 
     the shards in host memory, the units on the device.
 Loading: every rank reads the whole model into host memory in the training precision before sharding it (a moment,
 as DeepSpeed ZeRO-0/1/2 does; ZeRO-3 partitions while loading).
-Activations are the plan's own formula (rlhf.launch.memory.activation_bytes): they do not depend on the backend.
+Activations are the plan's own formula (rlhf.planning.memory.activation_bytes): they do not depend on the backend.
 """
 
 from __future__ import annotations

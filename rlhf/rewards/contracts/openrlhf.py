@@ -1,6 +1,6 @@
 """OpenRLHF's contract: ``reward_func(queries, prompts, labels, **kwargs)`` once per batch, positionally, returning
 the rewards or ``{"rewards", "scores", "extra_logs"}``. The names below are read by the loader and by the static
-check before start-up (rlhf.launch.preflight.python_files), so both name the same function, arguments and fix."""
+check before start-up (rlhf.planning.preflight.python_files), so both name the same function, arguments and fix."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from rlhf.cli.importers.openrlhf.mapping import openrlhf_grad_accum, openrlhf_st
 from rlhf.cli.importers.openrlhf.report import NONE, UNRECOGNISED, lines
 from rlhf.cli.importers.openrlhf.verb import convert_words, words_from_script
 from rlhf.cli.recipes import main as recipes_main
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.spec import build, derive, validate
 from rlhf.spec.build import compose
 

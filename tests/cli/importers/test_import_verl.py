@@ -17,7 +17,7 @@ from rlhf.cli.importers.verl.mapping import map_command, verl_grad_accum, verl_s
 from rlhf.cli.importers.verl.overrides import split_command
 from rlhf.cli.importers.verl.verb import convert_words, words_from_script
 from rlhf.cli.recipes import main as recipes_main
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.spec import derive
 from rlhf.spec.build import compose
 from rlhf.spec.required import check_with_stand_ins

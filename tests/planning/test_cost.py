@@ -1,4 +1,4 @@
-"""The cost model of ``rlhf-plan --auto`` (rlhf/launch/cost.py): its pure pieces against numbers worked by hand."""
+"""The cost model of ``rlhf-plan --auto`` (rlhf/planning/cost.py): its pure pieces against numbers worked by hand."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from rlhf.launch import cost
-from rlhf.launch.cost import (
+from rlhf.planning import cost
+from rlhf.planning.cost import (
     CPU,
     GPU,
     ModuleCost,
@@ -21,8 +21,8 @@ from rlhf.launch.cost import (
     hooks_s,
     reuses_current_logprobs,
 )
-from rlhf.launch.memory import param_count
-from rlhf.launch.plan import plan
+from rlhf.planning.memory import param_count
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 
 

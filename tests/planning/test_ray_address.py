@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from ceilings import ceiling, wait_until
 
-from rlhf.launch.cluster import host_port, is_loopback_address
-from rlhf.launch.preflight.ray_address import check_ray_address
+from rlhf.planning.preflight.ray_address import check_ray_address, host_port, is_loopback_address
 
 
 def test_host_port_reads_a_gcs_address_and_leaves_auto_and_ray_client_to_ray():

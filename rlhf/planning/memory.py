@@ -40,7 +40,7 @@ Phases (:func:`phases`, what is in device memory in each, for a group whose roll
     train       the trainers' full states, the engines asleep
     sync        the trainers' states, the engines' weights (KV cache asleep), the sync buffers
 rlhf.pipelines.rl_roles.HybridSchedule runs these in this order; ``rlhf-plan --rehearse`` checks that it does.
-Host memory per node (rlhf.launch.plan): the host columns of every rank on the node (offloaded optimizer states and
+Host memory per node (rlhf.planning.plan): the host columns of every rank on the node (offloaded optimizer states and
 parameters, offloaded frozen models) plus the sync's host staging, against hardware.host_memory_gb; on CPU hardware
 the devices themselves are host memory, so their peaks count too.
 """

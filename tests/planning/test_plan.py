@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf.launch.memory import GB, lora_param_count, param_count, trained_states
-from rlhf.launch.plan import plan
+from rlhf.planning.memory import GB, lora_param_count, param_count, trained_states
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 
 

@@ -1,6 +1,6 @@
 """``rlhf-plan --auto``: the layouts the platform supports for a recipe's model, algorithm and batch on its hardware,
-those that fit (the plan's own memory model, rlhf.launch.plan.plan, on every candidate spec), ranked by the cost
-model's estimated step time (rlhf.launch.cost). Pure and fast: no Ray, no torch; the recipe is composed once and
+those that fit (the plan's own memory model, rlhf.planning.plan.plan, on every candidate spec), ranked by the cost
+model's estimated step time (rlhf.planning.cost). Pure and fast: no Ray, no torch; the recipe is composed once and
 every candidate is that spec with a few values replaced.
 
 The dimensions (each a :class:`Dimension` in :data:`LAYOUT_DIMENSIONS` or :data:`SCAN_DIMENSIONS`; one more key is
@@ -52,9 +52,9 @@ from typing import Any
 
 from rlhf.engines.backends import train_backend
 from rlhf.engines.rollout_backends import rollout_backend
-from rlhf.launch.cost import StepEstimate, estimate
-from rlhf.launch.memory import activation_bytes, sleeps
-from rlhf.launch.plan import Plan, plan
+from rlhf.planning.cost import StepEstimate, estimate
+from rlhf.planning.memory import activation_bytes, sleeps
+from rlhf.planning.plan import Plan, plan
 from rlhf.spec.backends import TRAIN_BACKENDS
 from rlhf.spec.derive import derive, device_groups, roles
 from rlhf.spec.schema import ExperimentSpec
@@ -416,7 +416,7 @@ class _Searcher:
         return self.placement_plans[key]
 
     def bound(self, values: Overrides, level: str) -> tuple[float, ExperimentSpec] | None:
-        """A lower bound of every candidate under ``values`` (rlhf.launch.cost.estimate's ``bound``), None where the
+        """A lower bound of every candidate under ``values`` (rlhf.planning.cost.estimate's ``bound``), None where the
         placement spills past the last node."""
         s, s1 = self.first_point(values)
         p = self.placement_plan(s1)

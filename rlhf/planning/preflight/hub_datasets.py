@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from rlhf.launch.preflight.data_files import data_sources
-from rlhf.launch.preflight.findings import Finding
+from rlhf.planning.preflight.data_files import data_sources
+from rlhf.planning.preflight.findings import Finding
 from rlhf.spec.hub_source import FORM, parse_hub_source
 from rlhf.spec.schema import ExperimentSpec
 

@@ -1,11 +1,11 @@
-"""The layout search of ``rlhf-plan --auto`` (rlhf/launch/auto.py): what it keeps fits the plan's memory model and
+"""The layout search of ``rlhf-plan --auto`` (rlhf/planning/auto.py): what it keeps fits the plan's memory model and
 validates, it ranks by the cost model, and its pieces (spec edits, group sizes, the staircase walk) do what they say."""
 
 from __future__ import annotations
 
 import pytest
 
-from rlhf.launch.auto import (
+from rlhf.planning.auto import (
     MEMORY_HEADROOM,
     TIE_PER_CHANGE,
     _maximal,
@@ -13,7 +13,7 @@ from rlhf.launch.auto import (
     search,
     with_values,
 )
-from rlhf.launch.plan import plan
+from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 from rlhf.spec.validate import validate
 
@@ -118,7 +118,7 @@ GPU_RECIPES = ["grpo_llama3_8b", "ppo_llama3_8b", "ppo_llama3_70b", "grpo_qwen2_
 
 @pytest.mark.parametrize("recipe", GPU_RECIPES)
 def test_every_shipped_gpu_recipe_gets_a_written_layout_on_its_own_hardware(recipe, tmp_path):
-    from rlhf.launch.auto_recipe import write_recipe
+    from rlhf.planning.auto_recipe import write_recipe
 
     overrides = [f"+recipe={recipe}"]
     r = search(load_spec(overrides), top=1)

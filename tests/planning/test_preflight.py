@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from ceilings import ceiling
 
-from rlhf.launch.preflight import PreflightFailed, preflight, require_preflight
-from rlhf.launch.preflight.urls import probe_url
+from rlhf.planning.preflight import PreflightFailed, preflight, require_preflight
+from rlhf.planning.preflight.urls import probe_url
 from rlhf.spec.build import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -218,7 +218,7 @@ def test_live_url_passes_and_wrong_path_is_an_error(base_spec, reward_server):
 
 
 def test_slow_reward_url_warns_and_the_run_may_start(base_spec, reward_server, monkeypatch):
-    from rlhf.launch.preflight import urls
+    from rlhf.planning.preflight import urls
 
     # "slow" is any answer here (its threshold injected as 0 s), rather than a server made to take long enough
     monkeypatch.setattr(urls, "SLOW_ANSWER_S", 0.0)

@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rlhf.engines.backends import train_backend
-from rlhf.launch.auto import Candidate, placement_options
+from rlhf.planning.auto import Candidate, placement_options
 from rlhf.spec.build import build, compose
 
 # Groups of the composed config the recipe names in its defaults list; nested ones (trainer/backend) and Hydra's own
@@ -136,7 +136,7 @@ def write_recipe(
 ) -> None:
     """Write the recipe of ``chosen`` to ``path``, then check that it composes to the chosen spec, validates and
     fits (a RuntimeError naming the keys that differ otherwise: a bug of this module, never the user's)."""
-    from rlhf.launch.plan import plan
+    from rlhf.planning.plan import plan
     from rlhf.spec.validate import validate
 
     path = Path(path)
@@ -162,5 +162,5 @@ def header_lines(recipe: str, hardware: str, chosen: Candidate, given: float | N
     return [
         f"{recipe} on {hardware}, layout chosen by rlhf-plan --auto: estimated {chosen.seconds:.1f} s per step{vs}.",
         f"Written {today} by: {command}",
-        "The estimate is the cost model's (rlhf/launch/cost.py); rlhf-plan +recipe=THIS_FILE shows its memory.",
+        "The estimate is the cost model's (rlhf/planning/cost.py); rlhf-plan +recipe=THIS_FILE shows its memory.",
     ]

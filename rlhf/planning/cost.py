@@ -18,7 +18,7 @@ and DPO. Its phases run one after the other, as the RL pipeline runs them (rlhf.
                  instead as fewer devices in each phase (the devices of one phase idle while another runs)
     overhead     the driver's fixed cost per step and per remote call
 
-Symbols: P parameters of a model (rlhf.launch.memory.param_count; LoRA trains the adapters but backpropagates
+Symbols: P parameters of a model (rlhf.planning.memory.param_count; LoRA trains the adapters but backpropagates
 through P), L layers, h hidden size, a heads of dimension d, V vocabulary; S samples per step; s = p + r tokens per
 sample (p = the plan's max prompt tokens x PROMPT_FILL, r = rollout.max_new_tokens x RESPONSE_FILL; SFT/RM/DPO:
 data.max_len x PROMPT_FILL); a device's peak F (hardware.device_tflops for 16-bit, device_tflops_fp32 for fp32) and
@@ -63,7 +63,7 @@ Weight sync: a sharded policy all-gathers P 16-bit weights over its link first; 
     and each engine's copy), broadcast sends them over the link (network where an engine is on another node); the
     engines' load at B x ENGINE_LOAD_EFF; checksums (rollout.weight_sync_checksums) read the bytes once more on
     each side at B.
-Colocation (the plan's phases, rlhf.launch.memory.phases): with turns, the trainers' gradients and optimizer states
+Colocation (the plan's phases, rlhf.planning.memory.phases): with turns, the trainers' gradients and optimizer states
     cross host_link_gbs out before generation and back before training, and WAKE_SLEEP_S per step for the engines.
 
 Constants (``GPU`` and ``CPU`` below): every efficiency is a fraction of the datasheet peak, named and sourced at
@@ -79,7 +79,7 @@ from dataclasses import dataclass, field
 
 from rlhf.engines.backends import train_backend
 from rlhf.engines.rollout_backends import rollout_backend
-from rlhf.launch.memory import (
+from rlhf.planning.memory import (
     GB,
     kv_bytes_per_token,
     lora_param_count,
@@ -88,7 +88,7 @@ from rlhf.launch.memory import (
     synced_param_count,
     teacher_params,
 )
-from rlhf.launch.plan import Plan
+from rlhf.planning.plan import Plan
 from rlhf.spec.schema import ExperimentSpec, ModelSpec
 
 # Lengths the model assumes (no data is read): every prompt as long as the plan allows and every response run to
@@ -234,7 +234,7 @@ CPU = Constants(
 def reuses_current_logprobs(spec: ExperimentSpec, plan: Plan) -> bool:
     """rlhf.pipelines.rl_roles.reuses_current_logprobs, read from the plan (that module imports torch): one optimizer
     step per rollout, no KL in the reward and no teacher, so the experience pass skips the policy's forward
-    (tests/launch/test_auto.py checks that the two agree)."""
+    (tests/planning/test_auto.py checks that the two agree)."""
     kl = spec.algorithm.kl
     kl_in_reward = kl.placement == "reward" and kl.coef > 0
     d = plan.derived
@@ -456,7 +456,7 @@ def _generation(x: _Ctx, prompt: float, response: float) -> float:
     engines = max(plan.roles["rollout"].ranks, 1)
     tp = ro.tensor_parallel_size
     params = param_count(m)[0]
-    rbytes = 2 if hw.accelerator == "gpu" else 4  # the engines' precision (rlhf.launch.memory.rollout_bytes)
+    rbytes = 2 if hw.accelerator == "gpu" else 4  # the engines' precision (rlhf.planning.memory.rollout_bytes)
     seqs = math.ceil(plan.derived.samples_per_step / engines)
     seq = prompt + response
     kv_tokens = _kv_tokens(spec, plan) if x.bound == "exact" else None
@@ -535,7 +535,7 @@ def _bubble(x: _Ctx) -> float:
 def estimate(spec: ExperimentSpec, plan: Plan, *, bound: str = "exact") -> StepEstimate:
     """Seconds per phase of one step of ``spec`` laid out as ``plan`` says (see the module docstring).
 
-    ``bound`` asks for a lower bound instead, for the search (rlhf.launch.auto), reading the plan for its placement
+    ``bound`` asks for a lower bound instead, for the search (rlhf.planning.auto), reading the plan for its placement
     only (roles' ranks, groups' nodes, the sync route), so any plan of the same placement will do: ``layout`` counts
     the engines' KV cache as unbounded and the states the hybrid engine moves as nothing; ``placement`` also counts
     every cost of the training engine's choice as nothing (its traffic, offload, recomputation, sharded gathers;

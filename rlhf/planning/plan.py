@@ -14,7 +14,7 @@ from typing import Any
 
 from rlhf.engines.backends import train_backend
 from rlhf.engines.rollout_backends import rollout_backend
-from rlhf.launch.memory import GB, GroupMemory, SyncBytes, estimate, param_count, phases, sync_bytes
+from rlhf.planning.memory import GB, GroupMemory, SyncBytes, estimate, param_count, phases, sync_bytes
 from rlhf.spec.derive import Derived, derive
 from rlhf.spec.executor import choose
 from rlhf.spec.schema import ExperimentSpec
@@ -71,7 +71,7 @@ class Plan:
     hosts: tuple[NodeHost, ...] = ()
     training_engine: str = ""  # the training backend's own description (rlhf.engines.training.TrainBackend.describe)
     rollout_engine: str = ""  # the rollout backend's (rlhf.engines.protocol.RolloutBackend.describe); "": no engines
-    # per device group: phase -> {"trained": parts, "rollout": parts} in device memory (rlhf.launch.memory.phases)
+    # per device group: phase -> {"trained": parts, "rollout": parts} in device memory (rlhf.planning.memory.phases)
     phases: tuple[dict[str, dict[str, tuple[str, ...]]], ...] = ()
     executor: str = "ray"  # launch.executor resolved: ray | local (rlhf.spec.executor)
     executor_reason: str = ""  # why that executor, one line
@@ -198,7 +198,7 @@ def _roles(spec: ExperimentSpec, groups: list[DeviceGroup]) -> tuple[dict[str, R
 def _hosts(
     spec: ExperimentSpec, groups: list[DeviceGroup], memory: list[GroupMemory], sync: SyncBytes | None
 ) -> tuple[NodeHost, ...]:
-    """Host memory per node (see rlhf.launch.memory): each bundle's ranks' host bytes, the sync's host staging,
+    """Host memory per node (see rlhf.planning.memory): each bundle's ranks' host bytes, the sync's host staging,
     and on CPU hardware the devices' own peaks (a CPU 'device' is host memory)."""
     hw = spec.hardware
     parts: dict[int, dict[str, float]] = {}

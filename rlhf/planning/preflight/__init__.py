@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import time
 
-from rlhf.launch.preflight.data_files import check_data_files
-from rlhf.launch.preflight.engine import check_rollout_engine
-from rlhf.launch.preflight.findings import Finding, PreflightFailed, PreflightReport
-from rlhf.launch.preflight.hub_datasets import check_hub_configs, hub_sources
-from rlhf.launch.preflight.models import check_reward_model
-from rlhf.launch.preflight.python_files import FileFinding, check_agent_file, check_reward_functions
-from rlhf.launch.preflight.ray_address import check_ray_address
-from rlhf.launch.preflight.urls import probe_urls
+from rlhf.planning.preflight.data_files import check_data_files
+from rlhf.planning.preflight.engine import check_rollout_engine
+from rlhf.planning.preflight.findings import Finding, PreflightFailed, PreflightReport
+from rlhf.planning.preflight.hub_datasets import check_hub_configs, hub_sources
+from rlhf.planning.preflight.models import check_reward_model
+from rlhf.planning.preflight.python_files import FileFinding, check_agent_file, check_reward_functions
+from rlhf.planning.preflight.ray_address import check_ray_address
+from rlhf.planning.preflight.urls import probe_urls
 from rlhf.spec.schema import ExperimentSpec
 
 __all__ = ["Finding", "PreflightFailed", "PreflightReport", "preflight", "require_preflight"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlhf.filescan import SCANNED_SUFFIXES, Scan, scan_file
-from rlhf.launch.preflight.findings import Finding
+from rlhf.planning.preflight.findings import Finding
 from rlhf.spec.data_columns import columns_for, data_sources, required_columns, sources_with_columns
 from rlhf.spec.schema import ExperimentSpec
 

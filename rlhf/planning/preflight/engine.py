@@ -4,7 +4,7 @@ version), named here instead of failing as the engines start (issue 17, finding 
 
 from __future__ import annotations
 
-from rlhf.launch.preflight.findings import Finding
+from rlhf.planning.preflight.findings import Finding
 from rlhf.spec.schema import ExperimentSpec
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlhf.launch.preflight.findings import Finding
 from rlhf.models.head_check import missing_value_head
+from rlhf.planning.preflight.findings import Finding
 from rlhf.spec.schema import ExperimentSpec
 
 FIX = (

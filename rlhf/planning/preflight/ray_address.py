@@ -5,10 +5,24 @@ from __future__ import annotations
 
 import socket
 
-from rlhf.launch.cluster import host_port, is_loopback_address
-from rlhf.launch.preflight.findings import Finding
+from rlhf.planning.preflight.findings import Finding
 
 CONNECT_TIMEOUT_S = 2.0
+
+
+def host_port(address: str) -> tuple[str, int] | None:
+    """``host:port`` of a GCS address (``ray.address``), or None for "auto" and Ray Client's ``ray://`` form."""
+    if not address or address == "auto" or "://" in address:
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def is_loopback_address(address: str) -> bool:
+    hp = host_port(address)
+    return hp is not None and (hp[0] == "localhost" or hp[0] == "::1" or hp[0].startswith("127."))
 
 
 def check_ray_address(address: str) -> list[Finding]:
