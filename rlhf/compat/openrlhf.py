@@ -53,7 +53,7 @@ PROVIDED: dict[str, _Module] = {
             "AgentInstanceBase": f"{_AGENT}:AgentInstanceBase",
             "MultiTurnAgentExecutor": f"{_AGENT}:MultiTurnAgentExecutor",
             # OpenRLHF's takes remote_rm_url=None; ours takes nothing (rewards come from the reward section).
-            "SingleTurnAgentExecutor": "rlhf.compat.openrlhf_agent:SingleTurnAgentExecutor",
+            "SingleTurnAgentExecutor": "rlhf.agents.openrlhf_single_turn:SingleTurnAgentExecutor",
         },
     ),
     "openrlhf.utils.math_utils": _Module(

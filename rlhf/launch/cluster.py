@@ -24,6 +24,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rlhf.errors import UserError
 from rlhf.launch import worker_preload
@@ -386,3 +387,11 @@ def start_reaper() -> None:
         close_fds=True,
     )
     _reaper_started = True
+
+
+def bundle_free(pg: Any, bundle_index: int) -> dict[str, float]:
+    """What Ray reports free in one bundle of a placement group (its per-bundle resources ``GPU_group_<i>_<id>``)."""
+    import ray
+
+    suffix = f"_group_{bundle_index}_{pg.id.hex()}"
+    return {k[: -len(suffix)]: v for k, v in ray.available_resources().items() if k.endswith(suffix)}

@@ -17,7 +17,7 @@ from rlhf import faults
 from rlhf.engines.backends import train_backend
 from rlhf.errors import UserError
 from rlhf.launch import actor_env
-from rlhf.launch.cluster import Cluster, start_or_attach, worker_start_env
+from rlhf.launch.cluster import Cluster, bundle_free, start_or_attach, worker_start_env
 from rlhf.launch.ledger import BundleLedger
 from rlhf.launch.ports import free_port
 from rlhf.launch.reservation import adopt_reserved
@@ -126,14 +126,6 @@ def _create_placement_group(group: DeviceGroup, timeout_s: float) -> GroupSlots:
         node_ips=[ips.get(bundle_node[b], "") for b in order],
         node_ids=[bundle_node[b] for b in order],
     )
-
-
-def bundle_free(pg: Any, bundle_index: int) -> dict[str, float]:
-    """What Ray reports free in one bundle of a placement group (its per-bundle resources ``GPU_group_<i>_<id>``)."""
-    import ray
-
-    suffix = f"_group_{bundle_index}_{pg.id.hex()}"
-    return {k[: -len(suffix)]: v for k, v in ray.available_resources().items() if k.endswith(suffix)}
 
 
 class RoleGroup(RoleCalls):

@@ -22,7 +22,7 @@ from rlhf.engines.protocol import EngineLaunch, EnginePlacement
 from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.errors import WorkerFailure
 from rlhf.launch import actor_env
-from rlhf.launch.cluster import worker_start_env
+from rlhf.launch.cluster import bundle_free, worker_start_env
 from rlhf.spec.executor import heartbeat_s
 from rlhf.spec.schema import ExperimentSpec
 
@@ -210,8 +210,6 @@ def _needs(realized: Any, p: EnginePlacement) -> Callable[[], str]:
     wait's message, computed when it is shown)."""
 
     def text() -> str:
-        from rlhf.launch.realize import bundle_free
-
         slots = realized.slots[realized.placement("rollout").group]
         parts = [f"the engine actor needs CPU {p.actor_cpus:g}, GPU {p.actor_gpus:g} in bundle {p.actor_bundle}"]
         if p.worker_gpus is not None:

@@ -109,7 +109,7 @@ def write_hf_model(
 
 
 def merge_adapter(base: str, adapter: str | Path, out: str | Path, *, kind: str, precision: str = "fp32") -> Path:
-    """An adapter folder merged into ``base`` (rlhf.models.lora.merge_lora, the merge command's function)."""
-    from rlhf.models.lora import merge_lora
+    """An adapter folder merged into ``base`` (rlhf.models.merge_lora.merge_lora, the merge command's function)."""
+    from rlhf.models.merge_lora import merge_lora
 
     return merge_lora(base, str(adapter), str(out), precision=precision, value_head=kind == VALUE)

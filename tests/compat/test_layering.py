@@ -37,8 +37,9 @@ def test_nothing_below_cli_imports_cli():
 
 
 def test_runtime_fallback_entry_imports_only_the_shared_errors():
-    # What rewards/, agents/ and the preflight import; the stand-ins it serves (openrlhf_agent, openrlhf_math) are
-    # named as strings in its table and loaded only when a user file asks for one of their names.
+    # What rewards/, agents/ and the preflight import; the stand-ins it serves (openrlhf_math here,
+    # rlhf.agents.openrlhf_single_turn with the agents) are named as strings in its table and loaded only when a user
+    # file asks for one of their names.
     ours = {m for m in _imports(PACKAGE / "compat" / "openrlhf.py") if m.startswith("rlhf.")}
     assert ours == {"rlhf.errors", "rlhf.errors.UserError"}
 
@@ -46,3 +47,13 @@ def test_runtime_fallback_entry_imports_only_the_shared_errors():
 def test_the_converter_lives_under_cli():
     assert not [p.name for p in _modules_under("compat") if "convert" in p.name or p.name == "shell.py"]
     assert (PACKAGE / "cli" / "importers" / "openrlhf" / "verb.py").is_file()
+
+
+def test_compat_imports_nothing_of_the_packages_that_import_it():
+    """rewards/ and agents/ import compat; compat names their stand-ins as strings, never imports them (the cycle
+    agents <-> compat is gone: OpenRLHF's single-turn executor lives with the agents)."""
+    found = {
+        str(p.relative_to(PACKAGE)): sorted(m for m in _imports(p) if m.startswith(("rlhf.agents", "rlhf.rewards")))
+        for p in _modules_under("compat")
+    }
+    assert {k: v for k, v in found.items() if v} == {}

@@ -163,7 +163,7 @@ def run_case(backend_name: str, case: str, overrides: list[str], out: Path) -> N
     engine.save_hf(str(hf))
     if rank == 0:
         if lora.rank:
-            from rlhf.models.lora import merge_lora
+            from rlhf.models.merge_lora import merge_lora
 
             merge_lora(path, str(hf), str(out / f"{case}.merged"))
             hf = out / f"{case}.merged"
