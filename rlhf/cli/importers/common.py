@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlhf.cli.importers import shell
+from rlhf.cli.importers.conf_options import options
 from rlhf.cli.importers.placeholders import Placeholder
 from rlhf.errors import UserError
 
@@ -109,8 +110,6 @@ class Conversion(Protocol):
 def hardware_type(hardware: str | None) -> tuple[str | None, str]:
     """(``--hardware`` lower-cased, the device type it names): an option's device type, or the type itself (h100
     when not given)."""
-    from rlhf.cli.importers.recipe import options
-
     hardware = hardware.lower() if hardware else None
     opts = options("hardware")
     return hardware, (opts[hardware]["device_type"] if hardware in opts else hardware) or "h100"

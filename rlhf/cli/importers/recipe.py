@@ -20,20 +20,12 @@ from typing import Any, Protocol
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlhf.cli.importers.common import ImportProblem
+from rlhf.cli.importers.conf_options import options
 from rlhf.cli.importers.placeholders import UNKNOWN, Placeholder, describe
 from rlhf.spec import schema
 from rlhf.spec.paths import conf_dir
 from rlhf.spec.required import escaped
 
-GROUPS = ("algorithm", "model", "placement", "rollout", "hardware", "trainer")
-_SECTIONS = {
-    "algorithm": schema.AlgorithmSpec,
-    "model": schema.ModelSpec,
-    "placement": schema.PlacementSpec,
-    "rollout": schema.RolloutSpec,
-    "hardware": schema.HardwareSpec,
-    "trainer": schema.TrainerSpec,
-}
 # Tie-break between equally close algorithm presets: the plainer one first.
 _ALGORITHM_ORDER = ("ppo", "grpo", "reinforce_pp", "reinforce_pp_baseline", "rloo", "dr_grpo", "gspo", "dapo")
 _SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)b(?![a-z])")
@@ -59,23 +51,6 @@ class Recipe:
     notes: list[str] = field(default_factory=list)
     spec: Any = None  # the ExperimentSpec the recipe composes to (placeholders: with their stand-ins)
     placeholders: dict[str, Placeholder] = field(default_factory=dict)  # keys the script did not say
-
-
-def options(group: str) -> dict[str, dict[str, Any]]:
-    """Each option of a conf/ group as a full section (schema defaults under the option's values). Read once per
-    process (the shipped conf/ does not change while a command runs); callers must not modify what they get."""
-    return _options(group, str(conf_dir()))
-
-
-@functools.cache
-def _options(group: str, folder: str) -> dict[str, dict[str, Any]]:
-    out = {}
-    # As plain data: the frozen dataclasses would give read-only nodes.
-    defaults = OmegaConf.to_container(OmegaConf.structured(_SECTIONS[group]))
-    for path in sorted((Path(folder) / group).glob("*.yaml")):
-        merged = OmegaConf.merge(OmegaConf.create(defaults), OmegaConf.load(path))
-        out[path.stem] = OmegaConf.to_container(merged)
-    return out
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlhf.cli.importers.outcomes import Outcome, OutcomeBook
-from rlhf.cli.importers.recipe import options
+from rlhf.cli.importers.conf_options import options
 from rlhf.cli.importers.trl import vocab
 from rlhf.cli.importers.trl.command import Command
 
