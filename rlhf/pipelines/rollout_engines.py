@@ -9,6 +9,7 @@ keeps (rlhf.engines.protocol.RolloutEngine), so nothing here depends on the back
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +21,36 @@ from rlhf.spec.schema import ExperimentSpec
 
 class EngineFailure(WorkerFailure):
     """A rollout engine died, hung or raised while generating; ``rank`` is its index."""
+
+
+def spread(actors: list[Any], method: str, prompts: list[list[int]], sampling: SamplingSpec) -> list[tuple[int, Any]]:
+    """``method(share, sampling)`` called on each actor with a contiguous share of ``prompts`` (so the results come
+    back in prompt order) and the sampling seed offset by its index; (index, ref) for each actor given a share."""
+    share = math.ceil(len(prompts) / len(actors))
+    refs = []
+    for i, actor in enumerate(actors):
+        part = [list(map(int, p)) for p in prompts[i * share : (i + 1) * share]]
+        if part:
+            seed = None if sampling.seed is None else sampling.seed + i
+            refs.append((i, getattr(actor, method).remote(part, replace(sampling, seed=seed))))
+    return refs
+
+
+def gather(
+    spec: ExperimentSpec,
+    refs: list[tuple[int, Any]],
+    actors: list[Any],
+    role: str,
+    label: Callable[[int], str],
+    error: type[WorkerFailure] = WorkerFailure,
+) -> list[Rollout]:
+    """What :func:`spread` started, in prompt order, each call bounded by trainer.remote_timeout_s and the role's
+    heartbeat; a dead, failing, late or stalled actor raises ``error`` naming it."""
+    from rlhf.waits import Call, wait
+
+    calls = [Call(ref, role, i, label(i), actor=actors[i]) for i, ref in refs]
+    parts = wait(calls, "generate", spec.trainer.remote_timeout_s, error=error, heartbeat_s=heartbeat_s(spec))
+    return [r for part in parts for r in part]
 
 
 class RolloutEngines:
@@ -37,27 +68,13 @@ class RolloutEngines:
 
     def generate_async(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[tuple[int, Any]]:
         """Contiguous shares of the prompts per engine (so results come back in prompt order); (engine, ref)."""
-        share = math.ceil(len(prompts) / len(self.actors))
-        refs = []
-        for i, actor in enumerate(self.actors):
-            part = [list(map(int, p)) for p in prompts[i * share : (i + 1) * share]]
-            if part:
-                seed = None if sampling.seed is None else sampling.seed + i
-                refs.append((i, actor.generate.remote(part, replace(sampling, seed=seed))))
-        return refs
+        return spread(self.actors, "generate", prompts, sampling)
 
     def collect(self, refs: list[tuple[int, Any]]) -> list[Rollout]:
         """The rollouts in prompt order; an engine that dies, raises, takes longer than trainer.remote_timeout_s or
         leaves its heartbeat unanswered for trainer.heartbeat_timeout_s raises an EngineFailure naming it (the run
         lifecycle restarts it)."""
-        from rlhf.waits import Call, wait
-
-        trainer = self.spec.trainer
-        calls = [Call(ref, "rollout", i, self.label(i), actor=self.actors[i]) for i, ref in refs]
-        parts = wait(
-            calls, "generate", trainer.remote_timeout_s, error=EngineFailure, heartbeat_s=heartbeat_s(self.spec)
-        )
-        return [r for part in parts for r in part]
+        return gather(self.spec, refs, self.actors, "rollout", self.label, error=EngineFailure)
 
     def label(self, i: int) -> str:
         info = self.info[i] if i < len(self.info) else {}
@@ -128,22 +145,11 @@ class PolicyEngines:
 
     def generate_async(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[tuple[int, Any]]:
         """Contiguous shares of the prompts per rank, as RolloutEngines spreads them over engines; (rank, ref)."""
-        share = math.ceil(len(prompts) / len(self.actors))
-        refs = []
-        for i, actor in enumerate(self.actors):
-            part = [list(map(int, p)) for p in prompts[i * share : (i + 1) * share]]
-            if part:
-                seed = None if sampling.seed is None else sampling.seed + i
-                refs.append((i, actor.rollout_generate.remote(part, replace(sampling, seed=seed))))
-        return refs
+        return spread(self.actors, "rollout_generate", prompts, sampling)
 
     def collect(self, refs: list[tuple[int, Any]]) -> list[Rollout]:
-        from rlhf.waits import Call, wait
-
-        trainer = self.spec.trainer
-        calls = [Call(ref, "policy", i, self.label(i), actor=self.actors[i]) for i, ref in refs]
-        parts = wait(calls, "generate", trainer.remote_timeout_s, heartbeat_s=heartbeat_s(self.spec))
-        return [r for part in parts for r in part]
+        """The rollouts in prompt order; a rank that fails is a failure of the policy (WorkerFailure)."""
+        return gather(self.spec, refs, self.actors, "policy", self.label)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingSpec) -> list[Rollout]:
         return self.collect(self.generate_async(prompts, sampling))
