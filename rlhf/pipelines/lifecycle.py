@@ -351,6 +351,7 @@ class Runner:
         self.skipped_in_a_row = 0
         self.skipped = 0
         self.phases: tuple[Phase, ...] = ()
+        self.step_now = 0  # the step the loop is in (a second Ctrl-C says the steps done before it)
 
     # -- steps ----------------------------------------------------------------------------------------------------
     def _step(self, step: int) -> dict[str, float]:
@@ -434,18 +435,14 @@ class Runner:
             return self._run()
 
     def _run(self) -> dict[str, Any]:
-        from rlhf.data.row_check import check_rows
-        from rlhf.tracking import Progress, summary_lines
+        """The run's steps, each named below: what is checked before any process starts, the data built while Ray
+        starts, the processes and trackers taken over, the resume or the step-0 eval, the training loop, the
+        summary; the teardown whatever happened."""
+        from rlhf.tracking import summary_lines
 
         t_start = time.time()
         clock = StartupClock(getattr(self.plan, "executor", ""))
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        # Every row of the local data files before any process: a bad row stops the job with nothing started.
-        check_rows(self.spec)
-        # The checkpoint to resume from, verified against its manifest before any process starts: a damaged one is
-        # named in seconds, not after Ray and the engines are up.
-        resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
-        state = self.ckpt.driver_state(resume_from) if resume_from else {}
+        resume_from, state = self._checked_before_processes()
         # Our Ctrl-C/SIGTERM handlers go in before Ray starts: a signal while the data builds (Ray already
         # starting or attaching beside it) then stops the run at step 0 instead of killing the process outright.
         signals = ExitStack()
@@ -454,21 +451,7 @@ class Runner:
         # tokenises the data; what only the data build finds stops the cluster it started.
         starting = _Background(lambda: self.realize(self.spec, self.plan))
         try:
-            count = self.recipe.prepare()
-        except BaseException:
-            signals.close()
-            starting.discard()
-            raise
-        self.phases = tuple(getattr(self.recipe, "phases", ()))
-        total = count if isinstance(count, int) else count.steps
-        if isinstance(count, StepCount):
-            print(count.line(), file=sys.stderr, flush=True)
-        clock.mark("data and model")
-        try:
-            for line in attempts.end_if_dead(self.run_dir, "the next rlhf-run in this folder"):
-                print(line, file=sys.stderr)
-            params = count.params() if isinstance(count, StepCount) else {}
-            self.restarts.steps = [int(s) for s in state.get("restarts", [])]
+            total, params = self._prepare(state, clock)
         except BaseException:
             signals.close()
             starting.discard()
@@ -478,98 +461,23 @@ class Runner:
         tracking = _Tracking(lambda: self._open_tracking(state, params, total))
         self.last_ckpt, self.last_save_time = resume_from, time.monotonic()
         status = "FAILED"
-        step = 0
+        self.step_now = 0
         try:
             with signals:  # ours until the teardown, as before the data build
-                self.realized = starting.result(stop=lambda: interrupts.requested)
-                if self.realized is None:  # a signal while Ray was starting: nothing ran, nothing to save
-                    status = "KILLED"
-                    done = (CheckpointManager.step_of(self.last_ckpt) or 0) if self.last_ckpt else 0
-                    raise RunInterrupted(interrupts.requested, done, self.last_ckpt, self.run_dir)
-                interrupts.reinstall()  # connecting to Ray may have replaced the SIGTERM handler
-                clock.mark("waiting for Ray" if clock.executor != "local" else "local executor")
-                self.recipe.setup(self.realized)
-                clock.mark("engines")
-                self.tracker, self.attempt = tracking.result()
-                if resume_from is None and self.spec.checkpoint.resume == "auto" and self.tracker.previous_steps():
-                    print(
-                        f"no checkpoint in {self.ckpt.root}: starting again from step 1 (the previous attempt "
-                        f"logged {self.tracker.previous_steps()} step(s); the trackers keep the points they hold)",
-                        file=sys.stderr,
-                    )
-                clock.mark("tracking")
-                start = 0
-                if resume_from is not None:
-                    self._load(resume_from, state)
-                    start = int(state["step"])
-                    print(f"resumed from {resume_from} at step {start}", file=sys.stderr)
-                else:
-                    first = self.recipe.initial_eval()
-                    clock.mark("first eval")
-                    if first:  # the start-up phases ride along with the step-0 eval (no row of their own)
-                        self.tracker.log({**first, **clock.metrics()}, 0)
-                        evals = _headline_evals(first)
-                        print("step 0: " + ", ".join(f"{k}={v}" for k, v in evals.items()), file=sys.stderr)
-                print(clock.line(), file=sys.stderr, flush=True)
-                run_command.adopt_staged(self.run_dir)  # started: a changed command is the run's from now on
-                progress = Progress(
-                    total, start, self.recipe.label, self.recipe.progress_keys, self.spec.logging.progress
-                )
-                step = start + 1
-                while step <= total:
-                    if interrupts.requested:
-                        break
-                    try:
-                        metrics = self._step(step)
-                    except WorkerFailure as failure:
-                        if interrupts.requested:
-                            # The signal reached the workers too (Ctrl-C in a terminal, `timeout` and schedulers
-                            # signal the whole process group): nothing to restart; stop at the last checkpoint.
-                            status = "KILLED"
-                            done = (CheckpointManager.step_of(self.last_ckpt) or 0) if self.last_ckpt else 0
-                            raise RunInterrupted(interrupts.requested, done, self.last_ckpt, self.run_dir) from None
-                        if self._recover(failure, step):
-                            continue  # the same step, carried on with the engine restarted
-                        step = self._restart_from_checkpoint(progress)
-                        continue
-                    self._check_numbers(metrics, step)
-                    metrics["train/restarts"] = float(self.restarts.at(step))
-                    self.tracker.log(metrics, step)
-                    progress.update(metrics)
-                    evals = _headline_evals(metrics)
-                    if evals:
-                        progress.write(f"step {step}: " + ", ".join(f"{k}={v}" for k, v in evals.items()))
-                    if self._due(step, total) or interrupts.requested:
-                        self._save(step)
-                    step += 1
-                progress.close()
-                if interrupts.requested:
-                    done = step - 1
-                    if done > 0 and (self.last_ckpt is None or CheckpointManager.step_of(self.last_ckpt) != done):
-                        self._save(done)
-                    status = "KILLED"
-                    raise RunInterrupted(interrupts.requested, done, self.last_ckpt, self.run_dir)
-                result = {
-                    "family": self.recipe.family,
-                    "steps": total,
-                    "seconds": time.time() - t_start,
-                    "checkpoint": str(self.last_ckpt) if self.last_ckpt else None,
-                    "trackers": self.tracker.locations(),
-                    "run_dir": str(self.run_dir),
-                    "restarts": self.restarts.total,
-                    "skipped_steps": self.skipped,
-                    **self.recipe.finish(),
-                }
+                start = self._take_over(starting, tracking, interrupts, clock, resume_from, state)
+                self._train(total, start, interrupts)
+                result = self._result(total, t_start)
             for line in summary_lines(result):
                 print(line, file=sys.stderr)
             status = "FINISHED"
             return result
         except KeyboardInterrupt as e:  # a second signal: stop at once
             status = "KILLED"
-            stopped = RunInterrupted(str(e) or "SIGINT", max(step - 1, 0), self.last_ckpt, self.run_dir)
+            stopped = RunInterrupted(str(e) or "SIGINT", max(self.step_now - 1, 0), self.last_ckpt, self.run_dir)
             stopped.abandoned = interrupts.abandoned
             raise stopped from None
         except RunInterrupted as e:
+            status = "KILLED"
             e.announce()  # before the teardown: a signal sent to the whole process group may have stopped Ray too
             raise
         except DiskFull as e:  # a checkpoint or a model (final, best, critic) did not fit: say what is still good
@@ -580,19 +488,144 @@ class Runner:
                 with_hint(e, self._resume_hint())
             raise
         finally:
-            self.recipe.teardown()
-            if self.tracker is None:  # stopped before the step-0 eval: the trackers may still be opening
-                self.tracker, self.attempt = tracking.result_or_none()
-            if self.tracker is not None:
-                self.tracker.finish(status)
-                self.trackers_ended = status
-            if self.attempt is not None:
-                attempts.end(self.run_dir, self.attempt, status)
-            if self.realized is not None:
-                self.realized.shutdown()
-                starting.release()
-            else:  # stopped before taking the cluster over (a signal may have come while Ray still starts)
-                starting.discard(wait_s=STARTING_GRACE_S if status == "KILLED" else None)
+            self._teardown(status, tracking, starting)
+
+    def _checked_before_processes(self) -> tuple[Path | None, dict[str, Any]]:
+        """Every row of the local data files, and the checkpoint to resume from verified against its manifest,
+        before any process starts: a bad row or a damaged checkpoint is named in seconds, not after Ray and the
+        engines are up. Returns the checkpoint (None: a fresh start) and its driver state."""
+        from rlhf.data.row_check import check_rows
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        check_rows(self.spec)
+        resume_from = self.ckpt.resolve_resume(self.spec.checkpoint.resume)
+        return resume_from, (self.ckpt.driver_state(resume_from) if resume_from else {})
+
+    def _prepare(self, state: dict[str, Any], clock: StartupClock) -> tuple[int, dict[str, Any]]:
+        """The recipe's data and model (while Ray starts); the steps in all and the parameters to log; a dead
+        earlier attempt in this folder ended."""
+        count = self.recipe.prepare()
+        self.phases = tuple(getattr(self.recipe, "phases", ()))
+        total = count if isinstance(count, int) else count.steps
+        if isinstance(count, StepCount):
+            print(count.line(), file=sys.stderr, flush=True)
+        clock.mark("data and model")
+        for line in attempts.end_if_dead(self.run_dir, "the next rlhf-run in this folder"):
+            print(line, file=sys.stderr)
+        params = count.params() if isinstance(count, StepCount) else {}
+        self.restarts.steps = [int(s) for s in state.get("restarts", [])]
+        return total, params
+
+    def _take_over(
+        self,
+        starting: _Background,
+        tracking: _Tracking,
+        interrupts: Interrupts,
+        clock: StartupClock,
+        resume_from: Path | None,
+        state: dict[str, Any],
+    ) -> int:
+        """The started processes and the opened trackers taken over, the recipe's engines set up, then the resume
+        (its checkpoint loaded) or the step-0 eval; the step the run continues after."""
+        self.realized = starting.result(stop=lambda: interrupts.requested)
+        if self.realized is None:  # a signal while Ray was starting: nothing ran, nothing to save
+            done = (CheckpointManager.step_of(self.last_ckpt) or 0) if self.last_ckpt else 0
+            raise RunInterrupted(interrupts.requested, done, self.last_ckpt, self.run_dir)
+        interrupts.reinstall()  # connecting to Ray may have replaced the SIGTERM handler
+        clock.mark("waiting for Ray" if clock.executor != "local" else "local executor")
+        self.recipe.setup(self.realized)
+        clock.mark("engines")
+        self.tracker, self.attempt = tracking.result()
+        if resume_from is None and self.spec.checkpoint.resume == "auto" and self.tracker.previous_steps():
+            print(
+                f"no checkpoint in {self.ckpt.root}: starting again from step 1 (the previous attempt "
+                f"logged {self.tracker.previous_steps()} step(s); the trackers keep the points they hold)",
+                file=sys.stderr,
+            )
+        clock.mark("tracking")
+        start = 0
+        if resume_from is not None:
+            self._load(resume_from, state)
+            start = int(state["step"])
+            print(f"resumed from {resume_from} at step {start}", file=sys.stderr)
+        else:
+            first = self.recipe.initial_eval()
+            clock.mark("first eval")
+            if first:  # the start-up phases ride along with the step-0 eval (no row of their own)
+                self.tracker.log({**first, **clock.metrics()}, 0)
+                evals = _headline_evals(first)
+                print("step 0: " + ", ".join(f"{k}={v}" for k, v in evals.items()), file=sys.stderr)
+        print(clock.line(), file=sys.stderr, flush=True)
+        run_command.adopt_staged(self.run_dir)  # started: a changed command is the run's from now on
+        return start
+
+    def _train(self, total: int, start: int, interrupts: Interrupts) -> None:
+        """Steps ``start + 1`` to ``total``: each logged, checkpointed when due, a failed one recovered in place or
+        from the last checkpoint; a signal stops at the step's end with a checkpoint (RunInterrupted)."""
+        from rlhf.tracking import Progress
+
+        progress = Progress(total, start, self.recipe.label, self.recipe.progress_keys, self.spec.logging.progress)
+        step = self.step_now = start + 1
+        while step <= total:
+            if interrupts.requested:
+                break
+            try:
+                metrics = self._step(step)
+            except WorkerFailure as failure:
+                if interrupts.requested:
+                    # The signal reached the workers too (Ctrl-C in a terminal, `timeout` and schedulers signal the
+                    # whole process group): nothing to restart; stop at the last checkpoint.
+                    done = (CheckpointManager.step_of(self.last_ckpt) or 0) if self.last_ckpt else 0
+                    raise RunInterrupted(interrupts.requested, done, self.last_ckpt, self.run_dir) from None
+                if not self._recover(failure, step):  # else the same step, carried on with the engine restarted
+                    step = self.step_now = self._restart_from_checkpoint(progress)
+                continue
+            self._check_numbers(metrics, step)
+            metrics["train/restarts"] = float(self.restarts.at(step))
+            self.tracker.log(metrics, step)
+            progress.update(metrics)
+            evals = _headline_evals(metrics)
+            if evals:
+                progress.write(f"step {step}: " + ", ".join(f"{k}={v}" for k, v in evals.items()))
+            if self._due(step, total) or interrupts.requested:
+                self._save(step)
+            step = self.step_now = step + 1
+        progress.close()
+        if interrupts.requested:
+            done = step - 1
+            if done > 0 and (self.last_ckpt is None or CheckpointManager.step_of(self.last_ckpt) != done):
+                self._save(done)
+            raise RunInterrupted(interrupts.requested, done, self.last_ckpt, self.run_dir)
+
+    def _result(self, total: int, t_start: float) -> dict[str, Any]:
+        return {
+            "family": self.recipe.family,
+            "steps": total,
+            "seconds": time.time() - t_start,
+            "checkpoint": str(self.last_ckpt) if self.last_ckpt else None,
+            "trackers": self.tracker.locations(),
+            "run_dir": str(self.run_dir),
+            "restarts": self.restarts.total,
+            "skipped_steps": self.skipped,
+            **self.recipe.finish(),
+        }
+
+    def _teardown(self, status: str, tracking: _Tracking, starting: _Background) -> None:
+        """Whatever happened: the recipe's engines released, the trackers and the attempt ended with ``status``,
+        the cluster shut down (or, stopped before it was taken over, discarded as it starts)."""
+        self.recipe.teardown()
+        if self.tracker is None:  # stopped before the step-0 eval: the trackers may still be opening
+            self.tracker, self.attempt = tracking.result_or_none()
+        if self.tracker is not None:
+            self.tracker.finish(status)
+            self.trackers_ended = status
+        if self.attempt is not None:
+            attempts.end(self.run_dir, self.attempt, status)
+        if self.realized is not None:
+            self.realized.shutdown()
+            starting.release()
+        else:  # stopped before taking the cluster over (a signal may have come while Ray still starts)
+            starting.discard(wait_s=STARTING_GRACE_S if status == "KILLED" else None)
 
     def _recover(self, failure: WorkerFailure, step: int) -> bool:
         """Spend a restart on ``failure`` (in ``step``) and let the recipe repair it in place; a failure while
