@@ -45,6 +45,89 @@ def _on_cpu_platform() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def _process_settings(
+    in_process: bool, tensor_parallel_size: int, engine_kwargs: dict[str, Any], cpu_threads: int | None
+) -> bool:
+    """The environment vLLM reads when the engine is built (not at import), set before it; returns whether
+    collective_rpc runs in this process (vLLM's in-process engine core with its uniprocess executor): decided from
+    the configuration vLLM documents for it (VLLM_ENABLE_V1_MULTIPROCESSING=0, one worker, no executor asked for),
+    not by inspecting vLLM's client classes, which are internal."""
+    if in_process and tensor_parallel_size == 1:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    rpc_in_process = (
+        os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+        and tensor_parallel_size == 1
+        and engine_kwargs.get("distributed_executor_backend") in (None, "uni")
+    )
+    # Our log-prob processor is written against the V1 runner's logits-processor interface (the V2 runner, the
+    # default on GPUs with Triton, rejects it). Read at engine construction, inherited by engine processes.
+    os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
+    if cpu_threads:
+        os.environ["OMP_NUM_THREADS"] = str(cpu_threads)
+    return rpc_in_process
+
+
+def _cpu_threads(cpu_threads: int | None) -> None:
+    """On a CPU platform: torch's thread count set before the CPU worker pins its threads (and disables the call),
+    or a warning when neither it nor OMP_NUM_THREADS says how many cores the engine has."""
+    if not cpu_threads and "OMP_NUM_THREADS" not in os.environ:
+        import warnings
+
+        warnings.warn(
+            "VLLMEngine on CPU without OMP_NUM_THREADS or cpu_threads: generation measured up to 10x slower; "
+            "start the process with OMP_NUM_THREADS=<cores for this engine> (vllm_runtime_env does)",
+            stacklevel=3,
+        )
+    if cpu_threads:
+        import torch
+
+        torch.set_num_threads(cpu_threads)
+
+
+def _engine_args(
+    model_path: str,
+    *,
+    on_cpu: bool,
+    tensor_parallel_size: int,
+    gpu_memory_utilization: float,
+    dtype: str,
+    enforce_eager: bool | None,
+    max_model_len: int | None,
+    seed: int,
+    cpu_kvcache_gib: float,
+    enable_prefix_caching: bool | None,
+    engine_kwargs: dict[str, Any],
+) -> dict[str, Any]:
+    """``vllm.LLM``'s arguments (before sleep mode, LoRA and the caller's own ``engine_kwargs``)."""
+    kwargs: dict[str, Any] = dict(
+        model=model_path,
+        tokenizer=model_path,
+        tensor_parallel_size=tensor_parallel_size,
+        gpu_memory_utilization=gpu_memory_utilization,
+        dtype=dtype,
+        enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+        max_model_len=max_model_len,
+        seed=seed,
+        # The sampler's last logits at the sampled token, which TemperedLogprobs has made the tempered
+        # full-vocabulary log-probs (see the module docstring).
+        logprobs_mode="processed_logits",
+        logits_processors=[_LOGPROBS_PROCESSOR],
+        worker_extension_cls=_WORKER_EXTENSION,
+    )
+    if enable_prefix_caching is not None:
+        kwargs["enable_prefix_caching"] = enable_prefix_caching
+    if on_cpu and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+        # Explicit size: skips vLLM's memory profiling warm-up on CPU and allows fractional GiB.
+        kwargs["kv_cache_memory_bytes"] = int(cpu_kvcache_gib * _GIB)
+    if on_cpu and max_model_len and "enable_chunked_prefill" not in engine_kwargs:
+        # vLLM rewinds a seeded request's generator when it discards the token sampled after a partial prefill
+        # chunk, and the CPU generator cannot rewind ("CPU Generator does not use offset"): any batch whose
+        # prompts exceed one scheduler step crashed with per-request seeds. Whole-prompt prefills avoid it.
+        kwargs["enable_chunked_prefill"] = False
+        kwargs["max_num_batched_tokens"] = max(int(max_model_len), _CPU_BATCHED_TOKENS)
+    return kwargs
+
+
 class VLLMEngine:
     """An in-process ``vllm.LLM`` as a rollout engine.
 
@@ -75,84 +158,35 @@ class VLLMEngine:
     ) -> None:
         t0 = time.perf_counter()
         self.vllm_version = check_vllm_version()
-        if in_process and tensor_parallel_size == 1:
-            # Must be set before vllm reads its env (engine construction), not at import.
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        # Whether collective_rpc runs in this process (vLLM's in-process engine core with its uniprocess executor):
-        # decided from the configuration vLLM documents for it (VLLM_ENABLE_V1_MULTIPROCESSING=0, one worker, no
-        # executor asked for), not by inspecting vLLM's client classes, which are internal.
-        self.rpc_in_process = (
-            os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
-            and tensor_parallel_size == 1
-            and engine_kwargs.get("distributed_executor_backend") in (None, "uni")
-        )
-        # Our log-prob processor is written against the V1 runner's logits-processor interface (the V2 runner, the
-        # default on GPUs with Triton, rejects it). Read at engine construction, inherited by engine processes.
-        os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
-        if cpu_threads:
-            os.environ["OMP_NUM_THREADS"] = str(cpu_threads)
+        self.rpc_in_process = _process_settings(in_process, tensor_parallel_size, engine_kwargs, cpu_threads)
         from vllm import LLM
 
         self.on_cpu = _on_cpu_platform()
-        if self.on_cpu and not cpu_threads and "OMP_NUM_THREADS" not in os.environ:
-            import warnings
-
-            warnings.warn(
-                "VLLMEngine on CPU without OMP_NUM_THREADS or cpu_threads: generation measured up to 10x slower; "
-                "start the process with OMP_NUM_THREADS=<cores for this engine> (vllm_runtime_env does)",
-                stacklevel=2,
-            )
-        if self.on_cpu and cpu_threads:
-            import torch
-
-            torch.set_num_threads(cpu_threads)  # before the CPU worker pins threads and disables this call
-        kwargs: dict[str, Any] = dict(
-            model=model_path,
-            tokenizer=model_path,
+        if self.on_cpu:
+            _cpu_threads(cpu_threads)
+        kwargs = _engine_args(
+            model_path,
+            on_cpu=self.on_cpu,
             tensor_parallel_size=tensor_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization,
             dtype=dtype,
-            enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
+            enforce_eager=enforce_eager,
             max_model_len=max_model_len,
             seed=seed,
-            # The sampler's last logits at the sampled token, which TemperedLogprobs has made the tempered
-            # full-vocabulary log-probs (see the module docstring).
-            logprobs_mode="processed_logits",
-            logits_processors=[_LOGPROBS_PROCESSOR],
-            worker_extension_cls=_WORKER_EXTENSION,
+            cpu_kvcache_gib=cpu_kvcache_gib,
+            enable_prefix_caching=enable_prefix_caching,
+            engine_kwargs=engine_kwargs,
         )
-        if enable_prefix_caching is not None:
-            kwargs["enable_prefix_caching"] = enable_prefix_caching
-        if self.on_cpu and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-            # Explicit size: skips vLLM's memory profiling warm-up on CPU and allows fractional GiB.
-            kwargs["kv_cache_memory_bytes"] = int(cpu_kvcache_gib * _GIB)
-        if self.on_cpu and max_model_len and "enable_chunked_prefill" not in engine_kwargs:
-            # vLLM rewinds a seeded request's generator when it discards the token sampled after a partial prefill
-            # chunk, and the CPU generator cannot rewind ("CPU Generator does not use offset"): any batch whose
-            # prompts exceed one scheduler step crashed with per-request seeds. Whole-prompt prefills avoid it.
-            kwargs["enable_chunked_prefill"] = False
-            kwargs["max_num_batched_tokens"] = max(int(max_model_len), _CPU_BATCHED_TOKENS)
         # Sleep mode is a CUDA memory-pool feature; the CPU worker's sleep/wake_up only log a warning.
         self.sleep_supported = bool(enable_sleep) and not self.on_cpu
         if self.sleep_supported:
             kwargs["enable_sleep_mode"] = True
-        # rollout.weight_sync_lora=adapter (rlhf.engines.lora_sync): vLLM's own LoRA path. A sync writes the adapters
-        # it received into a folder in peft's format and the next requests name it (a LoRARequest with a new id per
-        # sync, so vLLM's adapter cache never serves an older one); before the first sync the base alone runs.
         self.lora = lora
         self.lora_request: Any = None
         self.lora_dir: str | None = None
         if lora is not None:
-            import tempfile
-
             kwargs.update(enable_lora=True, max_lora_rank=int(lora.get("max_rank", lora["rank"])), max_loras=1)
-            shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-            self.lora_dir = tempfile.mkdtemp(prefix="rlhf-lora-", dir=shm)
-            import shutil
-            import weakref
-
-            # removed with the engine (a process killed outright leaves its few MB in /dev/shm until reboot)
-            weakref.finalize(self, shutil.rmtree, self.lora_dir, True)
+            self.lora_dir = self._adapter_folder()
         kwargs.update(engine_kwargs)
         self.model_path = model_path
         # What of the engine is in device memory: vLLM's sleep mode releases "weights" and "kv_cache" (its two
@@ -160,6 +194,21 @@ class VLLMEngine:
         self.awake: set[str] = {"weights", "kv_cache"}
         self.llm = LLM(**kwargs)
         self.start_seconds = time.perf_counter() - t0
+
+    def _adapter_folder(self) -> str:
+        """rollout.weight_sync_lora=adapter (rlhf.engines.lora_sync): vLLM's own LoRA path. A sync writes the
+        adapters it received into this folder in peft's format and the next requests name it (a LoRARequest with a
+        new id per sync, so vLLM's adapter cache never serves an older one); before the first sync the base alone
+        runs. In /dev/shm where there is one, removed with the engine (a process killed outright leaves its few MB
+        there until reboot)."""
+        import shutil
+        import tempfile
+        import weakref
+
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        folder = tempfile.mkdtemp(prefix="rlhf-lora-", dir=shm)
+        weakref.finalize(self, shutil.rmtree, folder, True)
+        return folder
 
     # ---------------------------------------------------------------- generation
 
