@@ -15,9 +15,9 @@ from rlhf.algo.advantages import (
 from rlhf.algo.aggregation import LOSS_AGGREGATIONS, LossNormalizer, aggregate, step_loss_normalizer
 from rlhf.algo.distill import reverse_kl_estimate, reverse_kl_rewards
 from rlhf.algo.is_correction import IS_GATINGS, IS_MODES, ISCorrection, ISWeights, is_weights
-from rlhf.algo.kl import KL_ESTIMATORS, compute_approx_kl, compute_reward, kl_loss, make_kl_controller
+from rlhf.algo.kl import KL_ESTIMATORS, compute_approx_kl, compute_reward, controller_kl, kl_loss, make_kl_controller
 from rlhf.algo.logprobs import entropy_from_logits, log_probs_from_logits, masked_mean, masked_sum, masked_whiten
-from rlhf.algo.policy_loss import POLICY_LOSSES, entropy_bonus, policy_loss, value_loss
+from rlhf.algo.policy_loss import POLICY_LOSSES, PolicyLossParams, entropy_bonus, policy_loss, value_loss
 from rlhf.algo.preference import (
     PREFERENCE_LOSSES,
     RM_LOSSES,
@@ -52,6 +52,7 @@ __all__ = [
     "aggregate",
     "compute_advantages_and_returns",
     "compute_approx_kl",
+    "controller_kl",
     "compute_reward",
     "entropy_bonus",
     "entropy_from_logits",
@@ -67,6 +68,7 @@ __all__ = [
     "normalize_rewards",
     "overlong_penalty",
     "policy_loss",
+    "PolicyLossParams",
     "preference_accuracy",
     "reverse_kl_estimate",
     "reverse_kl_rewards",

@@ -17,6 +17,10 @@ OpenRLHF ``compute_advantages_and_returns`` in ``openrlhf/trainer/ppo_utils/expe
 | opd                  | none: per-token teacher log-ratio   | return (γ = 0:   | yes      |
 |                      | (rlhf.algo.distill)                 | the token's own) |          |
 | gpg                  | α (r_i - mean(R)), α = B / #{r ≠ 0} | return           | no       |
+| opo                  | r_i - Σ l_j r_j / Σ l_j (l: length) | return           | no       |
+| grpo_passk           | best: (r_max - r_2nd) / (std + ε);  | return           | no       |
+|                      | the others 0                        |                  |          |
+| remax                | r_i - r(greedy response to prompt)  | return           | no       |
 """
 
 from __future__ import annotations
@@ -43,14 +47,15 @@ class AdvantageEstimator:
     Attributes:
         name: the config string.
         whiten: advantages are whitened over all tokens of the rollout batch.
-        baseline: maps the scalar rewards ``R[P, n]`` to the rewards used in ``compute_reward``; ``None`` = identity.
+        baseline: maps the scalar rewards ``R[P, n]`` (with the ``[P, n]`` scored mask or None, the group std's
+            epsilon and the ``[P, n]`` response lengths) to the rewards used in ``compute_reward``; ``None`` = identity.
         traits: what it asks of the run (critic, groups of samples, gamma 1, teacher): ``rlhf.spec.names``'s table,
             the one declaration validation and the role list read too.
     """
 
     name: str
     whiten: bool
-    baseline: Callable[[Tensor], Tensor] | None = None
+    baseline: Callable[[Tensor, Tensor | None, float, Tensor | None], Tensor] | None = None
 
     def __post_init__(self) -> None:
         if self.name not in ESTIMATOR_TRAITS:
@@ -66,28 +71,101 @@ class AdvantageEstimator:
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
 
 
-def rloo_baseline(rewards: Tensor) -> Tensor:
-    """RLOO: ``r_i - (Σ_j r_j - r_i) / (n - 1)``, the leave-one-out mean of the other samples, on ``R[P, n]``."""
-    n = rewards.size(-1)
-    return rewards - (rewards.sum(dim=-1, keepdim=True) - rewards) / (n - 1)
+def _scored_count(rewards: Tensor, scored: Tensor) -> Tensor:
+    """Per group, how many samples have a reward (``scored`` True), as ``rewards``' dtype, ``[P, 1]``."""
+    return scored.sum(dim=-1, keepdim=True).to(rewards.dtype)
 
 
-def mean_baseline(rewards: Tensor) -> Tensor:
-    """REINFORCE++-baseline and Dr. GRPO: ``r_i - mean(R)`` over the group, on ``R[P, n]``."""
-    return rewards - rewards.mean(dim=-1, keepdim=True)
+def rloo_baseline(
+    rewards: Tensor, scored: Tensor | None = None, std_eps: float = GROUP_STD_EPS, lengths: Tensor | None = None
+) -> Tensor:
+    """RLOO: ``r_i - (Σ_j r_j - r_i) / (n - 1)``, the leave-one-out mean of the other samples, on ``R[P, n]``.
+
+    ``scored`` (``[P, n]`` bool, False where every reward function declined the sample): the sums and n run over the
+    scored samples only; an unscored sample, or one with no other scored sample in its group, gets 0."""
+    if scored is None:
+        n = rewards.size(-1)
+        return rewards - (rewards.sum(dim=-1, keepdim=True) - rewards) / (n - 1)
+    m = scored.to(rewards.dtype)
+    k = _scored_count(rewards, scored)
+    others = ((rewards * m).sum(dim=-1, keepdim=True) - rewards) / (k - 1).clamp(min=1)
+    return torch.where(scored & (k > 1), rewards - others, torch.zeros_like(rewards))
 
 
-def group_norm_baseline(rewards: Tensor) -> Tensor:
-    """GRPO: ``(r_i - mean(R)) / (std(R) + 1e-9)`` with the *unbiased* (n - 1) std, on ``R[P, n]``."""
-    return mean_baseline(rewards) / (rewards.std(dim=-1, keepdim=True) + GROUP_STD_EPS)
+def mean_baseline(
+    rewards: Tensor, scored: Tensor | None = None, std_eps: float = GROUP_STD_EPS, lengths: Tensor | None = None
+) -> Tensor:
+    """REINFORCE++-baseline and Dr. GRPO: ``r_i - mean(R)`` over the group, on ``R[P, n]``; with ``scored``, the
+    mean of the scored samples (TRL's nanmean) and 0 for the unscored ones."""
+    if scored is None:
+        return rewards - rewards.mean(dim=-1, keepdim=True)
+    m = scored.to(rewards.dtype)
+    mean = (rewards * m).sum(dim=-1, keepdim=True) / _scored_count(rewards, scored).clamp(min=1)
+    return (rewards - mean) * m
 
 
-def gpg_baseline(rewards: Tensor) -> Tensor:
+def group_norm_baseline(
+    rewards: Tensor, scored: Tensor | None = None, std_eps: float = GROUP_STD_EPS, lengths: Tensor | None = None
+) -> Tensor:
+    """GRPO: ``(r_i - mean(R)) / (std(R) + std_eps)`` with the *unbiased* (n - 1) std, on ``R[P, n]``; ``std_eps``
+    1e-9 (OpenRLHF) or 1e-6 (veRL), ``algorithm.advantage.std_eps``. With ``scored``, mean and std over the scored
+    samples (TRL's nanmean and nanstd) and 0 for the unscored ones; a group with one scored sample gives it 0."""
+    if scored is None:
+        return mean_baseline(rewards) / (rewards.std(dim=-1, keepdim=True) + std_eps)
+    centred = mean_baseline(rewards, scored)
+    k = _scored_count(rewards, scored)
+    std = (centred.pow(2).sum(dim=-1, keepdim=True) / (k - 1).clamp(min=1)).sqrt()
+    return centred / (std + std_eps)
+
+
+def gpg_baseline(
+    rewards: Tensor, scored: Tensor | None = None, std_eps: float = GROUP_STD_EPS, lengths: Tensor | None = None
+) -> Tensor:
     """GPG (Group Policy Gradient, arXiv 2504.02546; veRL ``compute_gpg_outcome_advantage``): ``α (r_i - mean(R))``
     with ``α = B / max(#{non-zero rewards in the whole batch}, 1)``, which scales up the signal of a batch where most
-    samples scored 0. ``R[P, n]`` is the whole rollout batch."""
-    alpha = rewards.numel() / torch.count_nonzero(rewards).clamp(min=1)
-    return alpha * mean_baseline(rewards)
+    samples scored 0. ``R[P, n]`` is the whole rollout batch. With ``scored``, B and the count are over the scored
+    samples only."""
+    if scored is None:
+        alpha = rewards.numel() / torch.count_nonzero(rewards).clamp(min=1)
+        return alpha * mean_baseline(rewards)
+    alpha = scored.sum() / torch.count_nonzero(rewards * scored).clamp(min=1)
+    return alpha * mean_baseline(rewards, scored)
+
+
+def opo_baseline(
+    rewards: Tensor, scored: Tensor | None = None, std_eps: float = GROUP_STD_EPS, lengths: Tensor | None = None
+) -> Tensor:
+    """OPO (arXiv 2505.23585; veRL ``compute_opo_outcome_advantage``): ``r_i - Σ_j l_j r_j / Σ_j l_j``, the group's
+    mean reward weighted by the response lengths ``l`` (``[P, n]``, the optimal baseline for sequence-level
+    rewards), on ``R[P, n]``; with ``scored``, over the scored samples only (0 for the others)."""
+    if lengths is None:
+        raise ValueError("opo weighs its baseline by the response lengths: pass them")
+    weights = lengths.to(rewards.dtype)
+    if scored is not None:
+        weights = weights * scored.to(rewards.dtype)
+    baseline = (weights * rewards).sum(dim=-1, keepdim=True) / weights.sum(dim=-1, keepdim=True)
+    out = rewards - baseline
+    return out if scored is None else torch.where(scored, out, torch.zeros_like(out))
+
+
+def passk_baseline(
+    rewards: Tensor, scored: Tensor | None = None, std_eps: float = GROUP_STD_EPS, lengths: Tensor | None = None
+) -> Tensor:
+    """Pass@k GRPO (arXiv 2503.19595; veRL ``compute_grpo_passk_outcome_advantage``): only the best sample of each
+    group gets an advantage, ``(r_max - r_second) / (std(R) + std_eps)`` (unbiased std, veRL's epsilon 1e-6 by
+    ``algorithm.advantage.std_eps``); every other sample 0. Ties go to the first best (``torch.topk``). With
+    ``scored``, among the scored samples only; a group with fewer than two of them gives 0."""
+    if scored is None:
+        top, idx = torch.topk(rewards, 2, dim=-1)
+        gap = (top[:, :1] - top[:, 1:2]) / (rewards.std(dim=-1, keepdim=True) + std_eps)
+        return torch.zeros_like(rewards).scatter(-1, idx[:, :1], gap)
+    masked = torch.where(scored, rewards, torch.full_like(rewards, -torch.inf))
+    top, idx = torch.topk(masked, 2, dim=-1)
+    k = _scored_count(rewards, scored)
+    centred = mean_baseline(rewards, scored)
+    std = (centred.pow(2).sum(dim=-1, keepdim=True) / (k - 1).clamp(min=1)).sqrt()
+    gap = torch.where(k > 1, (top[:, :1] - top[:, 1:2]) / (std + std_eps), torch.zeros_like(std))
+    return torch.zeros_like(rewards).scatter(-1, idx[:, :1], gap)
 
 
 for _estimator in (
@@ -101,30 +179,48 @@ for _estimator in (
     AdvantageEstimator("flash_reinforce", whiten=False, baseline=mean_baseline),
     AdvantageEstimator("opd", whiten=True),
     AdvantageEstimator("gpg", whiten=False, baseline=gpg_baseline),
+    AdvantageEstimator("opo", whiten=False, baseline=opo_baseline),
+    AdvantageEstimator("grpo_passk", whiten=False, baseline=passk_baseline),
+    # ReMax (arXiv 2310.10505): the baseline is an input, the greedy response's reward (greedy_rewards below).
+    AdvantageEstimator("remax", whiten=False),
 ):
     ADVANTAGE_ESTIMATORS.add(_estimator.name, _estimator)
 
 
-def apply_group_baseline(rewards: Tensor, estimator: AdvantageEstimator, n_samples_per_prompt: int) -> Tensor:
+def apply_group_baseline(
+    rewards: Tensor,
+    estimator: AdvantageEstimator,
+    n_samples_per_prompt: int,
+    scored: Tensor | None = None,
+    std_eps: float = GROUP_STD_EPS,
+    lengths: Tensor | None = None,
+) -> Tensor:
     """Scalar rewards ``[B]`` (the n samples of a prompt contiguous) after the estimator's group baseline (or its
-    batch baseline: the whole batch as one group)."""
+    batch baseline: the whole batch as one group). ``scored``: ``[B]`` bool, False for a sample no reward function
+    scored, which is left out of its group's statistics; ``lengths``: ``[B]`` response lengths (opo)."""
     if estimator.baseline is None:
         return rewards
-    if estimator.traits.batch_baseline:
-        return estimator.baseline(rewards.reshape(1, -1)).reshape(-1)
-    if n_samples_per_prompt < 2:
-        raise ValueError(f"{estimator.name} compares the samples of a prompt: n_samples_per_prompt must be >= 2")
-    if rewards.numel() % n_samples_per_prompt:
-        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {n_samples_per_prompt}")
-    return estimator.baseline(rewards.reshape(-1, n_samples_per_prompt)).reshape(-1)
+    shape = (1, -1) if estimator.traits.batch_baseline else (-1, n_samples_per_prompt)
+    if not estimator.traits.batch_baseline:
+        if n_samples_per_prompt < 2:
+            raise ValueError(f"{estimator.name} compares the samples of a prompt: n_samples_per_prompt must be >= 2")
+        if rewards.numel() % n_samples_per_prompt:
+            raise ValueError(f"{rewards.numel()} rewards do not split into groups of {n_samples_per_prompt}")
+    grouped_scored = None if scored is None else scored.reshape(shape)
+    grouped_lengths = None if lengths is None else lengths.reshape(shape)
+    return estimator.baseline(rewards.reshape(shape), grouped_scored, std_eps, grouped_lengths).reshape(-1)
 
 
 def gae_advantages_and_returns(
-    values: Tensor, rewards: Tensor, action_mask: Tensor, gamma: float, lambd: float
+    values: Tensor, rewards: Tensor, action_mask: Tensor, gamma: float, lambd: float, skip_masked: bool = False
 ) -> tuple[Tensor, Tensor]:
     """Generalised advantage estimation (OpenRLHF ``get_advantages_and_returns``):
 
     ``V = m·V, r = m·r; δ_t = r_t + γ V_{t+1} - V_t (V_T = 0); A_t = δ_t + γ λ A_{t+1}; returns = A + V``.
+
+    ``skip_masked`` (veRL ``compute_gae_advantage_return``): a masked token inside the response (a multi-turn
+    episode's tool output) is stepped over, ``V_{t+1}`` and ``A_{t+1}`` being the next *unmasked* token's, instead of
+    a zero-value step that γ and λ decay across. Trailing padding gives the same either way.
 
     Returns ``(advantages, returns)``, both ``[B, T]``; the returns are the critic's targets.
     """
@@ -135,14 +231,21 @@ def gae_advantages_and_returns(
     next_advantage = torch.zeros_like(rewards[:, 0])
     for t in reversed(range(rewards.size(1))):
         delta = rewards[:, t] + gamma * next_value - values[:, t]
-        next_advantage = delta + gamma * lambd * next_advantage
+        step = delta + gamma * lambd * next_advantage
+        if skip_masked:
+            m = action_mask[:, t].to(rewards.dtype)
+            next_advantage = step * m + (1 - m) * next_advantage
+            next_value = values[:, t] * m + (1 - m) * next_value
+        else:
+            next_advantage = step
+            next_value = values[:, t]
         advantages[:, t] = next_advantage
-        next_value = values[:, t]
     return advantages, advantages + values
 
 
-def cumulative_returns(rewards: Tensor, action_mask: Tensor, gamma: float) -> Tensor:
-    """Discounted returns ``G_t = m_t r_t + γ G_{t+1}`` (OpenRLHF ``get_cumulative_returns``).
+def cumulative_returns(rewards: Tensor, action_mask: Tensor, gamma: float, skip_masked: bool = False) -> Tensor:
+    """Discounted returns ``G_t = m_t r_t + γ G_{t+1}`` (OpenRLHF ``get_cumulative_returns``); ``skip_masked``
+    (veRL's REINFORCE++): a masked token gets 0 and passes ``G_{t+1}`` on undiscounted.
 
     With γ = 1 and the KL folded into the reward: ``G_t = r_final - kl_coef · Σ_{t' >= t} kl_{t'}`` (REINFORCE++).
     """
@@ -150,8 +253,14 @@ def cumulative_returns(rewards: Tensor, action_mask: Tensor, gamma: float) -> Te
     returns = torch.zeros_like(rewards)
     running = torch.zeros_like(rewards[:, 0])
     for t in reversed(range(rewards.size(1))):
-        running = rewards[:, t] + gamma * running
-        returns[:, t] = running
+        step = rewards[:, t] + gamma * running
+        if skip_masked:
+            m = action_mask[:, t].to(rewards.dtype)
+            returns[:, t] = step * m
+            running = step * m + (1 - m) * running
+        else:
+            running = step
+            returns[:, t] = running
     return returns
 
 
@@ -186,6 +295,11 @@ def compute_advantages_and_returns(
     no_std_norm: bool = False,
     teacher_rewards: Tensor | None = None,
     kl_before_baseline: bool = False,
+    scored: Tensor | None = None,
+    std_eps: float = GROUP_STD_EPS,
+    whiten_unbiased: bool = False,
+    skip_masked: bool = False,
+    greedy_rewards: Tensor | None = None,
 ) -> AdvantageOutput:
     """Advantages and returns for one rollout batch, in OpenRLHF's order (``compute_advantages_and_returns``):
 
@@ -205,6 +319,11 @@ def compute_advantages_and_returns(
     (:func:`rlhf.algo.distill.reverse_kl_rewards`) are added per token to what step 2 gives (a reference KL, if
     any); with γ = 0 each token's advantage is its own reward.
 
+    ``scored`` (``[B]`` bool; None: all): False for a sample that every reward function declined (TRL's None
+    reward). Such a sample is left out of its group's mean and std (TRL 1.16's nanmean/nanstd), of the batch-level
+    statistics (gpg's count, flash_reinforce's mean, whitening) and gets a zero advantage on every token, whatever
+    the estimator; its returns (a critic's targets) are computed from the reward it was given.
+
     Pass the *whole* rollout batch: the group baseline needs all n samples of each prompt and whitening uses the
     statistics of every token. Length penalties (:mod:`rlhf.algo.shaping`) are applied to ``rewards`` beforehand.
 
@@ -221,6 +340,13 @@ def compute_advantages_and_returns(
         no_std_norm: whiten by subtracting the mean only.
         teacher_rewards: ``[B, T]`` per-token distillation rewards, required by ``opd`` (and only used by it).
         kl_before_baseline: fold ``kl`` into the scalar reward before the baseline (see above).
+        scored: ``[B]`` bool, which samples have a reward (see above).
+        std_eps: added to the group std by group_norm and grpo_passk (``algorithm.advantage.std_eps``).
+        whiten_unbiased: whiten by the N/(N-1) variance (veRL) instead of the population one (OpenRLHF).
+        skip_masked: GAE and returns step over masked tokens inside a response (veRL) instead of through them.
+        greedy_rewards: ``[B]`` the reward of a greedy response to each sample's prompt, required by ``remax``
+            (ReMax, veRL ``compute_remax_outcome_advantage``): subtracted from the sample's reward, so every token's
+            advantage is its return minus it.
     """
     spec = ADVANTAGE_ESTIMATORS.get(estimator)
     traits = spec.traits
@@ -239,15 +365,30 @@ def compute_advantages_and_returns(
             # veRL: the sequence's summed KL leaves the score first; nothing is added per token afterwards.
             scalar = scalar - max(kl_coef, 0.0) * (kl * action_mask).sum(dim=-1).to(scalar.dtype)
             kl = None
-        scalar = apply_group_baseline(scalar, spec, n_samples_per_prompt)
+        lengths = action_mask.sum(dim=-1)
+        scalar = apply_group_baseline(scalar, spec, n_samples_per_prompt, scored, std_eps, lengths)
+        if traits.greedy_baseline:
+            if greedy_rewards is None:
+                raise ValueError(f"advantage estimator {estimator!r} needs the greedy responses' rewards")
+            scalar = scalar - greedy_rewards.to(scalar.dtype)
     token_rewards = compute_reward(scalar, kl_coef, kl, action_mask, reward_clip_range)
     if traits.teacher:
         token_rewards = token_rewards + teacher_rewards.float() * action_mask
     if traits.needs_critic:
-        advantages, returns = gae_advantages_and_returns(values.float(), token_rewards, action_mask, gamma, lambd)
+        advantages, returns = gae_advantages_and_returns(
+            values.float(), token_rewards, action_mask, gamma, lambd, skip_masked
+        )
     else:
-        returns = cumulative_returns(token_rewards, action_mask, gamma)
+        returns = cumulative_returns(token_rewards, action_mask, gamma, skip_masked)
         advantages = returns.clone()
-    if spec.whiten:
-        advantages = masked_whiten(advantages, action_mask, divide_by_std=not no_std_norm)
+    if scored is not None:
+        # An unscored sample carries no signal: out of the whitening statistics, and a zero advantage.
+        keep = scored.reshape(-1, 1).to(action_mask.dtype)
+        advantages = advantages * keep
+        if spec.whiten and bool(scored.any()):
+            advantages = masked_whiten(
+                advantages, action_mask * keep, divide_by_std=not no_std_norm, unbiased=whiten_unbiased
+            )
+    elif spec.whiten:
+        advantages = masked_whiten(advantages, action_mask, divide_by_std=not no_std_norm, unbiased=whiten_unbiased)
     return AdvantageOutput(advantages=advantages, returns=returns, rewards=token_rewards)

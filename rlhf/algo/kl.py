@@ -64,17 +64,22 @@ def compute_approx_kl(
     *,
     old_log_probs: Tensor | None = None,
     unbiased_gradient: bool = False,
+    clamp_k3_only: bool = False,
 ) -> Tensor:
-    """Per-token KL estimate ``clamp(k(log π - log π_ref), -10, 10)``, in fp32 (OpenRLHF ``compute_approx_kl``).
+    """Per-token KL estimate ``clamp(k(log π - log π_ref), -10, 10)``, in fp32 (OpenRLHF ``compute_approx_kl``);
+    ``clamp_k3_only`` leaves k1, k2 and abs unbounded (veRL ``kl_penalty``, which clamps k3 alone).
 
     ``unbiased_gradient`` (OpenRLHF 0.11.2, for the KL used as a loss): the value stays the estimator's, but the
     gradient is the true reverse-KL gradient ``E_{π_old}[w · δ · ∇log π]`` whatever the estimator, through the
     straight-through surrogate ``w · δ² / 2`` with ``w = min(exp(log π - log π_old), 10)`` detached (``w = 1``
     without ``old_log_probs``): ``value.detach() + s - s.detach()``. k2's pathwise gradient ``δ · ∇log π`` is the
-    score-function form, and ``w`` corrects it for the off-policy epochs.
+    score-function form, and ``w`` corrects it for the off-policy epochs. With ``unbiased_gradient`` and no
+    ``old_log_probs`` (``w = 1``) this is veRL's straight-through ``'+'`` estimators (``k1+``, ``k3+``).
     """
     log_ratio = log_probs.float() - ref_log_probs.float()
-    value = KL_ESTIMATORS.get(estimator)(log_ratio).clamp(-KL_CLAMP, KL_CLAMP)
+    value = KL_ESTIMATORS.get(estimator)(log_ratio)
+    if estimator == "k3" or not clamp_k3_only:
+        value = value.clamp(-KL_CLAMP, KL_CLAMP)
     if not unbiased_gradient:
         return value
     if old_log_probs is None:
@@ -131,17 +136,36 @@ def kl_loss(
     *,
     old_log_probs: Tensor | None = None,
     unbiased_gradient: bool = False,
+    straight_through: bool = False,
+    clamp_k3_only: bool = False,
 ) -> Tensor:
     """The KL-in-loss term ``kl_coef · agg(KL(π_θ || π_ref))`` of the *current* policy (OpenRLHF ``--algo.kl.use_loss``,
     in ``ActorPPOTrainer.training_step``, which aggregates it by token mean whatever the policy loss's aggregation).
 
     The estimator has no default: OpenRLHF's global default ``k1`` makes a poor loss (its gradient is not that of the
     KL, and OpenRLHF warns about it), so the caller picks, usually k2 or k3; with ``unbiased_gradient`` every
-    estimator has the true KL gradient (see :func:`compute_approx_kl`, ``old_log_probs`` the policy that sampled)."""
+    estimator has the true KL gradient (see :func:`compute_approx_kl`, ``old_log_probs`` the policy that sampled);
+    ``straight_through`` gives it k2's gradient without the weight (veRL's ``'+'`` estimators)."""
     kl = compute_approx_kl(
-        log_probs, ref_log_probs, estimator, old_log_probs=old_log_probs, unbiased_gradient=unbiased_gradient
+        log_probs,
+        ref_log_probs,
+        estimator,
+        old_log_probs=None if straight_through else old_log_probs,
+        unbiased_gradient=unbiased_gradient or straight_through,
+        clamp_k3_only=clamp_k3_only,
     )
     return kl_coef * aggregate(kl, action_mask, aggregation, norm)
+
+
+def controller_kl(kl: Tensor, action_mask: Tensor, how: str = "token_mean") -> float:
+    """The step's KL the adaptive controller reads: ``token_mean``, ``Σ kl·m / Σ m`` over the batch (OpenRLHF), or
+    ``seq_mean``, the mean over sequences of ``Σ_t kl·m / (Σ_t m + 1e-8)`` (veRL ``apply_kl_penalty``)."""
+    if how == "seq_mean":
+        per_sequence = (kl * action_mask).sum(dim=-1) / (action_mask.sum(dim=-1) + 1e-8)
+        return float(per_sequence.mean())
+    if how != "token_mean":
+        raise ValueError(f"unknown controller KL {how!r}; valid: token_mean, seq_mean")
+    return float((kl * action_mask).sum() / action_mask.sum())
 
 
 class KLController(Protocol):

@@ -74,12 +74,15 @@ def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return (values * mask).sum(dim=dim) / mask.sum(dim=dim)
 
 
-def masked_whiten(values: Tensor, mask: Tensor, *, divide_by_std: bool = True, eps: float = 1e-8) -> Tensor:
+def masked_whiten(
+    values: Tensor, mask: Tensor, *, divide_by_std: bool = True, eps: float = 1e-8, unbiased: bool = False
+) -> Tensor:
     """Whiten over all masked entries: ``(x - μ) · rsqrt(clamp(σ², eps))``, or ``x - μ`` without std.
 
     ``μ = Σ x·m / Σ m``, ``σ² = Σ (x-μ)²·m / Σ m`` (population variance), statistics in fp32, as OpenRLHF's
     advantage normalisation in ``compute_advantages_and_returns``. Masked entries of the result are set to 0 (OpenRLHF
-    leaves ``-μ/σ`` there; every loss masks them out, so numbers that matter are the same).
+    leaves ``-μ/σ`` there; every loss masks them out, so numbers that matter are the same). ``unbiased``: σ² times
+    ``N / (N - 1)`` (veRL's ``masked_whiten``; it adds its 1e-8 to σ² where this clamps σ² at it).
     """
     x = values.float()
     n = mask.sum()
@@ -87,5 +90,7 @@ def masked_whiten(values: Tensor, mask: Tensor, *, divide_by_std: bool = True, e
     centered = x - mean
     if divide_by_std:
         var = masked_sum(centered.pow(2), mask) / n
+        if unbiased:
+            var = var * n / (n - 1).clamp(min=1)
         centered = centered * var.clamp(min=eps).rsqrt()
     return centered * mask

@@ -1,5 +1,5 @@
-"""Policy losses (PPO clip, dual clip, GSPO, CISPO, GPG) with the rollout/trainer importance-sampling correction
-(:mod:`rlhf.algo.is_correction`), value loss, entropy bonus.
+"""Policy losses (PPO clip, dual clip, GSPO, CISPO, GPG, SAPO, GMPO, Clip-Cov, KL-Cov) with the rollout/trainer
+importance-sampling correction (:mod:`rlhf.algo.is_correction`), value loss, entropy bonus.
 
 OpenRLHF ``PolicyLoss`` and ``ValueLoss`` in ``openrlhf/models/loss.py``; the total actor loss is assembled in
 ``ActorPPOTrainer.training_step``: ``L_pg + kl_coef · agg(KL) [KL as loss] - entropy_coef · agg(H)``.
@@ -8,7 +8,7 @@ OpenRLHF ``PolicyLoss`` and ``ValueLoss`` in ``openrlhf/models/loss.py``; the to
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -22,9 +22,33 @@ from rlhf.algo.registry import Registry
 LOG_RATIO_CLAMP = 20.0
 
 
-#: ``(log_probs, old_log_probs, advantages, clip_eps_low, clip_eps_high) -> (loss[B, T], clipped[B, T])``: a per-token
-#: loss that is not PPO's clipped surrogate, and where its clip was active.
-TokenLoss = Callable[[Tensor, Tensor, Tensor, float, float], tuple[Tensor, Tensor]]
+@dataclass(frozen=True)
+class PolicyLossParams:
+    """What the policy losses read besides the tensors (``algorithm.policy_loss.*``); the defaults are veRL 0.9.1's
+    (``actor.yaml``).
+
+    Attributes:
+        clip_eps_low, clip_eps_high: the clip range ``[1 - ε_low, 1 + ε_high]`` (geo_mean: of the log-ratio,
+            ``[-ε_low, ε_high]``).
+        sapo_tau_pos, sapo_tau_neg: SAPO's gate temperatures for ``A > 0`` and ``A <= 0``.
+        cov_fraction: Clip-Cov's and KL-Cov's share of a micro-batch's tokens selected by covariance (>= 1 token).
+        clip_cov_low, clip_cov_high: Clip-Cov's open band of eligible covariances.
+        kl_cov_coef: KL-Cov's weight of ``|log ρ|`` on the selected tokens.
+    """
+
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.2
+    sapo_tau_pos: float = 1.0
+    sapo_tau_neg: float = 1.05
+    cov_fraction: float = 0.0002
+    clip_cov_low: float = 1.0
+    clip_cov_high: float = 5.0
+    kl_cov_coef: float = 0.1
+
+
+#: ``(log_probs, old_log_probs, advantages, action_mask, params) -> (loss[B, T], clipped[B, T])``: a per-token loss
+#: that is not PPO's clipped surrogate, and where its clip was active.
+TokenLoss = Callable[[Tensor, Tensor, Tensor, Tensor, PolicyLossParams], tuple[Tensor, Tensor]]
 
 
 @dataclass(frozen=True)
@@ -35,12 +59,17 @@ class PolicyObjective:
         ratio: ``(log_probs, ref_log_probs, action_mask) -> ratio[B, T]``.
         sequence_level: one ratio per sequence (GSPO). Forces ``seq_mean`` aggregation; with IS correction enabled
             the ratio is taken against the rollout log-probs and no token IS weights are applied (OpenRLHF).
-        token_loss: replaces PPO's ``-min(ρA, clip(ρ)A)`` (CISPO, GPG); ``None``: PPO's surrogate on ``ratio``.
+        token_loss: replaces PPO's ``-min(ρA, clip(ρ)A)`` (CISPO, GPG, ...); ``None``: PPO's surrogate on ``ratio``.
+        seq_mean: the loss is aggregated by ``seq_mean`` whatever is configured (SAPO, GMPO: veRL's ignore
+            loss_agg_mode); a token loss holding one value per sequence on each of its tokens then counts it once.
+        seq_is_weights: IS correction weights are the geometric mean of each sequence's token weights (GMPO, veRL).
     """
 
     ratio: Callable[[Tensor, Tensor, Tensor], Tensor]
     sequence_level: bool
     token_loss: TokenLoss | None = None
+    seq_mean: bool = False
+    seq_is_weights: bool = False
 
 
 POLICY_LOSSES: Registry[PolicyObjective] = Registry("policy loss")
@@ -59,28 +88,124 @@ def gspo_ratio(log_probs: Tensor, ref_log_probs: Tensor, action_mask: Tensor) ->
 
 
 def cispo_token_loss(
-    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, clip_eps_low: float, clip_eps_high: float
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, action_mask: Tensor, p: PolicyLossParams
 ) -> tuple[Tensor, Tensor]:
     """CISPO (MiniMax-M1, arXiv 2506.13585; veRL ``compute_policy_loss_cispo``): ``L = -sg(clip(ρ, 1 - ε_low,
     1 + ε_high)) · A · log π``. The clipped ratio is a detached weight, so a clipped token still has a gradient
     (PPO's clip removes it); ``ε_low >= 1`` leaves the ratio unbounded below."""
     ratio = (log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp()
-    weight = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    weight = ratio.clamp(1.0 - p.clip_eps_low, 1.0 + p.clip_eps_high)
     return -weight.detach() * advantages * log_probs, ratio != weight
 
 
 def gpg_token_loss(
-    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, clip_eps_low: float, clip_eps_high: float
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, action_mask: Tensor, p: PolicyLossParams
 ) -> tuple[Tensor, Tensor]:
     """GPG (Group Policy Gradient, arXiv 2504.02546; veRL ``compute_policy_loss_gpg``): plain REINFORCE, ``L = -A ·
     log π``, no ratio and no clip (its samples are used once: one optimizer step per rollout)."""
     return -advantages * log_probs, torch.zeros_like(log_probs, dtype=torch.bool)
 
 
+def sapo_token_loss(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, action_mask: Tensor, p: PolicyLossParams
+) -> tuple[Tensor, Tensor]:
+    """SAPO (arXiv 2511.20347; veRL ``compute_policy_loss_sapo``): a soft gate instead of the clip, ``L = -f(ρ) · A``
+    with ``f(ρ) = sigmoid(τ (ρ - 1)) · 4 / τ`` (slope 1 at ρ = 1, flattening away from it), ``τ = τ_pos`` where
+    ``A > 0`` else ``τ_neg``; aggregated by ``seq_mean`` (veRL's, whatever loss_agg_mode says)."""
+    ratio = (log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp()
+    tau = torch.where(
+        advantages > 0,
+        torch.as_tensor(p.sapo_tau_pos, dtype=advantages.dtype),
+        torch.as_tensor(p.sapo_tau_neg, dtype=advantages.dtype),
+    )
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+    return -gate * advantages, torch.zeros_like(log_probs, dtype=torch.bool)
+
+
+def geo_mean_token_loss(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, action_mask: Tensor, p: PolicyLossParams
+) -> tuple[Tensor, Tensor]:
+    """GMPO (arXiv 2507.20673; veRL ``compute_policy_loss_geo_mean``): per sequence ``L = -Ā · exp(mean_t ℓ_t)``, Ā
+    the sequence's mean advantage and ``ℓ_t = sgn(A) min(sgn(A) log ρ_t, sgn(A) clip(log ρ_t, -ε_low, ε_high))``
+    (the log-ratio clipped on the side that would grow the objective). Returned on each of the sequence's tokens, so
+    the ``seq_mean`` aggregation counts it once per sequence (veRL: the micro-batch's mean over sequences)."""
+    log_ratio = log_probs - old_log_probs
+    sign = torch.sign(advantages)
+    clamped = log_ratio.clamp(-p.clip_eps_low, p.clip_eps_high)
+    kept = sign * torch.min(sign * log_ratio, sign * clamped)
+    count = action_mask.sum(dim=-1)
+    ratio = torch.exp((kept * action_mask).sum(dim=-1) / (count + 1e-8))
+    advantage = (advantages * action_mask).sum(dim=-1) / (count + 1e-8)
+    loss = (-advantage * ratio).unsqueeze(-1).expand_as(log_probs)
+    return loss, log_ratio != clamped
+
+
+def _masked_mean_all(x: Tensor, mask: Tensor) -> Tensor:
+    """veRL's ``masked_mean``: ``Σ x·m / (Σ m + 1e-8)``."""
+    return (x * mask).sum() / (mask.sum() + 1e-8)
+
+
+def clip_cov_token_loss(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, action_mask: Tensor, p: PolicyLossParams
+) -> tuple[Tensor, Tensor]:
+    """Clip-Cov (arXiv 2505.22617; veRL ``compute_policy_loss_clip_cov``): PPO's clipped loss (no dual clip), except
+    that ``max(⌊cov_fraction · N⌋, 1)`` tokens, drawn at random (``torch.randperm``, the global generator) among the
+    unclipped ones whose covariance ``(A - mean A)(log π - mean log π)`` lies strictly inside ``(low, high)``, are
+    dropped from the loss (no gradient): curbing the tokens that collapse the entropy."""
+    ratio = (log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp()
+    loss1 = -advantages * ratio
+    loss2 = -advantages * ratio.clamp(1.0 - p.clip_eps_low, 1.0 + p.clip_eps_high)
+    valid = action_mask > 0
+    clipped = (loss2 > loss1) & valid
+    with torch.no_grad():
+        cov = (advantages - _masked_mean_all(advantages, action_mask)) * (
+            log_probs - _masked_mean_all(log_probs, action_mask)
+        )
+        cov[~valid] = -torch.inf
+        cov[clipped] = -torch.inf
+        count = max(int(p.cov_fraction * action_mask.sum().item()), 1)
+        eligible = torch.nonzero((cov < p.clip_cov_high) & (cov > p.clip_cov_low) & valid)
+        keep = torch.ones_like(advantages)
+        if len(eligible) > 0:
+            eligible = eligible[torch.randperm(len(eligible))[: min(count, len(eligible))]]
+            keep[eligible[:, 0], eligible[:, 1]] = 0
+    return torch.maximum(loss1, loss2) * keep, clipped | (keep == 0)
+
+
+def kl_cov_token_loss(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, action_mask: Tensor, p: PolicyLossParams
+) -> tuple[Tensor, Tensor]:
+    """KL-Cov (arXiv 2505.22617; veRL ``compute_policy_loss_kl_cov``): ``L = -A · ρ`` (no clip), plus
+    ``kl_cov_coef · |log ρ|`` on the ``max(⌊cov_fraction · N⌋, 1)`` tokens of the micro-batch with the largest
+    covariance ``(A - mean A)(log π - mean log π)`` (means over its N tokens)."""
+    log_ratio = (log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    loss = -advantages * log_ratio.exp()
+    selected = torch.zeros_like(log_probs, dtype=torch.bool)
+    valid = action_mask > 0
+    with torch.no_grad():
+        adv, logp = advantages[valid].reshape(-1), log_probs[valid].reshape(-1)
+        if adv.numel() > 0:
+            cov = (adv - adv.mean()) * (logp - logp.mean())
+            top = torch.topk(cov, max(1, int(cov.numel() * p.cov_fraction)), largest=True).indices
+            selected.view(-1)[torch.nonzero(valid.reshape(-1), as_tuple=True)[0][top]] = True
+    return torch.where(selected, loss + p.kl_cov_coef * log_ratio.abs(), loss), selected
+
+
 POLICY_LOSSES.add("ppo", PolicyObjective(ratio=ppo_ratio, sequence_level=False))
 POLICY_LOSSES.add("gspo", PolicyObjective(ratio=gspo_ratio, sequence_level=True))
 POLICY_LOSSES.add("cispo", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=cispo_token_loss))
 POLICY_LOSSES.add("gpg", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=gpg_token_loss))
+POLICY_LOSSES.add(
+    "sapo", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=sapo_token_loss, seq_mean=True)
+)
+POLICY_LOSSES.add(
+    "geo_mean",
+    PolicyObjective(
+        ratio=ppo_ratio, sequence_level=False, token_loss=geo_mean_token_loss, seq_mean=True, seq_is_weights=True
+    ),
+)
+POLICY_LOSSES.add("clip_cov", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=clip_cov_token_loss))
+POLICY_LOSSES.add("kl_cov", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=kl_cov_token_loss))
 
 
 @dataclass(frozen=True)
@@ -117,6 +242,7 @@ def policy_loss(
     is_correction: ISCorrection | None = None,
     aggregation: str = "token_mean",
     norm: LossNormalizer | None = None,
+    params: PolicyLossParams | None = None,
 ) -> PolicyLossOutput:
     """Clipped surrogate policy loss (OpenRLHF ``PolicyLoss.forward``).
 
@@ -138,6 +264,7 @@ def policy_loss(
         is_correction: the correction (level, mode, gating, band); ``None`` or level ``off``: none.
         aggregation, norm: how the per-token loss is reduced (see :mod:`rlhf.algo.aggregation`; OpenRLHF's
             ``loss_agg_mode`` names are accepted).
+        params: the other losses' settings (:class:`PolicyLossParams`; its clip range is ``clip_eps_low/high``).
     """
     objective = POLICY_LOSSES.get(loss_type)
     if dual_clip is not None and dual_clip <= 1.0:
@@ -151,7 +278,8 @@ def policy_loss(
     # GSPO with IS correction measures its sequence ratio against the sampler itself instead of reweighting tokens.
     use_rollout_ref = objective.sequence_level and correct
     if objective.token_loss is not None:
-        loss, clip_active = objective.token_loss(log_probs, old_log_probs, advantages, clip_eps_low, clip_eps_high)
+        p = replace(params or PolicyLossParams(), clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high)
+        loss, clip_active = objective.token_loss(log_probs, old_log_probs, advantages, action_mask, p)
     else:
         ratio = objective.ratio(log_probs, rollout_log_probs if use_rollout_ref else old_log_probs, action_mask)
         surr1 = ratio * advantages
@@ -165,14 +293,19 @@ def policy_loss(
     is_filter_ratio = None
     if correct and not objective.sequence_level:
         weights = is_weights(old_log_probs, rollout_log_probs, action_mask, is_correction)
-        loss = weights.coef * loss
+        coef = weights.coef
+        if objective.seq_is_weights:
+            count = action_mask.sum(dim=-1, keepdim=True)
+            coef = torch.exp((torch.log(coef + 1e-10) * action_mask).sum(dim=-1, keepdim=True) / (count + 1e-8))
+        loss = coef * loss
         is_filter_ratio = weights.filter_ratio
 
     with torch.no_grad():
         clip_ratio = masked_mean(clip_active.float(), action_mask)
         ppo_kl = masked_mean(old_log_probs - log_probs, action_mask)
         rollout_kl = None if rollout_log_probs is None else masked_mean(rollout_log_probs - old_log_probs, action_mask)
-    aggregated = aggregate(loss, action_mask, "seq_mean" if objective.sequence_level else aggregation, norm)
+    forced = objective.sequence_level or objective.seq_mean
+    aggregated = aggregate(loss, action_mask, "seq_mean" if forced else aggregation, norm)
     return PolicyLossOutput(aggregated, clip_ratio, ppo_kl, rollout_kl, is_filter_ratio)
 
 

@@ -29,6 +29,7 @@ import torch
 from rlhf.algo import (
     compute_advantages_and_returns,
     compute_approx_kl,
+    controller_kl,
     make_kl_controller,
     masked_mean,
     reverse_kl_estimate,
@@ -38,7 +39,7 @@ from rlhf.algo.shaping import overlong_penalty, stop_properly_penalty
 from rlhf.engines.protocol import Rollout
 from rlhf.errors import WorkerFailure
 from rlhf.pipelines.experience import ExperienceBatch, from_rollouts
-from rlhf.pipelines.rl_generation import Generator, PromptStream, Scored, Scorer
+from rlhf.pipelines.rl_generation import GREEDY_BASELINE_LOG, Generator, PromptStream, Scored, Scorer
 from rlhf.pipelines.rl_metrics import best_metric_key, eval_metrics, group_reward_std, rollout_metrics
 from rlhf.pipelines.rl_roles import RLWorkers
 from rlhf.pipelines.sft_warmup import SFTWarmup
@@ -64,6 +65,28 @@ def shaped_rewards(spec: ExperimentSpec, scored: Scored, exp: ExperienceBatch) -
     return r
 
 
+#: The metric the adaptive KL controller reads when algorithm.kl.controller_kl is not the token mean ("kl").
+CONTROLLER_KL = "kl_controller_input"
+#: Scored.extra_logs key with 1.0 for a sample every reward function declined (rlhf.rewards.combine.UNSCORED_LOG).
+UNSCORED_LOG = "reward/unscored"
+
+
+def scored_mask(scored: Scored) -> torch.Tensor | None:
+    """``[B]`` bool, False for a sample that no reward function scored (TRL's None from every function), or None
+    when every sample has a reward (the advantage code then takes its unmasked path)."""
+    flags = scored.extra_logs.get(UNSCORED_LOG)
+    if not flags or not any(f == 1.0 for f in flags):
+        return None
+    return torch.tensor([f != 1.0 for f in flags])
+
+
+def greedy_rewards(scored: Scored) -> torch.Tensor | None:
+    """``[B]`` ReMax's baselines, the reward of the greedy response to each sample's prompt (rl_generation), or None
+    when the estimator asked for none."""
+    values = scored.extra_logs.get(GREEDY_BASELINE_LOG)
+    return None if values is None else torch.tensor(values, dtype=torch.float32)
+
+
 def teacher_rewards(exp: ExperienceBatch) -> torch.Tensor | None:
     """On-policy distillation's per-token rewards, log p_teacher - log p_student of each sampled token (the
     student's log-probs are the trainer's, before this step's update); None without a teacher."""
@@ -83,7 +106,10 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
     a = spec.algorithm
     kl = None
     if exp.ref_logprobs is not None and exp.old_logprobs is not None:
-        kl = compute_approx_kl(exp.old_logprobs, exp.ref_logprobs, a.kl.estimator) * exp.action_mask
+        kl = (
+            compute_approx_kl(exp.old_logprobs, exp.ref_logprobs, a.kl.estimator, clamp_k3_only=a.kl.clamp_k3_only)
+            * exp.action_mask
+        )
     distill = teacher_rewards(exp)
     out = compute_advantages_and_returns(
         exp.rewards,
@@ -99,6 +125,11 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
         no_std_norm=a.advantage.no_std_norm,
         teacher_rewards=distill,
         kl_before_baseline=a.kl.before_baseline,
+        scored=scored_mask(scored),
+        std_eps=a.advantage.std_eps,
+        whiten_unbiased=a.advantage.whiten_variance == "unbiased",
+        skip_masked=a.advantage.skip_masked_tokens,
+        greedy_rewards=greedy_rewards(scored),
     )
     exp.advantages, exp.returns = out.advantages, out.returns
     n = spec.rollout.samples_per_prompt
@@ -116,6 +147,8 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
     }
     if kl is not None:
         metrics["kl"] = float(masked_mean(kl, exp.action_mask))
+        if a.kl.controller_kl != "token_mean":
+            metrics[CONTROLLER_KL] = controller_kl(kl, exp.action_mask, a.kl.controller_kl)
     if distill is not None:
         metrics["reverse_kl"] = float(reverse_kl_estimate(exp.old_logprobs, exp.teacher_logprobs, exp.action_mask))
     if exp.rollout_logprobs is not None and exp.old_logprobs is not None:
@@ -347,7 +380,7 @@ class RLRecipe:
         if not s.synced:
             metrics.update(workers.sync_weights(self.probe_prompts, self.tokenizer.eos_token_id))
             s.synced = True
-        self.kl_ctl.update(metrics.get("kl", 0.0), self.derived.samples_per_step)
+        self.kl_ctl.update(metrics.get(CONTROLLER_KL, metrics.get("kl", 0.0)), self.derived.samples_per_step)
         metrics.update(
             {
                 "kl_coef": self.kl_ctl.value,

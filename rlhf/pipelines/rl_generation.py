@@ -12,8 +12,13 @@ from rlhf.algo.shaping import keep_group
 from rlhf.engines.protocol import Rollout, SamplingSpec
 from rlhf.errors import UserError
 from rlhf.pipelines.experience import from_rollouts
+from rlhf.spec import names
 from rlhf.spec.derive import derive
 from rlhf.spec.schema import ExperimentSpec
+
+#: Scored.extra_logs key holding, for each sample, the reward of the greedy response to its prompt (ReMax's
+#: baseline); logged as a metric too.
+GREEDY_BASELINE_LOG = "reward/greedy_baseline"
 
 
 @dataclass
@@ -208,7 +213,12 @@ class Generator:
 
     def _score(self, rows: list[dict[str, Any]], rollouts: list[Rollout]) -> Scored:
         expanded = [row for row in rows for _ in range(self.n)]
-        return self.scorer(rollouts, expanded)
+        scored = self.scorer(rollouts, expanded)
+        if self.spec.algorithm.advantage.estimator in names.GREEDY_BASELINE_ESTIMATORS:
+            # ReMax: one greedy response per prompt, scored by the same source; its reward is each sample's baseline.
+            greedy = self.scorer(self.launch(rows, self.sampling(self.scorer.step, temperature=0.0, n=1))(), rows)
+            scored.extra_logs[GREEDY_BASELINE_LOG] = [r for r in greedy.rewards for _ in range(self.n)]
+        return scored
 
     def _groups(self, s: Scored) -> list[Scored]:
         n = self.n

@@ -15,6 +15,7 @@ from torch import Tensor
 from rlhf.algo import (
     ISCorrection,
     LossNormalizer,
+    PolicyLossParams,
     compute_approx_kl,
     entropy_bonus,
     kl_loss,
@@ -55,6 +56,9 @@ class ActorLossSettings:
     packing: bool = False  # trainer.packing: packed rows in the training forward (rlhf.models.packing)
     terms_aggregation: str = TERM_AGGREGATION  # the KL-loss and entropy terms' (names.TERMS_AGGREGATIONS)
     norm_from_width: bool = False  # Dr. GRPO's divisor: each micro-batch's longest response (veRL)
+    params: PolicyLossParams = PolicyLossParams()  # sapo, clip_cov, kl_cov settings (the clip range is above)
+    kl_straight_through: bool = False  # veRL's '+' estimators: k2's gradient, no importance weight
+    kl_clamp_k3_only: bool = False  # veRL: k1, k2 and abs unbounded
 
     @classmethod
     def from_spec(cls, spec: ExperimentSpec) -> ActorLossSettings:
@@ -80,7 +84,26 @@ class ActorLossSettings:
             ),
             norm_from_width=a.policy_loss.aggregation_norm is None
             and a.policy_loss.aggregation_norm_from == "micro_batch_width",
+            params=policy_loss_params(a.policy_loss),
+            kl_straight_through=a.kl.straight_through,
+            kl_clamp_k3_only=a.kl.clamp_k3_only,
         )
+
+
+def policy_loss_params(pl) -> PolicyLossParams:
+    """The settings of algorithm.policy_loss (a PolicyLossSpec) the sapo, geo_mean, clip_cov and kl_cov losses
+    read."""
+    low, high = pl.clip_cov_bounds
+    return PolicyLossParams(
+        clip_eps_low=pl.eps_clip_low,
+        clip_eps_high=pl.eps_clip_high,
+        sapo_tau_pos=pl.sapo_tau_pos,
+        sapo_tau_neg=pl.sapo_tau_neg,
+        cov_fraction=pl.cov_fraction,
+        clip_cov_low=float(low),
+        clip_cov_high=float(high),
+        kl_cov_coef=pl.kl_cov_coef,
+    )
 
 
 def policy_logprobs_fn(model, batch: dict[str, Tensor], *, temperature: float, packing: bool = False) -> Tensor:
@@ -127,7 +150,8 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
             if "rollout_logprobs" in mb:
                 metrics["logprobs_diff"] = masked_mean((old - mb["rollout_logprobs"]).abs(), mask)
             if "ref_logprobs" in mb:
-                metrics["kl"] = masked_mean(compute_approx_kl(old, mb["ref_logprobs"], s.kl_estimator), mask)
+                kl = compute_approx_kl(old, mb["ref_logprobs"], s.kl_estimator, clamp_k3_only=s.kl_clamp_k3_only)
+                metrics["kl"] = masked_mean(kl, mask)
     pl = policy_loss(
         log_probs,
         old,
@@ -141,6 +165,7 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
         is_correction=s.is_correction,
         aggregation=s.aggregation,
         norm=norm,
+        params=s.params,
     )
     loss = pl.loss
     metrics.update({"policy_loss": pl.loss.detach(), "ppo_clip_ratio": pl.clip_ratio, "ppo_kl": pl.ppo_kl})
@@ -160,6 +185,8 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
             norm,
             old_log_probs=old,
             unbiased_gradient=s.kl_unbiased_gradient,
+            straight_through=s.kl_straight_through,
+            clamp_k3_only=s.kl_clamp_k3_only,
         )
         loss = loss + kl_term
         metrics["kl_loss"] = kl_term.detach()

@@ -6,9 +6,10 @@
   over the samples it scored, std + 1e-4), then the weighted sum.
 
 A sample that every function declined has no reward. TRL leaves it out of its group's mean and std and gives it a
-zero advantage; the advantage code here takes finite rewards, so it gets the mean of the scored samples of its group
-(0.0 where none scored): its advantage is then 0 under every mean-based baseline and its group's mean unchanged,
-though its group's std counts it (TRL's does not). ``reward/unscored`` logs the share of such samples.
+zero advantage; so does the RL loop here: its reward is the mean of the scored samples of its group (0.0 where none
+scored; a finite stand-in for what is logged), and ``reward/unscored`` (1.0 for such a sample, written whenever
+there is one) is the mask rlhf.pipelines.rl hands the advantage code (``scored``), which leaves the sample out of its
+group's mean and std and of the batch's statistics, and zeroes its advantage.
 """
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ def combine(
     logs: dict[str, list[float]] = {}
     for p in parts:
         logs.update(p.extra_logs)
-    if log_each or len(parts) > 1:
-        for name, p in zip(names, parts, strict=True):
-            logs[f"reward/{name}"] = list(p.values)
+    if log_each or len(parts) > 1 or any(unscored):
+        if log_each or len(parts) > 1:
+            for name, p in zip(names, parts, strict=True):
+                logs[f"reward/{name}"] = list(p.values)
         logs[UNSCORED_LOG] = [float(u) for u in unscored]
     return RewardResult(rewards, scores, logs)

@@ -25,18 +25,21 @@ class EstimatorTraits:
             0.11.2), so one sample per prompt is enough.
         teacher: on-policy distillation: the per-token rewards come from a frozen teacher's log-probs (the teacher
             role exists only here) and the scalar rewards are not used.
+        greedy_baseline: the baseline is the reward of one greedy (temperature 0) response to the same prompt,
+            generated and scored beside the samples (ReMax).
     """
 
     needs_critic: bool = False
     is_group: bool = False
     batch_baseline: bool = False
     teacher: bool = False
+    greedy_baseline: bool = False
 
     @property
     def gamma_one(self) -> bool:
         """Gamma is 1 whatever is configured (OpenRLHF forces it, with a warning, for every estimator with a
         baseline; validation here asks to remove the override)."""
-        return self.is_group or self.batch_baseline
+        return self.is_group or self.batch_baseline or self.greedy_baseline
 
 
 ESTIMATOR_TRAITS: dict[str, EstimatorTraits] = {
@@ -49,6 +52,9 @@ ESTIMATOR_TRAITS: dict[str, EstimatorTraits] = {
     "flash_reinforce": EstimatorTraits(batch_baseline=True),
     "opd": EstimatorTraits(teacher=True),
     "gpg": EstimatorTraits(is_group=True),
+    "opo": EstimatorTraits(is_group=True),
+    "grpo_passk": EstimatorTraits(is_group=True),
+    "remax": EstimatorTraits(greedy_baseline=True),
 }
 ADVANTAGE_ESTIMATORS = tuple(ESTIMATOR_TRAITS)
 # The estimators with each trait, as the messages and the converter name them.
@@ -56,11 +62,22 @@ GROUP_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.is_group)
 GAMMA_ONE_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.gamma_one)
 CRITIC_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.needs_critic)
 TEACHER_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.teacher)
-POLICY_LOSSES = ("ppo", "gspo", "cispo", "gpg")
-# Policy losses that weigh log pi itself instead of clipping a surrogate: no dual clip, any lower clip bound.
-NO_SURROGATE_CLIP_LOSSES = ("cispo", "gpg")
+GREEDY_BASELINE_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.greedy_baseline)
+POLICY_LOSSES = ("ppo", "gspo", "cispo", "gpg", "sapo", "geo_mean", "clip_cov", "kl_cov")
+# Policy losses with no dual clip (veRL applies clip_ratio_c in its vanilla loss only).
+NO_DUAL_CLIP_LOSSES = ("cispo", "gpg", "sapo", "geo_mean", "clip_cov", "kl_cov")
+# Policy losses that clip the ratio below at 1 - eps_clip_low, which must then stay > 0 (eps_clip_low < 1).
+RATIO_FLOOR_LOSSES = ("ppo", "gspo", "clip_cov")
+# Sequence-level policy losses: one value per sequence, so seq_mean aggregation (veRL's sapo and geo_mean ignore
+# loss_agg_mode likewise).
+SEQUENCE_LOSSES = ("gspo", "sapo", "geo_mean")
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 KL_PLACEMENTS = ("reward", "loss")
+#: algorithm.kl.controller_kl: what the adaptive controller reads, the token mean (OpenRLHF) or the mean of the
+#: sequences' token means (veRL).
+KL_CONTROLLER_INPUTS = ("token_mean", "seq_mean")
+#: algorithm.advantage.whiten_variance: whitening by the population variance (OpenRLHF) or the N/(N-1) one (veRL).
+WHITEN_VARIANCES = ("population", "unbiased")
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_sum")
 # OpenRLHF's --actor.loss_agg_mode names (0.11.2), accepted as they are: the same aggregation under another name.
 LOSS_AGGREGATION_ALIASES = {"token-mean": "token_mean", "seq-mean-token-mean": "seq_mean"}

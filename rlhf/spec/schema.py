@@ -35,12 +35,35 @@ class AdvantageSpec:
         "gae",
         "advantage estimator; flash_reinforce (OpenRLHF 0.11.2): reward minus the whole rollout batch's mean reward, "
         "no group (one sample per prompt works), no whitening; gpg (veRL's GPG): the group-mean-centred reward times "
-        "the batch size over the count of non-zero rewards in the batch, no whitening",
+        "the batch size over the count of non-zero rewards in the batch, no whitening; opo (veRL's OPO): the reward "
+        "minus the group's response-length-weighted mean reward; grpo_passk (veRL's pass@k GRPO): only the best "
+        "sample of each group gets an advantage, (best - second best) / (group std + std_eps), the others 0; remax "
+        "(veRL's ReMax): the reward minus that of one greedy (temperature 0) response to the same prompt, generated "
+        "and scored each step beside the samples; no whitening",
         choices=names.ADVANTAGE_ESTIMATORS,
     )
     gamma: float = key(1.0, "discount; group estimators and flash_reinforce need 1", ge=0, le=1)
     lambd: float = key(1.0, "GAE lambda", ge=0, le=1)
     no_std_norm: bool = key(False, "whiten advantages without dividing by their std (OpenRLHF no_std_norm)")
+    whiten_variance: str = key(
+        "population",
+        "the variance whitening divides by (gae, reinforce, reinforce_baseline): population (sum / N over the batch's "
+        "tokens; OpenRLHF) | unbiased (N / (N - 1) times it; veRL's masked_whiten)",
+        choices=names.WHITEN_VARIANCES,
+    )
+    skip_masked_tokens: bool = key(
+        False,
+        "masked tokens inside a response (a multi-turn episode's tool output): false: GAE and discounted returns step "
+        "through them as zero-reward, zero-value tokens, so gamma x lambda decays across them (OpenRLHF) | true: "
+        "they are skipped, the next generated token's value, advantage and return carried over unchanged (veRL)",
+    )
+    std_eps: float = key(
+        1e-9,
+        "group_norm (GRPO) and grpo_passk: added to the group's std before dividing, so an all-equal group gives 0: "
+        "1e-9 (OpenRLHF) | "
+        "1e-6 (veRL's epsilon, which import-verl writes) | 1e-4 (TRL); apart only for near-equal scores",
+        gt=0,
+    )
 
 
 @dataclass(frozen=True)
@@ -51,7 +74,14 @@ class PolicyLossSpec:
         "ppo",
         "policy loss: ppo (clipped surrogate; OpenRLHF, veRL vanilla) | gspo (sequence ratio) | cispo (MiniMax-M1, "
         "from veRL: the clipped ratio is a detached weight on A x log pi, so clipped tokens keep a gradient; no dual "
-        "clip) | gpg (from veRL: -A x log pi, no ratio, no clip)",
+        "clip) | gpg (from veRL: -A x log pi, no ratio, no clip) | sapo (SAPO, from veRL: a soft gate "
+        "sigmoid(tau (ratio - 1)) x 4 / tau instead of the clip, tau sapo_tau_pos for A > 0 else sapo_tau_neg; "
+        "seq_mean) | geo_mean (GMPO, from veRL: the geometric mean of the token ratios, each log-ratio clipped to "
+        "[-eps_clip_low, eps_clip_high] on the side the advantage's sign says, times the sequence's mean advantage; "
+        "seq_mean) | clip_cov (Clip-Cov, from veRL: PPO's clip, and a random cov_fraction of the tokens whose "
+        "centred A x log pi covariance lies in clip_cov_bounds get no gradient) | kl_cov (KL-Cov, from veRL: "
+        "-A x ratio, plus kl_cov_coef x |log ratio| on the cov_fraction of tokens with the largest covariance); none "
+        "of the last four has a dual clip",
         choices=names.POLICY_LOSSES,
     )
     eps_clip_low: float = key(
@@ -88,6 +118,23 @@ class PolicyLossSpec:
         choices=names.TERMS_AGGREGATIONS,
     )
     entropy_coef: float | None = key(None, "entropy bonus weight (null: entropy not computed; 0: logged only)", ge=0)
+    sapo_tau_pos: float = key(1.0, "sapo: the gate's temperature for tokens with A > 0 (veRL's tau_pos)", gt=0)
+    sapo_tau_neg: float = key(1.05, "sapo: the gate's temperature for tokens with A <= 0 (veRL's tau_neg)", gt=0)
+    cov_fraction: float = key(
+        0.0002,
+        "clip_cov and kl_cov: the share of a micro-batch's tokens selected by their covariance (at least one), "
+        "veRL's clip_cov_ratio / kl_cov_ratio",
+        gt=0,
+        le=1,
+    )
+    clip_cov_bounds: list[float] = key(
+        factory=lambda: [1.0, 5.0],
+        doc="clip_cov: [low, high] open band of the covariance a token must fall in to be eligible (veRL's "
+        "clip_cov_lb, clip_cov_ub)",
+        length=2,
+        increasing=True,
+    )
+    kl_cov_coef: float = key(0.1, "kl_cov: weight of |log ratio| on the selected tokens (veRL's ppo_kl_coef)", ge=0)
 
 
 @dataclass(frozen=True)
@@ -107,6 +154,23 @@ class KLSpec:
         choices=names.KL_PLACEMENTS,
     )
     target: float | None = key(None, "adaptive controller (Ziegler et al.) toward this KL (null: fixed coef)", gt=0)
+    controller_kl: str = key(
+        "token_mean",
+        "the KL the adaptive controller reads each step: token_mean (over every response token of the batch; "
+        "OpenRLHF) | seq_mean (the mean of each sequence's token mean: every sample weighs the same; veRL)",
+        choices=names.KL_CONTROLLER_INPUTS,
+    )
+    clamp_k3_only: bool = key(
+        False,
+        "false: every estimator's per-token value is clamped to [-10, 10] (OpenRLHF) | true: k3's alone, k1, k2 and "
+        "abs unbounded (veRL)",
+    )
+    straight_through: bool = key(
+        False,
+        "placement=loss only: the loss keeps the estimator's value, its gradient is k2's (log r squared / 2), with no "
+        "importance weight (veRL's '+' estimators: k1+, k3+/low_var_kl+); unbiased_gradient adds the weight pi/pi_old "
+        "(OpenRLHF)",
+    )
     horizon: int = key(10000, "adaptive controller horizon, in samples", ge=1)
     before_baseline: bool = key(
         False,

@@ -207,26 +207,26 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             f"{est} runs without a critic; remove the critic's devices or use algorithm=ppo (gae)",
         )
     pl = a.policy_loss
-    if pl.type in names.NO_SURROGATE_CLIP_LOSSES:
+    if pl.type in names.NO_DUAL_CLIP_LOSSES:
         c.require(
             pl.dual_clip is None,
             "algorithm.policy_loss.dual_clip",
             pl.dual_clip,
             f"{pl.type} has no clipped surrogate for a dual clip to bound: remove it (null)",
         )
-    else:
+    if pl.type in names.RATIO_FLOOR_LOSSES:
         c.require(
             pl.eps_clip_low < 1,
             "algorithm.policy_loss.eps_clip_low",
             pl.eps_clip_low,
             f"{pl.type} clips the ratio below at 1 - eps_clip_low, which must stay > 0: use a value < 1",
         )
-    if pl.type == "gspo":
+    if pl.type in names.SEQUENCE_LOSSES:
         c.require(
             names.canonical_aggregation(pl.aggregation) == "seq_mean",
             "algorithm.policy_loss.aggregation",
             pl.aggregation,
-            "gspo is a sequence-level loss: use seq_mean",
+            f"{pl.type} is a sequence-level loss: use seq_mean",
         )
     _check_is_correction(spec, c)
     c.require(
@@ -235,6 +235,20 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
         True,
         "changes only the gradient of the KL loss, and the KL is folded into the reward here: set "
         "algorithm.kl.placement=loss, or remove it",
+    )
+    c.require(
+        not a.kl.straight_through or a.kl.placement == "loss",
+        "algorithm.kl.straight_through",
+        True,
+        "changes only the gradient of the KL loss, and the KL is folded into the reward here: set "
+        "algorithm.kl.placement=loss, or remove it",
+    )
+    c.require(
+        not (a.kl.straight_through and a.kl.unbiased_gradient),
+        "algorithm.kl.straight_through",
+        True,
+        "and algorithm.kl.unbiased_gradient both replace the KL loss's gradient by k2's: keep one (straight_through: "
+        "veRL's, no importance weight; unbiased_gradient: OpenRLHF's, weighted by pi/pi_old)",
     )
     f = a.filters
     if f.dynamic_filtering:

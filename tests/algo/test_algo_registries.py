@@ -45,7 +45,8 @@ def test_unknown_name_lists_valid_names_and_is_both_key_and_value_error() -> Non
 def test_real_registry_unknown_name_lists_every_estimator() -> None:
     with pytest.raises(
         KeyError,
-        match="valid: dr_grpo, flash_reinforce, gae, gpg, group_norm, opd, reinforce, reinforce_baseline, rloo",
+        match="valid: dr_grpo, flash_reinforce, gae, gpg, group_norm, grpo_passk, opd, opo, reinforce, "
+        "reinforce_baseline, remax, rloo",
     ):
         algo.ADVANTAGE_ESTIMATORS.get("grpo")
 
@@ -65,9 +66,12 @@ def test_real_registry_unknown_name_lists_every_estimator() -> None:
                 "flash_reinforce",
                 "opd",
                 "gpg",
+                "opo",
+                "grpo_passk",
+                "remax",
             },
         ),
-        (algo.POLICY_LOSSES, {"ppo", "gspo", "cispo", "gpg"}),
+        (algo.POLICY_LOSSES, {"ppo", "gspo", "cispo", "gpg", "sapo", "geo_mean", "clip_cov", "kl_cov"}),
         (algo.KL_ESTIMATORS, {"k1", "k2", "k3", "abs"}),
         (
             algo.LOSS_AGGREGATIONS,

@@ -11,7 +11,16 @@ import math
 import pytest
 import torch
 
-from rlhf.algo import LossNormalizer, aggregate, compute_advantages_and_returns, value_loss
+from rlhf.algo import (
+    LossNormalizer,
+    aggregate,
+    compute_advantages_and_returns,
+    compute_approx_kl,
+    controller_kl,
+    kl_loss,
+    masked_whiten,
+    value_loss,
+)
 from rlhf.algo.aggregation import response_width
 from rlhf.pipelines.rl_losses import TERM_AGGREGATION, width_normalizer
 from rlhf.spec.schema import CriticSpec, KLSpec, PolicyLossSpec, RewardSpec
@@ -106,3 +115,66 @@ def test_critic_aggregation_seq_mean_weighs_every_sequence_alike():
     seq = value_loss(values, values, returns, mask, clip_eps=None, aggregation="seq_mean")
     assert math.isclose(float(token), 0.5 * 1.0)
     assert math.isclose(float(seq), 0.5 * 2.0, rel_tol=1e-6)
+
+
+# -- issue 35 items 2, 6, 9, 10 ---------------------------------------------------------------------------------------
+
+
+def test_the_new_keys_default_to_openrlhfs():
+    from rlhf.spec.schema import AdvantageSpec
+
+    assert AdvantageSpec().std_eps == 1e-9 and AdvantageSpec().whiten_variance == "population"
+    assert KLSpec().controller_kl == "token_mean"
+    assert KLSpec().clamp_k3_only is False and KLSpec().straight_through is False
+
+
+def test_k1_is_clamped_unless_k3_alone_is():
+    log_ratio = torch.tensor([[12.0, -15.0, 3.0]])
+    zeros = torch.zeros_like(log_ratio)
+    assert compute_approx_kl(log_ratio, zeros, "k1").tolist() == [[10.0, -10.0, 3.0]]
+    assert compute_approx_kl(log_ratio, zeros, "k1", clamp_k3_only=True).tolist() == [[12.0, -15.0, 3.0]]
+    # k3 at log r = 12: e^-12 - 1 + 12 > 10, clamped either way
+    assert compute_approx_kl(log_ratio, zeros, "k3", clamp_k3_only=True)[0, 0].item() == 10.0
+
+
+def test_straight_through_keeps_k1s_value_with_k2s_gradient_and_no_weight():
+    lp = torch.tensor([[0.5, -0.2]], requires_grad=True)
+    ref = torch.zeros(1, 2)
+    mask = torch.ones(1, 2)
+    loss = kl_loss(lp, ref, mask, 1.0, "k1", old_log_probs=lp.detach() - 1.0, straight_through=True)
+    assert math.isclose(float(loss), (0.5 - 0.2) / 2, rel_tol=1e-6)
+    loss.backward()
+    # gradient of mean(δ² / 2) is δ / 2 per token; the weight exp(1) of unbiased_gradient is not applied
+    torch.testing.assert_close(lp.grad, torch.tensor([[0.25, -0.1]]))
+
+
+def test_unbiased_whitening_divides_by_the_n_minus_one_variance():
+    # returns 1, 2, 3 on three tokens: mean 2, population variance 2/3, unbiased 1
+    x = torch.tensor([[1.0, 2.0, 3.0]])
+    mask = torch.ones(1, 3)
+    torch.testing.assert_close(masked_whiten(x, mask, unbiased=True), torch.tensor([[-1.0, 0.0, 1.0]]))
+    s = math.sqrt(2 / 3)
+    torch.testing.assert_close(masked_whiten(x, mask), torch.tensor([[-1 / s, 0.0, 1 / s]]))
+
+
+def test_the_controller_reads_the_token_mean_or_the_mean_of_sequence_means():
+    # sequence 1: KL 1 on 1 token; sequence 2: KL 0 on 3 tokens
+    kl = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    assert math.isclose(controller_kl(kl, mask), 1 / 4)
+    assert math.isclose(controller_kl(kl, mask, "seq_mean"), (1.0 + 0.0) / 2, rel_tol=1e-6)
+
+
+def test_returns_step_over_a_masked_span_when_asked():
+    # reward 1 at the last token, the middle one masked (a tool's output), gamma 0.5
+    rewards = torch.tensor([[0.0, 0.0, 1.0]])
+    mask = torch.tensor([[1.0, 0.0, 1.0]])
+    from rlhf.algo.advantages import cumulative_returns, gae_advantages_and_returns
+
+    assert cumulative_returns(rewards, mask, 0.5).tolist() == [[0.25, 0.5, 1.0]]
+    assert cumulative_returns(rewards, mask, 0.5, skip_masked=True).tolist() == [[0.5, 0.0, 1.0]]
+    # GAE with values 0.2 on the generated tokens, lambda 1: the first token's next value is the third's
+    values = torch.tensor([[0.2, 0.7, 0.2]])
+    adv, _ = gae_advantages_and_returns(values, rewards, mask, 0.5, 1.0, skip_masked=True)
+    # A_2 = 1 - 0.2 = 0.8; A_0 = (0 + 0.5 * 0.2 - 0.2) + 0.5 * 0.8 = 0.3
+    torch.testing.assert_close(adv[:, [0, 2]], torch.tensor([[0.3, 0.8]]))

@@ -31,10 +31,13 @@ from rlhf.algo import (
     policy_loss,
     value_loss,
 )
+from rlhf.algo.advantages import GROUP_STD_EPS
 from rlhf.algo.aggregation import response_width, step_loss_normalizer
 from rlhf.cli.importers.verl.mapping import map_command
 from rlhf.cli.importers.verl.overrides import split_command
+from rlhf.pipelines.rl_losses import policy_loss_params
 from rlhf.spec import names
+from rlhf.spec.schema import PolicyLossSpec
 
 SEEDS = range(3)
 A = "actor_rollout_ref.actor"
@@ -316,14 +319,10 @@ def test_group_advantages_with_kl_in_the_reward_match_verl(ref, estimator, extra
         n_samples_per_prompt=n,
         reward_clip_range=values["reward.clip_range"],
         kl_before_baseline=values["algorithm.kl.before_baseline"],
+        std_eps=values.get("algorithm.advantage.std_eps", GROUP_STD_EPS),
+        whiten_unbiased=values.get("algorithm.advantage.whiten_variance") == "unbiased",
     ).advantages
-    if estimator == "reinforce_plus_plus_baseline":
-        # veRL whitens with the unbiased (N - 1) variance, we with the population one (a difference left for
-        # another change, issue 35 item 10): equal up to sqrt(N / (N - 1)).
-        tokens = mask.sum()
-        ours = ours * torch.sqrt((tokens - 1) / tokens)
-    # GRPO: veRL adds 1e-6 to the group std, we 1e-9.
-    torch.testing.assert_close(ours * mask, theirs * mask, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(ours * mask, theirs * mask)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -359,3 +358,334 @@ def test_without_the_veRL_key_the_advantage_differs_along_the_response(ref):
     ).advantages
     assert torch.allclose(verl, verl[:, :1].expand_as(verl))
     assert not torch.allclose(default, default[:, :1].expand_as(default))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_grpo_on_near_equal_scores_matches_verl_with_its_std_epsilon(ref, seed):
+    """Scores a few 1e-6 apart: the group std is of the order of the epsilon, so 1e-6 (veRL, written by
+    import-verl as algorithm.advantage.std_eps) and 1e-9 (ours, OpenRLHF's) give visibly different advantages."""
+    values = mapped(estimator="grpo")
+    assert values["algorithm.advantage.std_eps"] == 1e-6
+    n, prompts, width = 4, 3, 5
+    g = torch.Generator().manual_seed(seed)
+    mask = right_padded_mask(g, n * prompts, width)
+    scores = 1.0 + torch.randn(n * prompts, generator=g, dtype=torch.float64) * 2e-6
+    token_scores = torch.zeros_like(mask, dtype=torch.float64).scatter_(
+        1, (mask.sum(-1).long() - 1).unsqueeze(1), scores.unsqueeze(1)
+    )
+    theirs, _ = ref.compute_grpo_outcome_advantage(token_scores, mask, np.repeat(np.arange(prompts), n))
+    common = {"estimator": "group_norm", "n_samples_per_prompt": n, "reward_clip_range": values["reward.clip_range"]}
+    ours = compute_advantages_and_returns(scores, mask, std_eps=values["algorithm.advantage.std_eps"], **common)
+    torch.testing.assert_close(ours.advantages * mask, (theirs * mask).to(ours.advantages.dtype))
+    default = compute_advantages_and_returns(scores, mask, **common).advantages
+    assert (default * mask - theirs * mask).abs().max() > 1e-2
+
+
+# -- opo, grpo_passk -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("estimator", ["opo", "grpo_passk"])
+@pytest.mark.parametrize("kl_in_reward", [False, True])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_opo_and_passk_advantages_match_verl(ref, estimator, kl_in_reward, seed):
+    beta = 0.05
+    extra = ["algorithm.use_kl_in_reward=True", f"algorithm.kl_ctrl.kl_coef={beta}"] if kl_in_reward else []
+    values = mapped(*extra, estimator=estimator)
+    assert values["algorithm.advantage.estimator"] == estimator
+    n, prompts, width = 4, 3, 9
+    g = torch.Generator().manual_seed(seed)
+    mask = right_padded_mask(g, n * prompts, width)
+    scores = torch.randn(n * prompts, generator=g) * 3
+    old = -torch.rand(n * prompts, width, generator=g) * 3
+    ref_lp = old + torch.randn(n * prompts, width, generator=g)
+    index = np.repeat(np.arange(prompts), n)
+    token_rewards = _verl_token_rewards(scores, old, ref_lp, mask, beta if kl_in_reward else 0.0, ref=ref)
+    if estimator == "opo":
+        theirs, _ = ref.compute_opo_outcome_advantage(token_rewards, mask, index)
+    else:
+        config = {"norm_adv_by_std_in_grpo": True}
+        theirs, _ = ref.compute_grpo_passk_outcome_advantage(token_rewards, mask, index, config=config)
+    kl = compute_approx_kl(old, ref_lp, values["algorithm.kl.estimator"]) * mask if kl_in_reward else None
+    ours = compute_advantages_and_returns(
+        scores,
+        mask,
+        estimator=values["algorithm.advantage.estimator"],
+        kl=kl,
+        kl_coef=values["algorithm.kl.coef"],
+        n_samples_per_prompt=n,
+        reward_clip_range=values["reward.clip_range"],
+        kl_before_baseline=values.get("algorithm.kl.before_baseline", False),
+        std_eps=values.get("algorithm.advantage.std_eps", GROUP_STD_EPS),
+    ).advantages
+    torch.testing.assert_close(ours * mask, theirs * mask)
+
+
+# -- sapo, geo_mean, clip_cov, kl_cov --------------------------------------------------------------------------------
+
+#: veRL 0.9.1's actor.yaml values of the settings these losses read.
+VERL_LOSS_DEFAULTS = {
+    "tau_pos": 1.0,
+    "tau_neg": 1.05,
+    "policy_loss.clip_cov_ratio": 0.0002,
+    "policy_loss.clip_cov_lb": 1.0,
+    "policy_loss.clip_cov_ub": 5.0,
+    "policy_loss.kl_cov_ratio": 0.0002,
+    "policy_loss.ppo_kl_coef": 0.1,
+}
+
+
+def _verl_config(overrides: list[str]):
+    """An actor config for ``overrides`` (``actor.X=V``), its ``policy_loss`` section an object as veRL's."""
+    given = {o.split("=")[0].split(".actor.", 1)[1]: _number(o.split("=")[1]) for o in overrides}
+    settings = {**VERL_LOSS_DEFAULTS, **given}
+    section = SimpleNamespace(**{k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("policy_loss.")})
+    return actor_config(**{k: v for k, v in settings.items() if not k.startswith("policy_loss.")}, policy_loss=section)
+
+
+@pytest.mark.parametrize(
+    ("loss_mode", "overrides"),
+    [
+        ("sapo", []),
+        ("sapo", [f"{A}.tau_pos=1.3", f"{A}.tau_neg=2.0", f"{A}.loss_agg_mode=token-mean"]),
+        ("geo_mean", []),
+        ("geo_mean", [f"{A}.clip_ratio_low=0.4", f"{A}.clip_ratio_high=0.4"]),
+        ("clip_cov", [f"{A}.policy_loss.clip_cov_ratio=0.1"]),
+        ("clip_cov", [f"{A}.policy_loss.clip_cov_ratio=0.05", f"{A}.policy_loss.clip_cov_lb=0.5"]),
+        ("clip_cov", [f"{A}.clip_ratio_high=0.28", f"{A}.loss_agg_mode=seq-mean-token-sum-norm"]),
+        ("kl_cov", []),
+        ("kl_cov", [f"{A}.policy_loss.kl_cov_ratio=0.1", f"{A}.policy_loss.ppo_kl_coef=1.0"]),
+        ("kl_cov", [f"{A}.policy_loss.kl_cov_ratio=0.2", f"{A}.loss_agg_mode=seq-mean-token-mean"]),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "-".join(o.split(".")[-1] for o in v) or "defaults",
+)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sapo_geo_mean_and_cov_losses_match_verl(ref, loss_mode, overrides, seed):
+    overrides = [*overrides, f"{A}.policy_loss.loss_mode={loss_mode}"]
+    values = mapped(*overrides)
+    config = _verl_config(overrides)
+    pl = {k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("algorithm.policy_loss.")}
+    assert pl["type"] == loss_mode and pl.get("dual_clip") is None
+    params = policy_loss_params(PolicyLossSpec(**pl))
+    verl_loss = getattr(ref, f"compute_policy_loss_{loss_mode}")
+    g = torch.Generator().manual_seed(seed)
+    log_probs, old, advantages, mask = _policy_batch(g, batch=8, width=10)
+    if loss_mode == "geo_mean":  # one advantage per sequence, as GMPO (and every outcome estimator) gives
+        advantages = advantages[:, :1].expand_as(advantages).clone()
+
+    def theirs(lp):
+        torch.manual_seed(100 + seed)  # clip_cov draws its tokens with torch.randperm
+        return verl_loss(old, lp, advantages, mask, config.loss_agg_mode, config)[0]
+
+    def ours(lp):
+        torch.manual_seed(100 + seed)
+        return policy_loss(
+            lp,
+            old,
+            advantages,
+            mask,
+            loss_type=pl["type"],
+            clip_eps_low=pl["eps_clip_low"],
+            clip_eps_high=pl["eps_clip_high"],
+            aggregation=pl["aggregation"],
+            norm=_ours_norm(values, mask),
+            params=params,
+        ).loss
+
+    value_t, grad_t = _grad(theirs, log_probs)
+    value_o, grad_o = _grad(ours, log_probs)
+    torch.testing.assert_close(value_o, value_t)
+    torch.testing.assert_close(grad_o, grad_t)
+
+
+# -- issue 35 items 6, 9, 10: straight-through KL, unclamped k1/k2/abs, whitening, the controller's KL ---------------
+
+
+@pytest.mark.parametrize("kind", ["kl", "k1", "mse", "k2", "abs", "low_var_kl", "k3", "k1+", "low_var_kl+", "k3+"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_kl_loss_beyond_the_clamp_and_straight_through_match_verl(ref, kind, seed):
+    """Log-ratios up to about +-16: veRL leaves k1, k2 and abs unbounded (clamp_k3_only), and its '+' estimators
+    keep the value with k2's gradient (straight_through)."""
+    values = mapped(f"{A}.use_kl_loss=True", f"{A}.kl_loss_type={kind}", f"{A}.kl_loss_coef=0.1")
+    g = torch.Generator().manual_seed(seed)
+    mask = right_padded_mask(g, 4, 7)
+    log_probs = -torch.rand(4, 7, generator=g) * 3
+    base = log_probs + torch.randn(4, 7, generator=g) * 8
+    coef = values["algorithm.kl.coef"]
+
+    def theirs(lp):
+        return coef * ref.agg_loss(ref.kl_penalty(lp, base, kind), mask, "token-mean")
+
+    def ours(lp):
+        return kl_loss(
+            lp,
+            base,
+            mask,
+            coef,
+            values["algorithm.kl.estimator"],
+            "token_mean",
+            old_log_probs=lp.detach() - 0.3,  # an off-policy epoch: straight_through ignores it, as veRL
+            straight_through=values.get("algorithm.kl.straight_through", False),
+            clamp_k3_only=values.get("algorithm.kl.clamp_k3_only", False),
+        )
+
+    value_t, grad_t = _grad(theirs, log_probs)
+    value_o, grad_o = _grad(ours, log_probs)
+    torch.testing.assert_close(value_o, value_t)
+    torch.testing.assert_close(grad_o, grad_t)
+
+
+@pytest.mark.parametrize("kind", ["kl", "mse", "abs"])
+def test_kl_in_the_reward_beyond_the_clamp_matches_verl(ref, kind):
+    values = mapped("algorithm.use_kl_in_reward=True", f"algorithm.kl_penalty={kind}", estimator="reinforce_plus_plus")
+    g = torch.Generator().manual_seed(0)
+    log_probs = -torch.rand(5, 6, generator=g) * 3
+    base = log_probs + torch.randn(5, 6, generator=g) * 12
+    ours = compute_approx_kl(
+        log_probs, base, values["algorithm.kl.estimator"], clamp_k3_only=values["algorithm.kl.clamp_k3_only"]
+    )
+    torch.testing.assert_close(ours, ref.kl_penalty(log_probs, base, kind))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_reinforce_pp_whitened_as_verl(ref, seed):
+    """veRL's REINFORCE++: discounted returns of the KL-penalised token rewards, whitened by the N/(N-1) variance."""
+    beta = 0.05
+    values = mapped(
+        "algorithm.use_kl_in_reward=True",
+        f"algorithm.kl_ctrl.kl_coef={beta}",
+        "algorithm.gamma=0.9",
+        estimator="reinforce_plus_plus",
+    )
+    assert values["algorithm.advantage.whiten_variance"] == "unbiased"
+    g = torch.Generator().manual_seed(seed)
+    mask = right_padded_mask(g, 6, 8)
+    scores = torch.randn(6, generator=g) * 2
+    old = -torch.rand(6, 8, generator=g) * 3
+    ref_lp = old + torch.randn(6, 8, generator=g)
+    token_rewards = _verl_token_rewards(scores, old, ref_lp, mask, beta, ref=ref)
+    theirs, returns_t = ref.compute_reinforce_plus_plus_outcome_advantage(
+        token_rewards, mask, config=SimpleNamespace(gamma=0.9)
+    )
+    kl = compute_approx_kl(old, ref_lp, values["algorithm.kl.estimator"]) * mask
+    out = compute_advantages_and_returns(
+        scores,
+        mask,
+        estimator=values["algorithm.advantage.estimator"],
+        kl=kl,
+        kl_coef=values["algorithm.kl.coef"],
+        gamma=values["algorithm.advantage.gamma"],
+        reward_clip_range=values["reward.clip_range"],
+        whiten_unbiased=True,
+    )
+    torch.testing.assert_close(out.returns * mask, returns_t * mask)
+    torch.testing.assert_close(out.advantages * mask, theirs * mask)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gae_whitened_as_verl(ref, seed):
+    values = mapped("algorithm.gamma=0.95", "algorithm.lam=0.9", estimator="gae")
+    assert values["algorithm.advantage.whiten_variance"] == "unbiased"
+    g = torch.Generator().manual_seed(seed)
+    mask = right_padded_mask(g, 6, 8)
+    scores = torch.randn(6, generator=g) * 2
+    critic = torch.randn(6, 8, generator=g)
+    token_scores = torch.zeros_like(mask).scatter_(1, (mask.sum(-1).long() - 1).unsqueeze(1), scores.unsqueeze(1))
+    theirs, returns_t = ref.compute_gae_advantage_return(token_scores, critic * mask, mask, 0.95, 0.9)
+    out = compute_advantages_and_returns(
+        scores,
+        mask,
+        estimator="gae",
+        values=critic,
+        gamma=values["algorithm.advantage.gamma"],
+        lambd=values["algorithm.advantage.lambd"],
+        reward_clip_range=values["reward.clip_range"],
+        whiten_unbiased=True,
+    )
+    torch.testing.assert_close(out.returns * mask, returns_t * mask)
+    torch.testing.assert_close(out.advantages * mask, theirs * mask)
+
+
+def _multi_turn_mask(g: torch.Generator, batch: int, width: int) -> torch.Tensor:
+    """Right-padded response masks with a masked span inside (a tool's output between two turns)."""
+    mask = right_padded_mask(g, batch, width)
+    for row in range(batch):
+        length = int(mask[row].sum())
+        if length >= 5:
+            start = int(torch.randint(1, length - 3, (1,), generator=g))
+            mask[row, start : start + 2] = 0
+    return mask
+
+
+@pytest.mark.parametrize("estimator", ["gae", "reinforce_plus_plus"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_multi_turn_masks_are_stepped_over_as_verl(ref, estimator, seed):
+    values = mapped("algorithm.gamma=0.9", "algorithm.lam=0.8", estimator=estimator)
+    assert values["algorithm.advantage.skip_masked_tokens"] is True
+    g = torch.Generator().manual_seed(seed)
+    mask = _multi_turn_mask(g, 6, 10)
+    assert (mask[:, :-1] < mask[:, 1:]).any()  # some interior hole
+    scores = torch.randn(6, generator=g) * 2
+    critic = torch.randn(6, 10, generator=g)
+    last = (mask * torch.arange(10)).argmax(-1)
+    token_scores = torch.zeros_like(mask).scatter_(1, last.unsqueeze(1), scores.unsqueeze(1))
+    if estimator == "gae":
+        theirs, returns_t = ref.compute_gae_advantage_return(token_scores, critic, mask, 0.9, 0.8)
+    else:
+        theirs, returns_t = ref.compute_reinforce_plus_plus_outcome_advantage(
+            token_scores, mask, config=SimpleNamespace(gamma=0.9)
+        )
+    out = compute_advantages_and_returns(
+        scores,
+        mask,
+        estimator=values["algorithm.advantage.estimator"],
+        values=critic if estimator == "gae" else None,
+        gamma=values["algorithm.advantage.gamma"],
+        lambd=values["algorithm.advantage.lambd"],
+        reward_clip_range=values["reward.clip_range"],
+        whiten_unbiased=values["algorithm.advantage.whiten_variance"] == "unbiased",
+        skip_masked=values["algorithm.advantage.skip_masked_tokens"],
+    )
+    torch.testing.assert_close(out.advantages * mask, theirs * mask)
+    torch.testing.assert_close(out.returns * mask, returns_t * mask)
+    default = compute_advantages_and_returns(
+        scores,
+        mask,
+        estimator=values["algorithm.advantage.estimator"],
+        values=critic if estimator == "gae" else None,
+        gamma=0.9,
+        lambd=0.8,
+        reward_clip_range=None,
+        whiten_unbiased=True,
+    )
+    assert not torch.allclose(default.advantages * mask, theirs * mask)
+
+
+@pytest.mark.parametrize("kl_in_reward", [False, True])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_remax_advantages_match_verl(ref, kl_in_reward, seed):
+    beta = 0.05
+    extra = ["algorithm.use_kl_in_reward=True", f"algorithm.kl_ctrl.kl_coef={beta}"] if kl_in_reward else []
+    values = mapped(*extra, estimator="remax")
+    assert values["algorithm.advantage.estimator"] == "remax"
+    n, prompts, width = 2, 4, 7
+    g = torch.Generator().manual_seed(seed)
+    mask = right_padded_mask(g, n * prompts, width)
+    scores = torch.randn(n * prompts, generator=g) * 3
+    greedy = torch.randn(prompts, generator=g).repeat_interleave(n)
+    old = -torch.rand(n * prompts, width, generator=g) * 3
+    ref_lp = old + torch.randn(n * prompts, width, generator=g)
+    token_rewards = _verl_token_rewards(scores, old, ref_lp, mask, beta if kl_in_reward else 0.0, ref=ref)
+    theirs, _ = ref.compute_remax_outcome_advantage(token_rewards, greedy, mask)
+    kl = compute_approx_kl(old, ref_lp, values["algorithm.kl.estimator"]) * mask if kl_in_reward else None
+    ours = compute_advantages_and_returns(
+        scores,
+        mask,
+        estimator=values["algorithm.advantage.estimator"],
+        kl=kl,
+        kl_coef=values["algorithm.kl.coef"],
+        n_samples_per_prompt=n,
+        reward_clip_range=values["reward.clip_range"],
+        kl_before_baseline=values.get("algorithm.kl.before_baseline", False),
+        greedy_rewards=greedy,
+    ).advantages
+    torch.testing.assert_close(ours * mask, theirs * mask)

@@ -46,3 +46,73 @@ def test_the_keys_a_converted_verl_recipe_writes_validate():
     assert validate(spec) == []
     assert spec.reward.clip_range is None
     assert spec.algorithm.kl.before_baseline is True
+
+
+NEW_PRESETS = ["opo", "grpo_passk", "sapo", "geo_mean", "clip_cov", "kl_cov"]
+
+
+@pytest.mark.parametrize("algorithm", NEW_PRESETS)
+def test_the_new_veRL_presets_validate(algorithm):
+    assert error_keys([f"algorithm={algorithm}"]) == []
+
+
+@pytest.mark.parametrize("algorithm", ["sapo", "geo_mean", "clip_cov", "kl_cov"])
+def test_the_new_losses_have_no_dual_clip(algorithm):
+    assert error_keys([f"algorithm={algorithm}", "algorithm.policy_loss.dual_clip=3.0"]) == [
+        "algorithm.policy_loss.dual_clip"
+    ]
+
+
+@pytest.mark.parametrize("algorithm", ["sapo", "geo_mean"])
+def test_sapo_and_geo_mean_are_sequence_losses(algorithm):
+    assert error_keys([f"algorithm={algorithm}", "algorithm.policy_loss.aggregation=token_mean"]) == [
+        "algorithm.policy_loss.aggregation"
+    ]
+
+
+def test_clip_cov_clips_the_ratio_below_but_geo_mean_clips_the_log_ratio():
+    assert error_keys(["algorithm=clip_cov", "algorithm.policy_loss.eps_clip_low=1.5"]) == [
+        "algorithm.policy_loss.eps_clip_low"
+    ]
+    assert error_keys(["algorithm=geo_mean", "algorithm.policy_loss.eps_clip_low=1.5"]) == []
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("algorithm.advantage.std_eps=0", "algorithm.advantage.std_eps"),
+        ("algorithm.policy_loss.sapo_tau_neg=0", "algorithm.policy_loss.sapo_tau_neg"),
+        ("algorithm.policy_loss.cov_fraction=0", "algorithm.policy_loss.cov_fraction"),
+        ("algorithm.policy_loss.cov_fraction=1.5", "algorithm.policy_loss.cov_fraction"),
+        ("algorithm.policy_loss.clip_cov_bounds=[5.0,1.0]", "algorithm.policy_loss.clip_cov_bounds"),
+        ("algorithm.policy_loss.kl_cov_coef=-1", "algorithm.policy_loss.kl_cov_coef"),
+    ],
+)
+def test_the_new_keys_domains(override, key):
+    assert error_keys([override]) == [key]
+
+
+def test_std_eps_defaults_to_openrlhfs_and_grpo_passk_carries_verls():
+    assert load_spec(CPU_RL).algorithm.advantage.std_eps == 1e-9
+    assert load_spec([*CPU_RL, "algorithm=grpo_passk"]).algorithm.advantage.std_eps == 1e-6
+
+
+def test_straight_through_needs_the_kl_in_the_loss_and_not_unbiased_gradient_too():
+    assert error_keys(["algorithm.kl.placement=reward", "algorithm.kl.straight_through=true"]) == [
+        "algorithm.kl.straight_through"
+    ]
+    loss = ["algorithm.kl.placement=loss", "algorithm.kl.straight_through=true"]
+    assert error_keys(loss) == []
+    assert error_keys([*loss, "algorithm.kl.unbiased_gradient=true"]) == ["algorithm.kl.straight_through"]
+
+
+def test_veRLs_conventions_validate_together():
+    overrides = [
+        "algorithm.advantage.std_eps=1e-6",
+        "algorithm.advantage.whiten_variance=unbiased",
+        "algorithm.kl.controller_kl=seq_mean",
+        "algorithm.kl.clamp_k3_only=true",
+        "algorithm.kl.target=0.1",
+    ]
+    assert error_keys(overrides) == []
+    assert error_keys(["algorithm.kl.controller_kl=tokens"]) == ["algorithm.kl.controller_kl"]

@@ -192,7 +192,7 @@ SAMPLE = {
     "sft_lora": (SFT_LORA, "sft", None),
     "cispo": (CISPO, "cispo", None),
     "gpg": (GPG, "gpg", None),
-    "gmpo": (GMPO, None, "GMPO (geometric-mean ratio)"),
+    "gmpo": (GMPO, "geo_mean", None),
     "megatron": (MEGATRON, None, "Megatron-LM's trainer config"),
 }
 DATA_FILES = (

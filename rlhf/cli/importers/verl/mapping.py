@@ -47,6 +47,8 @@ def verl_grad_accum(ppo_mini_batch_size: int, n: int, data_parallel: int, micro_
     return ppo_mini_batch_size * n // data_parallel // micro_per_gpu
 
 
+#: veRL's epsilon on the group std (core_algos.compute_grpo_outcome_advantage's default).
+VERL_GROUP_STD_EPS = 1e-6
 # veRL's estimator -> ours, where the arithmetic is the same (rlhf.algo.advantages; veRL's core_algos.py).
 ESTIMATORS = {
     "gae": "gae",
@@ -57,23 +59,35 @@ ESTIMATORS = {
     "reinforce_plus_plus": "reinforce",  # discounted returns, KL in the reward, whitened over the batch
     "reinforce_plus_plus_baseline": "reinforce_baseline",  # group mean subtracted, then whitened over the batch
     "gpg": "gpg",  # group mean subtracted, scaled by batch size / non-zero scores
+    "opo": "opo",  # the group's length-weighted mean subtracted
+    "grpo_passk": "grpo_passk",  # only the best of each group: (best - second) / (std + epsilon)
+    "remax": "remax",  # the reward of a greedy response to the prompt subtracted
 }
 # Estimators with no equivalent here: why, and the closest one the recipe uses instead.
 OTHER_ESTIMATORS = {
-    "remax": ("ReMax (the reward of a greedy rollout as the baseline)", "reinforce_baseline"),
-    "opo": ("OPO (a length-weighted optimal baseline)", "reinforce_baseline"),
-    "grpo_passk": ("pass@k GRPO", "group_norm"),
     "optimal_token_baseline": ("the optimal token baseline", "reinforce_baseline"),
     "tir_optimal_token_baseline": ("the tool-integrated optimal token baseline", "reinforce_baseline"),
     "gdpo": ("GDPO (grouped decoupled rewards)", "group_norm"),
 }
-POLICY_LOSSES = {"vanilla": "ppo", "gspo": "gspo", "cispo": "cispo", "gpg": "gpg"}
-OTHER_POLICY_LOSSES = {
-    "geo_mean": "GMPO (geometric-mean ratio)",
-    "sapo": "SAPO (soft gates instead of clipping)",
-    "clip_cov": "Clip-Cov",
-    "kl_cov": "KL-Cov",
+POLICY_LOSSES = {
+    "vanilla": "ppo",
+    "gspo": "gspo",
+    "cispo": "cispo",
+    "gpg": "gpg",
+    "sapo": "sapo",
+    "geo_mean": "geo_mean",
+    "clip_cov": "clip_cov",
+    "kl_cov": "kl_cov",
 }
+OTHER_POLICY_LOSSES = {
+    "dppo_tv": "DPPO (total-variation trust region)",
+    "dppo_kl": "DPPO (KL trust region)",
+    "dro": "DRO",
+    "bypass_mode": "the rollout-correction bypass mode",
+}
+# veRL's policy losses that aggregate by seq-mean-token-mean (sapo) or a mean over sequences (geo_mean) whatever
+# loss_agg_mode says: seq_mean here.
+SEQUENCE_MEAN_LOSSES = ("sapo", "geo_mean")
 # veRL's KL estimator names (core_algos.kl_penalty) -> ours.
 KL = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3", "abs": "abs"}
 AGGREGATIONS = {
@@ -301,10 +315,20 @@ class _Mapper(OutcomeBook):
                 ours = "dr_grpo"
                 self.explain("algorithm.norm_adv_by_std_in_grpo", "GRPO without dividing by the std: dr_grpo here")
             self.put("algorithm.advantage.estimator", ours, k)
-            if ours == "group_norm":
-                self.differ(k, "the group std gets + 1e-9 here, + 1e-6 in veRL (apart only for near-equal scores)")
+            if ours in ("group_norm", "grpo_passk"):
+                # veRL's compute_grpo(_passk)_outcome_advantage: ... / (std + epsilon), epsilon 1e-6
+                self.put("algorithm.advantage.std_eps", VERL_GROUP_STD_EPS, k)
+            if ours == "grpo_passk" and self.eff("algorithm.norm_adv_by_std_in_grpo", bool) is False:
+                self.differ(
+                    "algorithm.norm_adv_by_std_in_grpo",
+                    "grpo_passk divides the best sample's gap by the group std here whatever it says",
+                )
             if ESTIMATORS[est] in ("gae", "reinforce", "reinforce_baseline"):
-                self.differ(k, "advantages whitened with the population variance here, N/(N-1) times it in veRL")
+                # veRL's masked_whiten divides by the unbiased (N/(N-1)) variance
+                self.put("algorithm.advantage.whiten_variance", "unbiased", k)
+            if ESTIMATORS[est] in ("gae", "reinforce"):
+                # veRL's GAE and REINFORCE++ returns step over masked tokens inside a response (multi-turn)
+                self.put("algorithm.advantage.skip_masked_tokens", True, k)
         else:
             what, closest = OTHER_ESTIMATORS.get(est, (f"{est!r}", "group_norm"))
             self.put("algorithm.advantage.estimator", closest, k)
@@ -358,10 +382,8 @@ class _Mapper(OutcomeBook):
                 self.put(
                     "algorithm.kl.target", self.eff("algorithm.kl_ctrl.target_kl", float), "algorithm.kl_ctrl.type"
                 )
-                self.differ(
-                    "algorithm.kl_ctrl.type",
-                    "the controller reads the token-mean KL here, the mean of per-sequence means in veRL",
-                )
+                # veRL's apply_kl_penalty feeds the controller the mean of the sequences' token means
+                self.put("algorithm.kl.controller_kl", "seq_mean", "algorithm.kl_ctrl.type")
                 self.put(
                     "algorithm.kl.horizon", self.eff("algorithm.kl_ctrl.horizon", int), "algorithm.kl_ctrl.horizon"
                 )
@@ -386,10 +408,14 @@ class _Mapper(OutcomeBook):
             self.put("algorithm.kl.estimator", KL[base], kind_key)
             if base in ("low_var_kl", "k3"):
                 self.explain(kind_key, "k3; veRL clamps each token's value to [-10, 10]")
-            if straight:
-                self.differ(kind_key, "the '+' straight-through k2 gradient is not modelled: the plain estimator")
+            if straight and loss and KL[base] != "k2":
+                # veRL's kl_penalty: the estimator's value, k2's gradient (no importance weight)
+                self.put("algorithm.kl.straight_through", True, kind_key)
+            elif straight:
+                self.explain(kind_key, "'+' changes only a KL loss's gradient: no effect here, nor in veRL")
             if KL[base] in ("k1", "k2", "abs"):
-                self.differ(kind_key, f"{KL[base]} is clamped to [-10, 10] per token here, not in veRL")
+                # veRL clamps k3 alone
+                self.put("algorithm.kl.clamp_k3_only", True, kind_key)
         else:
             self.none(kind_key, UNSUPPORTED, f"the {kind} KL estimator; one of {', '.join(sorted(set(KL)))}")
         if loss and in_reward:
@@ -527,6 +553,7 @@ class _Mapper(OutcomeBook):
         else:
             self.put("algorithm.policy_loss.type", "ppo", k)
             self.none(k, UNSUPPORTED, f"{OTHER_POLICY_LOSSES.get(mode, repr(mode))}; the recipe uses the PPO clip loss")
+        self._loss_settings(mode)
         clip_k = f"{_ACTOR}.clip_ratio"
         clip = self.eff(clip_k, float)
         low = self.eff(f"{_ACTOR}.clip_ratio_low", float)
@@ -538,7 +565,7 @@ class _Mapper(OutcomeBook):
         if self.given(clip_k) and low is not None and high is not None:
             self.explain(clip_k, "no effect in veRL 0.9.1: clip_ratio_low and clip_ratio_high (0.2 by default) win")
         c_k = f"{_ACTOR}.clip_ratio_c"
-        if POLICY_LOSSES.get(mode) in names.NO_SURROGATE_CLIP_LOSSES:
+        if POLICY_LOSSES.get(mode) in names.NO_DUAL_CLIP_LOSSES:
             self.handled.add(c_k)
             if self.given(c_k):
                 self.explain(c_k, f"not read by veRL's {mode} loss (no clipped surrogate to bound), nor here")
@@ -550,6 +577,14 @@ class _Mapper(OutcomeBook):
         if mode == "gspo" and agg != "seq-mean-token-mean":
             self.put("algorithm.policy_loss.aggregation", "seq_mean", agg_k)
             self.differ(agg_k, f"GSPO is a sequence-level loss here: seq_mean, where veRL aggregates by {agg}")
+        elif mode in SEQUENCE_MEAN_LOSSES:
+            # veRL's sapo and geo_mean losses ignore loss_agg_mode (its KL-loss and entropy terms do not).
+            self.put("algorithm.policy_loss.aggregation", "seq_mean", agg_k)
+            self.explain(agg_k, f"veRL's {mode} loss is a mean over sequences whatever it says, as seq_mean here")
+            if agg not in ("token-mean", "seq-mean-token-mean") and (
+                self.eff(f"{_ACTOR}.use_kl_loss", bool) or self.eff(f"{_ACTOR}.entropy_coeff", float)
+            ):
+                self.differ(agg_k, f"the KL-loss and entropy terms aggregate by seq_mean here, by {agg} in veRL")
         elif agg in AGGREGATIONS:
             self.put("algorithm.policy_loss.aggregation", AGGREGATIONS[agg], agg_k)
         else:
@@ -561,7 +596,7 @@ class _Mapper(OutcomeBook):
             # veRL pads each micro-batch to its longest response and divides by that width.
             self.put("algorithm.policy_loss.aggregation_norm_from", "micro_batch_width", agg_k)
         self.handled.add(f"{_ACTOR}.loss_scale_factor")
-        if agg != "token-mean" and agg in AGGREGATIONS:
+        if agg != "token-mean" and agg in AGGREGATIONS and mode not in SEQUENCE_MEAN_LOSSES:
             # veRL's actor aggregates its KL-loss and entropy terms with loss_agg_mode too.
             self.put("algorithm.policy_loss.terms_aggregation", "policy", agg_k)
         self._critic_aggregation(agg)
@@ -584,6 +619,40 @@ class _Mapper(OutcomeBook):
             )
         elif self.given(f"{_ACTOR}.ulysses_sequence_parallel_size"):
             self.explain(f"{_ACTOR}.ulysses_sequence_parallel_size", "1: none, as here")
+
+    def _loss_settings(self, mode: str) -> None:
+        """The settings veRL's sapo, clip_cov and kl_cov losses read (its defaults carried: actor.yaml's)."""
+        p = f"{_ACTOR}.policy_loss"
+        keys = {
+            "sapo": (
+                ("algorithm.policy_loss.sapo_tau_pos", f"{_ACTOR}.tau_pos"),
+                ("algorithm.policy_loss.sapo_tau_neg", f"{_ACTOR}.tau_neg"),
+            ),
+            "clip_cov": (("algorithm.policy_loss.cov_fraction", f"{p}.clip_cov_ratio"),),
+            "kl_cov": (
+                ("algorithm.policy_loss.cov_fraction", f"{p}.kl_cov_ratio"),
+                ("algorithm.policy_loss.kl_cov_coef", f"{p}.ppo_kl_coef"),
+            ),
+        }
+        for ours, theirs in keys.get(mode, ()):
+            self.put(ours, self.eff(theirs, float), theirs)
+        if mode == "clip_cov":
+            low, high = self.eff(f"{p}.clip_cov_lb", float), self.eff(f"{p}.clip_cov_ub", float)
+            self.put("algorithm.policy_loss.clip_cov_bounds", [low, high], f"{p}.clip_cov_lb", f"{p}.clip_cov_ub")
+        every = (
+            f"{_ACTOR}.tau_pos",
+            f"{_ACTOR}.tau_neg",
+            f"{p}.clip_cov_ratio",
+            f"{p}.clip_cov_lb",
+            f"{p}.clip_cov_ub",
+            f"{p}.kl_cov_ratio",
+            f"{p}.ppo_kl_coef",
+        )
+        for k in every:
+            if k not in self.handled:
+                self.handled.add(k)
+                if self.given(k):
+                    self.explain(k, f"not read by veRL's {mode} loss, nor here")
 
     def _critic_aggregation(self, actor_agg: str) -> None:
         """veRL's critic aggregates its loss by critic.loss_agg_mode, the actor's by default."""
