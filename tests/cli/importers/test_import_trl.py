@@ -53,10 +53,13 @@ def _map(line: str, hardware: str | None = None):
 
 
 def test_trl_line_reads_the_config_file_then_the_flags_over_it(in_tmp):
-    conv = convert("trl grpo --config grpo.yaml --beta 0.04 --learning_rate 3e-6".split())
+    conv = convert(
+        "trl grpo --config grpo.yaml --beta 0.04 --learning_rate 3e-6 --use_bias_correction_kl false".split()
+    )
     rows = _rows(conv)
     assert rows["beta: 0.02 (grpo.yaml)"].marker == OVERRIDDEN
     assert rows["--beta 0.04"].marker == WRITTEN and conv.recipe.values["algorithm.kl.coef"] == 0.04
+    assert rows["--use_bias_correction_kl false"].marker == EQUAL
     assert conv.recipe.values["trainer.lr"] == 3e-6
     assert conv.recipe.choices["algorithm"] == "grpo" and conv.mapping.model_path == "Qwen/Qwen2.5-0.5B-Instruct"
     assert conv.recipe.values["reward.function"] == ["trl.rewards.accuracy_reward"]
@@ -177,19 +180,33 @@ def test_each_loss_type_gets_its_marker(loss, marker, ptype, aggregation, in_tmp
 
 @pytest.mark.parametrize(
     ("scale", "marker", "estimator"),
-    [("group", EQUAL, "group_norm"), ("none", EQUAL, "dr_grpo"), ("batch", DIFFERS, "reinforce_baseline")],
+    [("group", WRITTEN, "group_norm"), ("none", EQUAL, "dr_grpo"), ("batch", DIFFERS, "reinforce_baseline")],
 )
 def test_scale_rewards_chooses_the_estimator(scale, marker, estimator, in_tmp):
     conv = convert(f"trl grpo --config grpo.yaml --scale_rewards {scale}".split())
     assert conv.mapping.values["algorithm.advantage.estimator"] == estimator
     row = _rows(conv)[f"--scale_rewards {scale}"]
     assert row.marker == marker and f"algorithm.advantage.estimator={estimator}" in row.detail
+    if scale == "group":  # TRL's group std + 1e-4
+        assert conv.mapping.values["algorithm.advantage.std_eps"] == 1e-4
+
+
+def test_trls_bias_corrected_kl_is_reported_as_differing(in_tmp):
+    """TRL 1.16 multiplies the KL by the ratio by default (use_bias_correction_kl): the beta row says ~>."""
+    row = _rows(convert("trl grpo --config grpo.yaml --beta 0.04".split()))["--beta 0.04"]
+    assert row.marker == DIFFERS and "use_bias_correction_kl" in row.detail
+    rows = _rows(convert("trl grpo --config grpo.yaml --use_bias_correction_kl true".split()))
+    assert rows["--use_bias_correction_kl true"].marker == DIFFERS  # beta 0.02 from the file
 
 
 def test_sequence_importance_sampling_is_gspo(in_tmp):
-    conv = convert("trl grpo --config grpo.yaml --importance_sampling_level sequence".split())
+    conv = convert("trl grpo --config grpo.yaml --loss_type grpo --importance_sampling_level sequence".split())
     assert conv.mapping.values["algorithm.policy_loss.type"] == "gspo"
     assert _rows(conv)["--importance_sampling_level sequence"].marker == WRITTEN
+    # TRL's default dapo aggregates the sequence-ratio loss per token; GSPO here is a mean over sequences.
+    conv = convert("trl grpo --config grpo.yaml --importance_sampling_level sequence".split())
+    assert conv.mapping.values["algorithm.policy_loss.type"] == "gspo"
+    assert _rows(conv)["--importance_sampling_level sequence"].marker == DIFFERS
 
 
 def test_a_reward_list_with_weights_and_a_file(in_tmp):

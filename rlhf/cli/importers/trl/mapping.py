@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf.cli.importers.outcomes import Outcome, OutcomeBook
 from rlhf.cli.importers.conf_options import options
+from rlhf.cli.importers.outcomes import Outcome, OutcomeBook
 from rlhf.cli.importers.trl import vocab
 from rlhf.cli.importers.trl.command import Command
 
@@ -427,6 +427,9 @@ class _Mapper(OutcomeBook):
         if beta > 0:
             self.put("algorithm.kl.estimator", "k3", "beta")
             self.put("algorithm.kl.placement", "loss", "beta")
+            # TRL adds beta x KL to each token's loss before the loss_type's aggregation: the policy loss's here.
+            self.put("algorithm.policy_loss.terms_aggregation", "policy", "beta")
+        self._bias_corrected_kl(beta)
         self._scale_rewards()
         loss = self.eff("loss_type")
         k = "loss_type"
@@ -444,6 +447,13 @@ class _Mapper(OutcomeBook):
             if ptype == "ppo":
                 ptype = "gspo"
                 self.put("algorithm.policy_loss.type", ptype, "importance_sampling_level")
+                if agg != "seq_mean":
+                    self.differ(
+                        "importance_sampling_level",
+                        f"GSPO's loss here is a mean over sequences whatever the aggregation; TRL's loss_type {loss} "
+                        f"aggregates the sequence-ratio loss per token ({agg}), weighting a sequence by its length "
+                        "(loss_type grpo is the sequence mean)",
+                    )
             else:
                 self.differ("importance_sampling_level", f"the token ratio of {ptype} here")
         self.put("algorithm.policy_loss.type", ptype, k)
@@ -468,6 +478,24 @@ class _Mapper(OutcomeBook):
             self.put("algorithm.policy_loss.dual_clip", self.number("delta", float), "delta")
             self.differ("delta", "TRL caps the ratio at delta for every advantage; a dual clip caps negative ones")
 
+    def _bias_corrected_kl(self, beta: float) -> None:
+        """TRL 1.16 multiplies each token's KL by the (not detached) ratio pi/pi_old by default; here the KL term is
+        the plain k3 estimate, TRL's with use_bias_correction_kl false."""
+        k = "use_bias_correction_kl"
+        self.handled.add(k)
+        if not self.eff(k):
+            if self.given(k):
+                self.explain(k, "the KL term here is the plain k3 estimate, as TRL's with it off")
+            return
+        if beta > 0:
+            self.differ(
+                k if self.given(k) else "beta",
+                "TRL multiplies each token's KL by the ratio pi/pi_old (use_bias_correction_kl, on by default); "
+                "here the plain k3 estimate (TRL's with --use_bias_correction_kl false)",
+            )
+        elif self.given(k):
+            self.explain(k, "read by TRL only with beta > 0")
+
     def _scale_rewards(self) -> None:
         k = "scale_rewards"
         self.handled.add(k)
@@ -485,10 +513,8 @@ class _Mapper(OutcomeBook):
             return
         self.put("algorithm.advantage.estimator", est, k)
         if est == "group_norm":
-            self.notes.append(
-                "advantage: TRL divides by the group's std + 1e-4, here + 1e-9 (equal unless a group's rewards are "
-                "nearly equal)"
-            )
+            # TRL divides by the group's (unbiased) std + 1e-4 (GRPOTrainer._generate_and_score_completions).
+            self.put("algorithm.advantage.std_eps", vocab.GROUP_STD_EPS, k)
 
     def _rollout(self) -> None:
         if self.eff("mask_truncated_completions"):
@@ -500,7 +526,7 @@ class _Mapper(OutcomeBook):
         if self.given("entropy_coef"):
             self.put("algorithm.policy_loss.entropy_coef", self.number("entropy_coef", float), "entropy_coef")
             self.differ("entropy_coef", "the bonus is averaged as algorithm.policy_loss.terms_aggregation says here")
-        for key in ("top_entropy_quantile", "min_p", "repetition_penalty", "use_bias_correction_kl"):
+        for key in ("top_entropy_quantile", "min_p", "repetition_penalty"):
             if key in self.setting:
                 self.none(key, UNSUPPORTED, "no such knob here yet")
         self.handled.add("mask_truncated_completions")

@@ -74,6 +74,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "loss_type": "dapo",
         "scale_rewards": "group",
         "importance_sampling_level": "token",
+        "use_bias_correction_kl": True,
     },
     "rloo": {**_COMMON, **_ONLINE, "learning_rate": 1e-6, "num_generations": 2, "beta": 0.05},
     "dpo": {**_COMMON, "learning_rate": 1e-6, "beta": 0.1, "loss_type": ["sigmoid"], "max_length": 1024},
@@ -97,6 +98,8 @@ OTHER_LOSS_TYPES = {
     "vespo": "PPO's hard clip instead of VESPO's Gamma-shaped sequence weights",
 }
 # scale_rewards (TRL also takes the old booleans) -> our advantage estimator.
+# TRL 1.16 adds this to the group std before dividing (scale_rewards group) -> algorithm.advantage.std_eps
+GROUP_STD_EPS = 1e-4
 SCALE_REWARDS = {"group": "group_norm", True: "group_norm", "none": "dr_grpo", False: "dr_grpo", "batch": None}
 # DPO's loss_type -> our preference.loss
 DPO_LOSSES = {"sigmoid": "dpo", "ipo": "ipo", "kto_pair": "kto"}
