@@ -1,6 +1,7 @@
 """The training loops: ``run(spec, plan, run_dir)`` dispatches on ``spec.algorithm.family``.
 
-sft, rm and dpo share rlhf.pipelines.supervised; rl (every RL algorithm) lives in rlhf.pipelines.rl.
+sft, rm and dpo share rlhf.pipelines.supervised; rl (every RL algorithm) lives in rlhf.pipelines.rl, and a
+rollout-only run (rollout.only) in rlhf.pipelines.rollout_only, which reuses rl's data and eval.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ def run(
 
         make_task = import_module(f"rlhf.pipelines.{family}").make_task
         return run_supervised(spec, plan, run_dir, make_task, realize)
+    if family == "rl" and spec.rollout.only:  # rollout-only: generate, score (and record); nothing trains
+        from rlhf.pipelines.rollout_only import run as run_rollout_only
+
+        return run_rollout_only(spec, plan, run_dir, realize)
     if family == "rl":
         from rlhf.pipelines.rl import run as run_rl
 

@@ -484,10 +484,6 @@ def run(
     """Train ``spec`` (an RL algorithm); ``realize(spec, plan)`` gives the Ray placement (from the launcher)."""
     from rlhf.pipelines.lifecycle import Runner
 
-    if spec.rollout.only:  # rollout-only: generate, score (and record); nothing trains
-        from rlhf.pipelines.rollout_only import RolloutOnlyRecipe
-
-        return Runner(spec, plan, run_dir, realize, RolloutOnlyRecipe(spec, run_dir)).run()
     return Runner(spec, plan, run_dir, realize, RLRecipe(spec, run_dir)).run()
 
 

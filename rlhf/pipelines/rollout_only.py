@@ -11,7 +11,7 @@ seed, exactly as an RL run's step would from the same weights; the engines keep 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from statistics import fmean
@@ -173,3 +173,13 @@ class RolloutOnlyRecipe:
         if self.recorder is not None:
             out["recording"] = self.spec.rollout.record
         return out
+
+
+def run(
+    spec: ExperimentSpec, plan: Any, run_dir: Path, realize: Callable[[ExperimentSpec, Any], Any]
+) -> dict[str, Any]:
+    """Generate and score ``spec``'s prompts (and record them) with nothing trained, on the placement
+    ``realize(spec, plan)`` gives, with the run lifecycle of every pipeline."""
+    from rlhf.pipelines.lifecycle import Runner
+
+    return Runner(spec, plan, run_dir, realize, RolloutOnlyRecipe(spec, run_dir)).run()
