@@ -192,42 +192,45 @@ class ImportOpenRLHF:
     help = "convert an OpenRLHF command line or script into a recipe, reporting what became of every flag"
 
     def add(self, p: argparse.ArgumentParser) -> None:
-        from rlhf.cli.importers.openrlhf.verb import add_arguments
+        from rlhf.importers.openrlhf.verb import add_arguments
 
         add_arguments(p)
 
     def run(self, args: argparse.Namespace) -> int:
-        from rlhf.cli.importers.openrlhf.verb import run
+        from rlhf.cli.import_recipe import write_and_check
+        from rlhf.importers.openrlhf.verb import conversion
 
-        return run(args)
+        return write_and_check(args, lambda: conversion(args))
 
 
 class ImportVerl:
     help = "convert a veRL command line or script (main_ppo, fsdp_sft_trainer) into a recipe, reporting every override"
 
     def add(self, p: argparse.ArgumentParser) -> None:
-        from rlhf.cli.importers.verl.verb import add_arguments
+        from rlhf.importers.verl.verb import add_arguments
 
         add_arguments(p)
 
     def run(self, args: argparse.Namespace) -> int:
-        from rlhf.cli.importers.verl.verb import run
+        from rlhf.cli.import_recipe import write_and_check
+        from rlhf.importers.verl.verb import conversion
 
-        return run(args)
+        return write_and_check(args, lambda: conversion(args))
 
 
 class ImportTrl:
     help = "convert a TRL command line (trl grpo ..., accelerate launch ... grpo.py ...) or config file into a recipe"
 
     def add(self, p: argparse.ArgumentParser) -> None:
-        from rlhf.cli.importers.trl.verb import add_arguments
+        from rlhf.importers.trl.verb import add_arguments
 
         add_arguments(p)
 
     def run(self, args: argparse.Namespace) -> int:
-        from rlhf.cli.importers.trl.verb import run
+        from rlhf.cli.import_recipe import write_and_check
+        from rlhf.importers.trl.verb import conversion
 
-        return run(args)
+        return write_and_check(args, lambda: conversion(args))
 
 
 class Rollouts:

@@ -29,8 +29,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl_reference import MAX_COMPLETION, Batch, TRLStep, make_batch, run_trl_step, trl_available
 
 from rlhf.algo import compute_advantages_and_returns, step_loss_normalizer
-from rlhf.cli.importers.report import DIFFERS
-from rlhf.cli.importers.trl.verb import convert
+from rlhf.importers.report import DIFFERS
+from rlhf.importers.trl.verb import convert
 from rlhf.pipelines.rl_losses import ActorLossSettings, actor_loss_fn, policy_logprobs_fn
 from rlhf.spec.build import load_spec
 

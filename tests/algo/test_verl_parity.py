@@ -33,8 +33,8 @@ from rlhf.algo import (
 )
 from rlhf.algo.advantages import GROUP_STD_EPS
 from rlhf.algo.aggregation import response_width, step_loss_normalizer
-from rlhf.cli.importers.verl.mapping import map_command
-from rlhf.cli.importers.verl.overrides import split_command
+from rlhf.importers.verl.mapping import map_command
+from rlhf.importers.verl.overrides import split_command
 from rlhf.pipelines.rl_losses import policy_loss_params
 from rlhf.spec import names
 from rlhf.spec.schema import PolicyLossSpec

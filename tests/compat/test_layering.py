@@ -1,6 +1,7 @@
 """The two products that used to share rlhf/compat/ each sit where the direction of imports wants them: the runtime
-OpenRLHF fallback low (rewards, agents and the preflight import it), the command converter under cli/ (it composes,
-validates and plans, so it imports cli.common and planning.plan). Read statically: nothing is imported."""
+OpenRLHF fallback low (rewards, agents and the preflight import it), the command converters in rlhf/importers/ (a
+package of their own, imported by cli alone; writing and checking a converted recipe is cli's). Read statically:
+nothing is imported."""
 
 from __future__ import annotations
 
@@ -44,9 +45,15 @@ def test_runtime_fallback_entry_imports_only_the_shared_errors():
     assert ours == {"rlhf.errors", "rlhf.errors.UserError"}
 
 
-def test_the_converter_lives_under_cli():
+def test_the_converters_are_a_package_of_their_own_imported_by_cli_alone():
     assert not [p.name for p in _modules_under("compat") if "convert" in p.name or p.name == "shell.py"]
-    assert (PACKAGE / "cli" / "importers" / "openrlhf" / "verb.py").is_file()
+    assert (PACKAGE / "importers" / "openrlhf" / "verb.py").is_file()
+    importers = {
+        str(p.relative_to(PACKAGE)): sorted(m for m in _imports(p) if m.startswith("rlhf.importers"))
+        for p in PACKAGE.rglob("*.py")
+        if (PACKAGE / "importers") not in p.parents and (PACKAGE / "cli") not in p.parents
+    }
+    assert {k: v for k, v in importers.items() if v} == {}
 
 
 def test_compat_imports_nothing_of_the_packages_that_import_it():

@@ -19,7 +19,7 @@ from run_helpers import TINY_RUN
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-sys.path.insert(0, str(ROOT / "tests" / "cli" / "importers"))
+sys.path.insert(0, str(ROOT / "tests" / "importers"))
 from openrlhf_commands import FLAT  # noqa: E402
 from verl_commands import DATA_FILES, SAMPLE  # noqa: E402
 

@@ -36,7 +36,7 @@ OWN = {_owner(n) for n in NAMES} | {
     "engines/vllm_version.py",
 }
 # Peers' commands name peers' backends (veRL's rollout.name=vllm, TRL's distributed type), not ours.
-PEERS = ("cli/importers/",)
+PEERS = ("importers/",)
 
 
 def _strings(node: ast.AST) -> set[str]:

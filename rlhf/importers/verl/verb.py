@@ -1,12 +1,12 @@
 """``rlhf-recipes import-verl``: a veRL command line (``python3 -m verl.trainer.main_ppo`` with its Hydra overrides,
 or ``verl.trainer.fsdp_sft_trainer`` / ``sft_trainer``), or a shell script running one, becomes a recipe and a
-report on every override, with the contract of import-openrlhf (rlhf.cli.importers.common):
+report on every override, with the contract of import-openrlhf (rlhf.importers.common):
 
     rlhf-recipes import-verl run_qwen2-7b_math.sh --hardware h100 --check
     rlhf-recipes import-verl -o grpo.yaml -- python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo ...
 
 Reading the overrides: .overrides (Hydra's own parser); veRL's defaults and the keys with no equivalent: .vocab;
-what they mean here: .mapping; the recipe: rlhf.cli.importers.recipe.
+what they mean here: .mapping; the recipe: rlhf.importers.recipe.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from rlhf.cli.importers import common
-from rlhf.cli.importers import report as rep
-from rlhf.cli.importers.placeholders import Placeholder, describe
-from rlhf.cli.importers.recipe import Recipe, build_recipe, render_yaml
-from rlhf.cli.importers.verl.mapping import COMING, Mapping, Outcome, map_command
-from rlhf.cli.importers.verl.overrides import Command, Override, find_entry, split_command
+from rlhf.importers import common
+from rlhf.importers import report as rep
+from rlhf.importers.placeholders import Placeholder, describe
+from rlhf.importers.recipe import Recipe, build_recipe, render_yaml
+from rlhf.importers.verl.mapping import COMING, Mapping, Outcome, map_command
+from rlhf.importers.verl.overrides import Command, Override, find_entry, split_command
 
 WHAT = "veRL"
 HINT = "verl.trainer.main_ppo, fsdp_sft_trainer, sft_trainer"
@@ -143,7 +143,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     common.add_arguments(p, "veRL")
 
 
-def run(args: argparse.Namespace) -> int:
-    return common.write_and_check(
-        args, lambda: convert_words(common.read_input(list(args.input), find_entry, WHAT, EXAMPLE, HINT), args.hardware)
-    )
+def conversion(args: argparse.Namespace) -> common.Conversion:
+    """The conversion ``rlhf-recipes import-verl`` writes and checks (rlhf.cli.import_recipe)."""
+    return convert_words(common.read_input(list(args.input), find_entry, WHAT, EXAMPLE, HINT), args.hardware)

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf.cli.importers.common import ImportProblem
-from rlhf.cli.importers.verl import vocab
+from rlhf.importers.common import ImportProblem
+from rlhf.importers.verl import vocab
 
 _MODULE = re.compile(r"^verl[./]trainer[./](\w+?)(?:\.py)?$")
 # Hydra's own flags before the overrides: which config file the run starts from.

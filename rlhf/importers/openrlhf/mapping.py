@@ -3,9 +3,9 @@
 The semantics are carried over, not just the names: where the command leaves a flag out, OpenRLHF's default for it
 is what the run would use, so that default is carried (``rollout.batch_size`` 1024, ``data.apply_chat_template``
 off, ``algo.kl.init_coef`` 0.01 in the reward with k1, ``lambd`` 1, ...); the recipe then keeps only the values
-that differ from the options it picks (rlhf.cli.importers.recipe).
+that differ from the options it picks (rlhf.importers.recipe).
 
-Batch vocabulary (OpenRLHF -> ours; derived values are equal, tests/cli/importers pins them):
+Batch vocabulary (OpenRLHF -> ours; derived values are equal, tests/importers pins them):
     rollout.batch_size (prompts per step)        -> rollout.prompts_per_step
     rollout.n_samples_per_prompt                  -> rollout.samples_per_prompt
     train.batch_size (samples per optimizer step) -> trainer.global_batch
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlhf.cli.importers.common import launcher_devices
-from rlhf.cli.importers.openrlhf import flags as vocab
-from rlhf.cli.importers.openrlhf.args import Command
-from rlhf.cli.importers.outcomes import Outcome, OutcomeBook
-from rlhf.cli.importers.recipe import schema_has
+from rlhf.importers.common import launcher_devices
+from rlhf.importers.openrlhf import flags as vocab
+from rlhf.importers.openrlhf.args import Command
+from rlhf.importers.outcomes import Outcome, OutcomeBook
+from rlhf.importers.recipe import schema_has
 from rlhf.spec import names
 
 
@@ -52,7 +52,7 @@ class Mapping:
     devices_per_node: int
     # Our keys whose value came from a flag the script could not resolve (${SAVE_PATH} set outside it, $(...)):
     # key -> (the flags as written, their unknown pieces). The value in ``values`` is then a stand-in (OpenRLHF's
-    # default, or the text as written for a path); the recipe writes a placeholder (rlhf.cli.importers.placeholders).
+    # default, or the text as written for a path); the recipe writes a placeholder (rlhf.importers.placeholders).
     unknown: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
     @property
@@ -285,7 +285,7 @@ class _Mapper(OutcomeBook):
             self._supervised_algorithm()
             groups, nodes, per_node = self._supervised_devices()
         model = "actor.model_name_or_path" if self.rl else "model.model_name_or_path"
-        self.explain(model, "model: the closest conf/model option (rlhf.cli.importers.recipe.choose_model)")
+        self.explain(model, "model: the closest conf/model option (rlhf.importers.recipe.choose_model)")
         if model in self.unknown_c:
             self.unknown["model.path"] = (self.unknown_c[model],)
         unknown = {k: self._as_written(idx) for k, idx in self.unknown.items()}

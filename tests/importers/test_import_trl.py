@@ -8,12 +8,12 @@ import dataclasses
 
 import pytest
 
-from rlhf.cli.importers.report import DIFFERS, EQUAL, NONE, OVERRIDDEN, UNRECOGNISED, WRITTEN
-from rlhf.cli.importers.trl import vocab
-from rlhf.cli.importers.trl.command import split_command
-from rlhf.cli.importers.trl.mapping import map_command
-from rlhf.cli.importers.trl.verb import convert, convert_words, convert_yaml, words_from_script
 from rlhf.cli.recipes import main as recipes_main
+from rlhf.importers.report import DIFFERS, EQUAL, NONE, OVERRIDDEN, UNRECOGNISED, WRITTEN
+from rlhf.importers.trl import vocab
+from rlhf.importers.trl.command import split_command
+from rlhf.importers.trl.mapping import map_command
+from rlhf.importers.trl.verb import convert, convert_words, convert_yaml, words_from_script
 
 GRPO_YAML = """\
 model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct

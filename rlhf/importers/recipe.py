@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlhf.cli.importers.common import ImportProblem
-from rlhf.cli.importers.conf_options import options
-from rlhf.cli.importers.placeholders import UNKNOWN, Placeholder, describe
+from rlhf.importers.common import ImportProblem
+from rlhf.importers.conf_options import options
+from rlhf.importers.placeholders import UNKNOWN, Placeholder, describe
 from rlhf.spec import schema
 from rlhf.spec.paths import conf_dir
 from rlhf.spec.required import escaped

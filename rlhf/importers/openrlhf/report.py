@@ -1,14 +1,14 @@
 """The import-openrlhf report: every flag as written with what it became, or why it has no equivalent (markers:
-rlhf.cli.importers.report)."""
+rlhf.importers.report)."""
 
 from __future__ import annotations
 
-from rlhf.cli.importers import report as common
-from rlhf.cli.importers.openrlhf.args import Command, Flag
-from rlhf.cli.importers.openrlhf.mapping import Mapping, Outcome
-from rlhf.cli.importers.placeholders import UNKNOWN, describe
-from rlhf.cli.importers.recipe import Recipe, _scalar
-from rlhf.cli.importers.report import NONE, OVERRIDDEN, UNRECOGNISED, WRITTEN, Line
+from rlhf.importers import report as common
+from rlhf.importers.openrlhf.args import Command, Flag
+from rlhf.importers.openrlhf.mapping import Mapping, Outcome
+from rlhf.importers.placeholders import UNKNOWN, describe
+from rlhf.importers.recipe import Recipe, _scalar
+from rlhf.importers.report import NONE, OVERRIDDEN, UNRECOGNISED, WRITTEN, Line
 
 __all__ = ["NONE", "OVERRIDDEN", "UNRECOGNISED", "WRITTEN", "Line", "flag_line", "lines", "render"]
 

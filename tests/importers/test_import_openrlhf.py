@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from openrlhf_commands import DOTTED, FLAT, REINFORCE_PP_BASELINE
 
-from rlhf.cli.importers.openrlhf.args import ImportProblem, find_entry
-from rlhf.cli.importers.openrlhf.mapping import openrlhf_grad_accum, openrlhf_steps_per_rollout
-from rlhf.cli.importers.openrlhf.report import NONE, UNRECOGNISED, lines
-from rlhf.cli.importers.openrlhf.verb import convert_words, words_from_script
 from rlhf.cli.recipes import main as recipes_main
+from rlhf.importers.openrlhf.args import ImportProblem, find_entry
+from rlhf.importers.openrlhf.mapping import openrlhf_grad_accum, openrlhf_steps_per_rollout
+from rlhf.importers.openrlhf.report import NONE, UNRECOGNISED, lines
+from rlhf.importers.openrlhf.verb import convert_words, words_from_script
 from rlhf.planning.plan import plan
 from rlhf.spec import build, derive, validate
 from rlhf.spec.build import compose
@@ -367,7 +367,7 @@ def test_cli_refuses_to_overwrite_without_force(in_tmp, capsys):
 
 
 def _any_value(d) -> list[str]:
-    from rlhf.cli.importers.openrlhf import flags as vocab
+    from rlhf.importers.openrlhf import flags as vocab
 
     one = {int: "2", float: "0.5"}.get(d.type, "x")
     many = ["q_proj", "v_proj"] if one == "x" else [one]  # e.g. target modules; a threshold's HIGH alone
@@ -376,9 +376,9 @@ def _any_value(d) -> list[str]:
 
 @pytest.mark.parametrize("entry", ["train_ppo_ray", "train_sft", "train_rm", "train_dpo"])
 def test_every_flag_of_every_vocabulary_has_a_meaning_or_a_reason(entry):
-    from rlhf.cli.importers.openrlhf import flags as vocab
-    from rlhf.cli.importers.openrlhf.args import split_command
-    from rlhf.cli.importers.openrlhf.mapping import map_command
+    from rlhf.importers.openrlhf import flags as vocab
+    from rlhf.importers.openrlhf.args import split_command
+    from rlhf.importers.openrlhf.mapping import map_command
 
     words = ["python", "-m", f"openrlhf.cli.{entry}"]
     for name, d in vocab.VOCABULARY[entry].items():
@@ -467,7 +467,7 @@ def test_example_kinds_become_their_presets_and_validate(kind, in_tmp):
 
 
 def test_a_flag_table_row_whose_key_has_not_landed_is_reported_as_coming(monkeypatch):
-    from rlhf.cli.importers.openrlhf import mapping as orl_mapping
+    from rlhf.importers.openrlhf import mapping as orl_mapping
 
     monkeypatch.setitem(orl_mapping._DIRECT_RL, "actor.entropy_coef", ("algorithm.no_such_key_yet", True))
     conv = _convert_script(_dotted_ppo("--train.colocate_all --vllm.num_engines 8", "--actor.entropy_coef 0.01"))

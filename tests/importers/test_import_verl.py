@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from verl_commands import DATA_FILES, SAMPLE
 
-from rlhf.cli.importers.recipe import schema_has
-from rlhf.cli.importers.report import NONE, UNKNOWN, UNRECOGNISED
-from rlhf.cli.importers.verl import mapping as verl_mapping
-from rlhf.cli.importers.verl import vocab
-from rlhf.cli.importers.verl.mapping import map_command, verl_grad_accum, verl_steps_per_rollout
-from rlhf.cli.importers.verl.overrides import split_command
-from rlhf.cli.importers.verl.verb import convert_words, words_from_script
 from rlhf.cli.recipes import main as recipes_main
+from rlhf.importers.recipe import schema_has
+from rlhf.importers.report import NONE, UNKNOWN, UNRECOGNISED
+from rlhf.importers.verl import mapping as verl_mapping
+from rlhf.importers.verl import vocab
+from rlhf.importers.verl.mapping import map_command, verl_grad_accum, verl_steps_per_rollout
+from rlhf.importers.verl.overrides import split_command
+from rlhf.importers.verl.verb import convert_words, words_from_script
 from rlhf.planning.plan import plan
 from rlhf.spec import derive
 from rlhf.spec.build import compose

@@ -1,10 +1,10 @@
-"""Reading OpenRLHF training scripts without running them (rlhf.cli.importers.shell)."""
+"""Reading OpenRLHF training scripts without running them (rlhf.importers.shell)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rlhf.cli.importers.shell import ShellSyntaxError, parse_script
+from rlhf.importers.shell import ShellSyntaxError, parse_script
 
 
 def words(text: str) -> list[list[str]]:

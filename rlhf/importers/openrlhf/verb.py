@@ -5,8 +5,8 @@ and a report on every flag.
     rlhf-recipes import-openrlhf -o grpo.yaml -- python3 -m openrlhf.cli.train_ppo_ray --pretrain ... --bf16
 
 Then ``rlhf-run +recipe=grpo.yaml``. The conversion steps live in their own modules: reading the script
-(rlhf.cli.importers.shell), the flags (.args, .flags), what they mean here (.mapping), the recipe (.recipe) and the
-report (.report); what every import verb does alike is in rlhf.cli.importers.common.
+(rlhf.importers.shell), the flags (.args, .flags), what they mean here (.mapping), the recipe (.recipe) and the
+report (.report); what every import verb does alike is in rlhf.importers.common.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from rlhf.cli.importers import common
-from rlhf.cli.importers.openrlhf.args import Command, find_entry, split_command
-from rlhf.cli.importers.openrlhf.mapping import Mapping, map_command
-from rlhf.cli.importers.openrlhf.report import render
-from rlhf.cli.importers.placeholders import Placeholder
-from rlhf.cli.importers.recipe import Recipe, build_recipe, render_yaml
+from rlhf.importers import common
+from rlhf.importers.openrlhf.args import Command, find_entry, split_command
+from rlhf.importers.openrlhf.mapping import Mapping, map_command
+from rlhf.importers.openrlhf.report import render
+from rlhf.importers.placeholders import Placeholder
+from rlhf.importers.recipe import Recipe, build_recipe, render_yaml
 
 WHAT = "OpenRLHF"
 HINT = "openrlhf.cli.train_ppo_ray, train_sft, train_rm, train_dpo"
@@ -95,7 +95,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     common.add_arguments(p, "OpenRLHF")
 
 
-def run(args: argparse.Namespace) -> int:
-    return common.write_and_check(
-        args, lambda: convert_words(common.read_input(list(args.input), find_entry, WHAT, EXAMPLE, HINT), args.hardware)
-    )
+def conversion(args: argparse.Namespace) -> common.Conversion:
+    """The conversion ``rlhf-recipes import-openrlhf`` writes and checks (rlhf.cli.import_recipe)."""
+    return convert_words(common.read_input(list(args.input), find_entry, WHAT, EXAMPLE, HINT), args.hardware)

@@ -1,10 +1,10 @@
 """veRL's settings -> our config keys, with what became of every override.
 
 As for OpenRLHF, the semantics are carried, not the names: a key the command leaves out means veRL's default
-(rlhf.cli.importers.verl.vocab), so that default is carried where ours differs (rollout TP 2, gpu_memory 0.5,
+(rlhf.importers.verl.vocab), so that default is carried where ours differs (rollout TP 2, gpu_memory 0.5,
 AdamW betas (0.9, 0.999) and weight decay 0.01, dual-clip c = 3, gradient checkpointing on, ...).
 
-Batch vocabulary (veRL -> ours; the derived values are equal, tests/cli/importers pins them):
+Batch vocabulary (veRL -> ours; the derived values are equal, tests/importers pins them):
     data.train_batch_size (prompts per step)             -> rollout.prompts_per_step
     actor_rollout_ref.rollout.n                          -> rollout.samples_per_prompt
     actor.ppo_mini_batch_size (prompts per optimizer step) x n -> trainer.global_batch (samples per optimizer step)
@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf.cli.importers.common import launcher_devices
-from rlhf.cli.importers.outcomes import Outcome, OutcomeBook
-from rlhf.cli.importers.recipe import schema_allows, schema_has
-from rlhf.cli.importers.verl import vocab
-from rlhf.cli.importers.verl.overrides import Command
+from rlhf.importers.common import launcher_devices
+from rlhf.importers.outcomes import Outcome, OutcomeBook
+from rlhf.importers.recipe import schema_allows, schema_has
+from rlhf.importers.verl import vocab
+from rlhf.importers.verl.overrides import Command
 from rlhf.spec import names
 
 UNSUPPORTED, GPU_ONLY, SUPERSEDED, NOT_NEEDED = vocab.UNSUPPORTED, vocab.GPU_ONLY, vocab.SUPERSEDED, vocab.NOT_NEEDED
@@ -272,7 +272,7 @@ class _Mapper(OutcomeBook):
         if model_key in self.unknown_k:
             o = self.cmd.overrides[self.unknown_k[model_key]]
             self.unknown["model.path"] = (o.text, o.unknown)
-        self.explain(model_key, "model: the closest conf/model option (rlhf.cli.importers.recipe.choose_model)")
+        self.explain(model_key, "model: the closest conf/model option (rlhf.importers.recipe.choose_model)")
         if not self.given(model_key):
             self.notes.append(f"model: the command does not set {model_key}; veRL's default {model_path} is carried")
         for i, o in enumerate(self.cmd.overrides):

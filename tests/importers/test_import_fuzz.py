@@ -20,9 +20,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from rlhf.cli.importers.openrlhf import flags as vocab
-from rlhf.cli.importers.verl import vocab as verl_vocab
 from rlhf.cli.recipes import main as recipes_main
+from rlhf.importers.openrlhf import flags as vocab
+from rlhf.importers.verl import vocab as verl_vocab
 
 # Each example composes, validates and plans a recipe (about a second): few in the suite, any number under fuzz.sh.
 FUZZ = settings(

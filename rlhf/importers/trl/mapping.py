@@ -19,10 +19,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf.cli.importers.conf_options import options
-from rlhf.cli.importers.outcomes import Outcome, OutcomeBook
-from rlhf.cli.importers.trl import vocab
-from rlhf.cli.importers.trl.command import Command
+from rlhf.importers.conf_options import options
+from rlhf.importers.outcomes import Outcome, OutcomeBook
+from rlhf.importers.trl import vocab
+from rlhf.importers.trl.command import Command
 
 UNSUPPORTED, NOT_NEEDED = vocab.UNSUPPORTED, vocab.NOT_NEEDED
 _MODEL_KEY = "model_name_or_path"

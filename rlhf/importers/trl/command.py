@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from rlhf.cli.importers.common import ImportProblem
-from rlhf.cli.importers.trl import vocab
+from rlhf.importers.common import ImportProblem
+from rlhf.importers.trl import vocab
 
 TRAINERS = tuple(vocab.FAMILY)
 # accelerate launch's options that take no value (the others take one).

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlhf.cli.importers.placeholders import UNKNOWN
-from rlhf.cli.importers.recipe import Recipe, _scalar
+from rlhf.importers.placeholders import UNKNOWN
+from rlhf.importers.recipe import Recipe, _scalar
 
 WRITTEN, EQUAL, NONE, OVERRIDDEN, UNRECOGNISED = "->", "==", "--", "~~", "!!"
 DIFFERS = "~>"

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlhf.cli.importers.common import ImportProblem
-from rlhf.cli.importers.openrlhf import flags as vocab
+from rlhf.importers.common import ImportProblem
+from rlhf.importers.openrlhf import flags as vocab
 
 _ENTRY = re.compile(r"(?:^|[./])openrlhf[./]cli[./](\w+?)(?:\.py)?$")
 
@@ -63,7 +63,7 @@ def find_entry(words: list[str]) -> tuple[int, str] | None:
 
 def split_command(words: list[str], unknown: dict[int, tuple[str, ...]] | None = None) -> Command:
     """Find the entry point in ``words`` and read the flags after it; ``unknown``: word index -> the pieces of that
-    word the shell reading could not know (rlhf.cli.importers.shell.Command.unknown)."""
+    word the shell reading could not know (rlhf.importers.shell.Command.unknown)."""
     found = find_entry(words)
     if found is None:
         raise ImportProblem(

@@ -1,12 +1,12 @@
 """``rlhf-recipes import-trl``: a TRL command line (``trl grpo --config x.yaml --beta 0.04``), an ``accelerate
 launch ... grpo.py ...`` line, a shell script running one, or a TRL YAML file alone becomes a recipe and a report
-on every setting, with the contract of the other importers (rlhf.cli.importers.common):
+on every setting, with the contract of the other importers (rlhf.importers.common):
 
     rlhf-recipes import-trl --hardware h100 --check -- trl grpo --config grpo.yaml
     rlhf-recipes import-trl grpo.yaml --trainer grpo
 
 Reading the input: .command; TRL's defaults and the fields with no equivalent: .vocab; what they mean here:
-.mapping; the recipe: rlhf.cli.importers.recipe.
+.mapping; the recipe: rlhf.importers.recipe.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from rlhf.cli.importers import common
-from rlhf.cli.importers import report as rep
-from rlhf.cli.importers.outcomes import Outcome
-from rlhf.cli.importers.placeholders import Placeholder, describe
-from rlhf.cli.importers.recipe import Recipe, build_recipe, render_yaml
-from rlhf.cli.importers.trl.command import Command, Setting, find_entry, is_yaml_path, split_command, yaml_command
-from rlhf.cli.importers.trl.mapping import Mapping, map_command
+from rlhf.importers import common
+from rlhf.importers import report as rep
+from rlhf.importers.outcomes import Outcome
+from rlhf.importers.placeholders import Placeholder, describe
+from rlhf.importers.recipe import Recipe, build_recipe, render_yaml
+from rlhf.importers.trl.command import Command, Setting, find_entry, is_yaml_path, split_command, yaml_command
+from rlhf.importers.trl.mapping import Mapping, map_command
 
 WHAT = "TRL"
 HINT = "trl grpo|rloo|dpo|sft|reward|kto, or accelerate launch ... grpo.py"
@@ -146,5 +146,6 @@ def _convert(args: argparse.Namespace) -> Conversion:
     return convert_words(common.read_input(given, find_entry, WHAT, EXAMPLE, HINT), args.hardware)
 
 
-def run(args: argparse.Namespace) -> int:
-    return common.write_and_check(args, lambda: _convert(args))
+def conversion(args: argparse.Namespace) -> Conversion:
+    """The conversion ``rlhf-recipes import-trl`` writes and checks (rlhf.cli.import_recipe)."""
+    return _convert(args)

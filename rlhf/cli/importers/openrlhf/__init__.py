@@ -1,1 +1,0 @@
-"""``rlhf-recipes import-openrlhf``: see :mod:`rlhf.cli.importers.openrlhf.verb`."""

@@ -1,1 +1,0 @@
-"""``rlhf-recipes import-verl``: see :mod:`rlhf.cli.importers.verl.verb`."""

@@ -1,0 +1,1 @@
+"""``rlhf-recipes import-openrlhf``: see :mod:`rlhf.importers.openrlhf.verb`."""

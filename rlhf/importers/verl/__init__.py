@@ -1,0 +1,1 @@
+"""``rlhf-recipes import-verl``: see :mod:`rlhf.importers.verl.verb`."""
