@@ -17,9 +17,12 @@ from rlhf.algo.aggregation import LossNormalizer, aggregate
 from rlhf.algo.is_correction import ISCorrection, is_weights
 from rlhf.algo.logprobs import masked_mean, masked_sum
 from rlhf.algo.registry import Registry
+from rlhf.spec.names import SEQ_RATIO_AGGREGATIONS, SEQ_RATIO_GRADIENTS, SEQ_RATIO_IS_CORRECTIONS
 
 # PPO's log-ratio is clamped before exp (OpenRLHF) so a stale token cannot overflow the ratio to inf.
 LOG_RATIO_CLAMP = 20.0
+# GSPO-token's log-ratio is bounded above only, at veRL 0.9.1's value (compute_policy_loss_gspo).
+TOKEN_FORM_LOG_RATIO_MAX = 10.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,17 @@ class PolicyLossParams:
         cov_fraction: Clip-Cov's and KL-Cov's share of a micro-batch's tokens selected by covariance (>= 1 token).
         clip_cov_low, clip_cov_high: Clip-Cov's open band of eligible covariances.
         kl_cov_coef: KL-Cov's weight of ``|log ρ|`` on the selected tokens.
+        seq_ratio_aggregation: a sequence-ratio loss (gspo) is aggregated by ``seq_mean`` whatever is configured
+            (``seq_mean``: OpenRLHF, the GSPO paper) or by the configured aggregation (``configured``: veRL, TRL).
+        seq_ratio_is_correction: with an enabled IS correction, a sequence-ratio loss takes its ratio against the
+            rollout log-probs and applies no weights (``rollout_ratio``: OpenRLHF), or takes it against the old
+            log-probs and multiplies each token's loss by its IS coefficient as the token-level losses do
+            (``token_weights``: veRL, TRL).
+        seq_ratio_gradient: the sequence ratio's gradient reaches every token of the sequence through the mean
+            (``sequence``: GSPO; OpenRLHF, TRL), or each token's ratio ``sg[s] · π_t / sg[π_t]`` has the same value
+            and a gradient through its own log-prob only (``token``: GSPO-token, veRL; its log-ratio is clamped at
+            10 above, as veRL's). The two are equal when the advantage and the IS coefficient are constant along
+            each sequence.
     """
 
     clip_eps_low: float = 0.2
@@ -44,6 +58,18 @@ class PolicyLossParams:
     clip_cov_low: float = 1.0
     clip_cov_high: float = 5.0
     kl_cov_coef: float = 0.1
+    seq_ratio_aggregation: str = "seq_mean"
+    seq_ratio_is_correction: str = "rollout_ratio"
+    seq_ratio_gradient: str = "sequence"
+
+    def __post_init__(self) -> None:
+        for name, valid in (
+            ("seq_ratio_aggregation", SEQ_RATIO_AGGREGATIONS),
+            ("seq_ratio_is_correction", SEQ_RATIO_IS_CORRECTIONS),
+            ("seq_ratio_gradient", SEQ_RATIO_GRADIENTS),
+        ):
+            if getattr(self, name) not in valid:
+                raise ValueError(f"{name} {getattr(self, name)!r}; valid: {', '.join(valid)}")
 
 
 #: ``(log_probs, old_log_probs, advantages, action_mask, params) -> (loss[B, T], clipped[B, T])``: a per-token loss
@@ -57,8 +83,11 @@ class PolicyObjective:
 
     Attributes:
         ratio: ``(log_probs, ref_log_probs, action_mask) -> ratio[B, T]``.
-        sequence_level: one ratio per sequence (GSPO). Forces ``seq_mean`` aggregation; with IS correction enabled
-            the ratio is taken against the rollout log-probs and no token IS weights are applied (OpenRLHF).
+        sequence_level: one ratio per sequence (GSPO). By default forces ``seq_mean`` aggregation and, with IS
+            correction enabled, takes the ratio against the rollout log-probs with no token IS weights (OpenRLHF);
+            ``PolicyLossParams.seq_ratio_*`` choose otherwise.
+        token_form: the ratio's GSPO-token form (same values, each token's gradient through its own log-prob), used
+            with ``PolicyLossParams.seq_ratio_gradient="token"``.
         token_loss: replaces PPO's ``-min(ρA, clip(ρ)A)`` (CISPO, GPG, ...); ``None``: PPO's surrogate on ``ratio``.
         seq_mean: the loss is aggregated by ``seq_mean`` whatever is configured (SAPO, GMPO: veRL's ignore
             loss_agg_mode); a token loss holding one value per sequence on each of its tokens then counts it once.
@@ -70,6 +99,7 @@ class PolicyObjective:
     token_loss: TokenLoss | None = None
     seq_mean: bool = False
     seq_is_weights: bool = False
+    token_form: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
 
 
 POLICY_LOSSES: Registry[PolicyObjective] = Registry("policy loss")
@@ -85,6 +115,16 @@ def gspo_ratio(log_probs: Tensor, ref_log_probs: Tensor, action_mask: Tensor) ->
     (``· m``): the geometric mean of the token ratios (GSPO, arXiv 2507.18071)."""
     log_ratio = masked_sum(log_probs - ref_log_probs, action_mask, dim=-1) / action_mask.sum(dim=-1).clamp(min=1)
     return log_ratio.exp().unsqueeze(-1) * action_mask
+
+
+def gspo_token_ratio(log_probs: Tensor, ref_log_probs: Tensor, action_mask: Tensor) -> Tensor:
+    """GSPO-token's ratio (arXiv 2507.18071, section 4.3; veRL's gspo): ``s_t = sg[s] · π_t / sg[π_t]``, ``s`` the
+    sequence ratio of :func:`gspo_ratio`, formed in log space and clamped at ``TOKEN_FORM_LOG_RATIO_MAX`` above. Its
+    value is ``s`` on every token; its gradient is ``s · ∇ log π_t``, so a token-varying advantage or IS weight
+    reaches its own token only."""
+    log_ratio = masked_sum(log_probs - ref_log_probs, action_mask, dim=-1) / action_mask.sum(dim=-1).clamp(min=1)
+    token_log_ratio = log_probs - log_probs.detach() + log_ratio.detach().unsqueeze(-1)
+    return token_log_ratio.clamp(max=TOKEN_FORM_LOG_RATIO_MAX).exp() * action_mask
 
 
 def cispo_token_loss(
@@ -192,7 +232,7 @@ def kl_cov_token_loss(
 
 
 POLICY_LOSSES.add("ppo", PolicyObjective(ratio=ppo_ratio, sequence_level=False))
-POLICY_LOSSES.add("gspo", PolicyObjective(ratio=gspo_ratio, sequence_level=True))
+POLICY_LOSSES.add("gspo", PolicyObjective(ratio=gspo_ratio, sequence_level=True, token_form=gspo_token_ratio))
 POLICY_LOSSES.add("cispo", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=cispo_token_loss))
 POLICY_LOSSES.add("gpg", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=gpg_token_loss))
 POLICY_LOSSES.add(
@@ -248,9 +288,10 @@ def policy_loss(
 
     ``surr1 = ρA``, ``surr2 = clamp(ρ, 1 - ε_low, 1 + ε_high) · A``, ``L = -min(surr1, surr2)``; with dual clip
     ``c > 1`` (arXiv 1912.09729) ``L = -where(A < 0, max(min(surr1, surr2), c·A), min(surr1, surr2))``. For token-level
-    objectives and an enabled ``is_correction``, ``L ← coef · L`` with the detached coefficients of
-    :func:`rlhf.algo.is_correction.is_weights` (from ``log π_old`` and ``log π_rollout``). Then aggregated
-    (``seq_mean`` forced for GSPO).
+    objectives (and GSPO with ``seq_ratio_is_correction="token_weights"``) and an enabled ``is_correction``,
+    ``L ← coef · L`` with the detached coefficients of :func:`rlhf.algo.is_correction.is_weights` (from ``log π_old``
+    and ``log π_rollout``). Then aggregated (``seq_mean`` forced for GSPO unless ``seq_ratio_aggregation`` is
+    ``configured``).
 
     Args:
         log_probs: ``[B, T]`` current policy log-probs (with gradient).
@@ -264,7 +305,8 @@ def policy_loss(
         is_correction: the correction (level, mode, gating, band); ``None`` or level ``off``: none.
         aggregation, norm: how the per-token loss is reduced (see :mod:`rlhf.algo.aggregation`; OpenRLHF's
             ``loss_agg_mode`` names are accepted).
-        params: the other losses' settings (:class:`PolicyLossParams`; its clip range is ``clip_eps_low/high``).
+        params: the other losses' settings and GSPO's ``seq_ratio_*`` choices (:class:`PolicyLossParams`; its clip
+            range is ``clip_eps_low/high``).
     """
     objective = POLICY_LOSSES.get(loss_type)
     if dual_clip is not None and dual_clip <= 1.0:
@@ -275,13 +317,19 @@ def policy_loss(
     if correct and rollout_log_probs is None:
         raise ValueError(f"IS correction {is_correction} needs the rollout engine's log-probs")
 
-    # GSPO with IS correction measures its sequence ratio against the sampler itself instead of reweighting tokens.
-    use_rollout_ref = objective.sequence_level and correct
+    p = replace(params or PolicyLossParams(), clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high)
+    sequence = objective.sequence_level
+    # GSPO with IS correction measures its sequence ratio against the sampler itself instead of reweighting tokens,
+    # unless told to weigh its tokens as the token-level losses do.
+    token_weighted = not sequence or p.seq_ratio_is_correction == "token_weights"
+    use_rollout_ref = sequence and correct and not token_weighted
     if objective.token_loss is not None:
-        p = replace(params or PolicyLossParams(), clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high)
         loss, clip_active = objective.token_loss(log_probs, old_log_probs, advantages, action_mask, p)
     else:
-        ratio = objective.ratio(log_probs, rollout_log_probs if use_rollout_ref else old_log_probs, action_mask)
+        ratio_fn = objective.ratio
+        if sequence and p.seq_ratio_gradient == "token" and objective.token_form is not None:
+            ratio_fn = objective.token_form
+        ratio = ratio_fn(log_probs, rollout_log_probs if use_rollout_ref else old_log_probs, action_mask)
         surr1 = ratio * advantages
         surr2 = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high) * advantages
         clipped = torch.min(surr1, surr2)
@@ -291,7 +339,7 @@ def policy_loss(
         clip_active = surr2 < surr1
 
     is_filter_ratio = None
-    if correct and not objective.sequence_level:
+    if correct and token_weighted:
         weights = is_weights(old_log_probs, rollout_log_probs, action_mask, is_correction)
         coef = weights.coef
         if objective.seq_is_weights:
@@ -304,7 +352,7 @@ def policy_loss(
         clip_ratio = masked_mean(clip_active.float(), action_mask)
         ppo_kl = masked_mean(old_log_probs - log_probs, action_mask)
         rollout_kl = None if rollout_log_probs is None else masked_mean(rollout_log_probs - old_log_probs, action_mask)
-    forced = objective.sequence_level or objective.seq_mean
+    forced = (sequence and p.seq_ratio_aggregation == "seq_mean") or objective.seq_mean
     aggregated = aggregate(loss, action_mask, "seq_mean" if forced else aggregation, norm)
     return PolicyLossOutput(aggregated, clip_ratio, ppo_kl, rollout_kl, is_filter_ratio)
 

@@ -92,7 +92,7 @@ class ActorLossSettings:
 
 def policy_loss_params(pl) -> PolicyLossParams:
     """The settings of algorithm.policy_loss (a PolicyLossSpec) the sapo, geo_mean, clip_cov and kl_cov losses
-    read."""
+    read, and gspo's seq_ratio_* choices."""
     low, high = pl.clip_cov_bounds
     return PolicyLossParams(
         clip_eps_low=pl.eps_clip_low,
@@ -103,6 +103,9 @@ def policy_loss_params(pl) -> PolicyLossParams:
         clip_cov_low=float(low),
         clip_cov_high=float(high),
         kl_cov_coef=pl.kl_cov_coef,
+        seq_ratio_aggregation=pl.seq_ratio_aggregation,
+        seq_ratio_is_correction=pl.seq_ratio_is_correction,
+        seq_ratio_gradient=pl.seq_ratio_gradient,
     )
 
 

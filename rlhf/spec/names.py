@@ -88,6 +88,11 @@ LOSS_AGGREGATION_NAMES = LOSS_AGGREGATIONS + tuple(LOSS_AGGREGATION_ALIASES)
 #: algorithm.policy_loss.terms_aggregation: the KL-loss and entropy terms by token mean (OpenRLHF) or as the policy
 #: loss (veRL).
 TERMS_AGGREGATIONS = ("token_mean", "policy")
+#: algorithm.policy_loss.seq_ratio_aggregation / _is_correction / _gradient: how the sequence-ratio loss (gspo) is
+#: aggregated, IS-corrected and differentiated; the first of each is OpenRLHF's (the default).
+SEQ_RATIO_AGGREGATIONS = ("seq_mean", "configured")
+SEQ_RATIO_IS_CORRECTIONS = ("rollout_ratio", "token_weights")
+SEQ_RATIO_GRADIENTS = ("sequence", "token")
 #: algorithm.policy_loss.aggregation_norm_from: Dr. GRPO's divisor when aggregation_norm is null.
 AGGREGATION_NORM_SOURCES = ("max_new_tokens", "micro_batch_width")
 

@@ -90,7 +90,9 @@ class PolicyLossSpec:
         ge=0,
     )
     eps_clip_high: float = key(0.2, "ratio clipped above at 1 + eps_clip_high (> eps_clip_low: DAPO clip-higher)", ge=0)
-    dual_clip: float | None = key(None, "dual-clip constant c (null: off; ppo and gspo only)", gt=1)
+    dual_clip: float | None = key(
+        None, "dual-clip constant c (null: off, as veRL's gspo; ppo and gspo only; veRL's vanilla loss: 3)", gt=1
+    )
     aggregation: str = key(
         "token_mean",
         "how token losses become one loss: token_mean (one token mean over the optimizer step) | seq_mean (mean of "
@@ -116,6 +118,28 @@ class PolicyLossSpec:
         "(OpenRLHF) | policy: with the policy loss's aggregation as configured (veRL, whose actor aggregates both with "
         "its loss_agg_mode)",
         choices=names.TERMS_AGGREGATIONS,
+    )
+    seq_ratio_aggregation: str = key(
+        "seq_mean",
+        "gspo: how its per-token loss is aggregated: seq_mean whatever aggregation says (OpenRLHF, the GSPO paper) | "
+        "configured: by aggregation (veRL, whose gspo follows loss_agg_mode; TRL, whose sequence-level ratio "
+        "follows its loss_type)",
+        choices=names.SEQ_RATIO_AGGREGATIONS,
+    )
+    seq_ratio_is_correction: str = key(
+        "rollout_ratio",
+        "gspo with algorithm.is_correction on: rollout_ratio (its sequence ratio taken against the rollout engine's "
+        "log-probs, no IS weights; OpenRLHF) | token_weights (the ratio against the trainer's old log-probs and each "
+        "token's loss times its IS coefficient, as the token-level losses; veRL, TRL)",
+        choices=names.SEQ_RATIO_IS_CORRECTIONS,
+    )
+    seq_ratio_gradient: str = key(
+        "sequence",
+        "gspo: sequence (the sequence ratio's gradient reaches every token through its mean; GSPO, OpenRLHF, TRL) | "
+        "token (GSPO-token, veRL's: each token's ratio sg[s] x pi_t / sg[pi_t] has the sequence ratio's value and a "
+        "gradient through its own log-prob only; its log is clamped at 10 above, as veRL's); the same when the "
+        "advantage and IS weight are constant along each sequence",
+        choices=names.SEQ_RATIO_GRADIENTS,
     )
     entropy_coef: float | None = key(None, "entropy bonus weight (null: entropy not computed; 0: logged only)", ge=0)
     sapo_tau_pos: float = key(1.0, "sapo: the gate's temperature for tokens with A > 0 (veRL's tau_pos)", gt=0)

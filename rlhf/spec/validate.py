@@ -221,12 +221,18 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             pl.eps_clip_low,
             f"{pl.type} clips the ratio below at 1 - eps_clip_low, which must stay > 0: use a value < 1",
         )
-    if pl.type in names.SEQUENCE_LOSSES:
+    # gspo is aggregated as configured when seq_ratio_aggregation says so (veRL, TRL); else by seq_mean.
+    if pl.type in names.SEQUENCE_LOSSES and not (pl.type == "gspo" and pl.seq_ratio_aggregation == "configured"):
         c.require(
             names.canonical_aggregation(pl.aggregation) == "seq_mean",
             "algorithm.policy_loss.aggregation",
             pl.aggregation,
-            f"{pl.type} is a sequence-level loss: use seq_mean",
+            f"{pl.type} is a sequence-level loss: use seq_mean"
+            + (
+                " (or seq_ratio_aggregation=configured, to aggregate it as aggregation says)"
+                if pl.type == "gspo"
+                else ""
+            ),
         )
     _check_is_correction(spec, c)
     c.require(

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlhf.algo.is_correction import ISCorrection
-from rlhf.algo.policy_loss import entropy_bonus, policy_loss, value_loss
+from rlhf.algo.policy_loss import PolicyLossParams, entropy_bonus, policy_loss, value_loss
 
 TIS = ISCorrection("token", "clip", "ratio")
 ICEPOP = ISCorrection("token", "mask", "ratio")
@@ -103,6 +103,76 @@ def test_gspo_with_is_correction_measures_against_rollout_without_token_weights(
     )
     assert corrected.loss.item() == pytest.approx(-math.exp(0.2), rel=1e-6)
     assert corrected.is_filter_ratio is None  # no gate was applied
+
+
+def test_gspo_with_the_configured_aggregation_takes_one_token_mean() -> None:
+    # The sequences of the sequence-mean test: token losses -s_0 (2 tokens) and +s_1 (3 tokens), token_mean over 5.
+    old = torch.zeros(2, 3)
+    log_probs = torch.tensor([[0.1, 0.3, 9.0], [0.0, 0.0, 0.3]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    advantages = torch.tensor([[1.0] * 3, [-1.0] * 3])
+    kwargs = dict(loss_type="gspo", clip_eps_low=0.5, clip_eps_high=0.5, aggregation="token_mean")
+    out = policy_loss(
+        log_probs, old, advantages, mask, params=PolicyLossParams(seq_ratio_aggregation="configured"), **kwargs
+    )
+    assert out.loss.item() == pytest.approx((-2 * math.exp(0.2) + 3 * math.exp(0.1)) / 5, rel=1e-6)
+    default = policy_loss(log_probs, old, advantages, mask, **kwargs)  # seq_mean, whatever aggregation says
+    assert default.loss.item() == pytest.approx((-math.exp(0.2) + math.exp(0.1)) / 2, rel=1e-6)
+
+
+def test_gspo_token_gradient_reaches_each_token_through_its_own_log_prob() -> None:
+    # One sequence of 2 tokens, s = exp(0.2), A = [1, 3] (unclipped), seq_mean: L = -(1 + 3) s / 2.
+    old = torch.zeros(1, 2)
+    advantages = torch.tensor([[1.0, 3.0]])
+    mask = torch.ones(1, 2)
+    grads = {}
+    for form in ("sequence", "token"):
+        log_probs = torch.tensor([[0.1, 0.3]], requires_grad=True)
+        params = PolicyLossParams(seq_ratio_gradient=form)
+        out = policy_loss(log_probs, old, advantages, mask, loss_type="gspo", clip_eps_high=0.5, params=params)
+        assert out.loss.item() == pytest.approx(-2 * math.exp(0.2), rel=1e-6)  # the same value
+        out.loss.backward()
+        grads[form] = log_probs.grad
+    s = math.exp(0.2)
+    # GSPO: dL/dlog pi_t = -(A_0 + A_1)/2 · s/2 for both tokens; GSPO-token: -A_t · s / 2, token t's own.
+    torch.testing.assert_close(grads["sequence"], torch.tensor([[-s, -s]]))
+    torch.testing.assert_close(grads["token"], torch.tensor([[-s / 2, -3 * s / 2]]))
+
+
+def test_gspo_with_token_weights_takes_its_ratio_against_old_and_weighs_each_token() -> None:
+    log_probs = torch.tensor([[0.1, 0.3]])
+    rollout = torch.zeros(1, 2)
+    old = torch.tensor([[0.5, -0.5]])  # token IS weights e^0.5 (clamped to 1.5 by the band) and e^-0.5
+    tis = ISCorrection("token", "clip", "ratio", 0.0, 1.5)
+    params = PolicyLossParams(seq_ratio_is_correction="token_weights")
+    out = policy_loss(
+        log_probs,
+        old,
+        torch.ones(1, 2),
+        torch.ones(1, 2),
+        loss_type="gspo",
+        clip_eps_low=0.5,
+        clip_eps_high=0.5,
+        rollout_log_probs=rollout,
+        is_correction=tis,
+        params=params,
+    )
+    # s = exp(((0.1 - 0.5) + (0.3 + 0.5)) / 2) = exp(0.2) against old; token losses -s·[1.5, e^-0.5], seq_mean.
+    assert out.loss.item() == pytest.approx(-math.exp(0.2) * (1.5 + math.exp(-0.5)) / 2, rel=1e-6)
+    assert out.is_filter_ratio.item() == pytest.approx(0.5)  # the first token's weight was clipped
+
+
+def test_gspo_without_a_dual_clip_leaves_negative_advantages_unbounded() -> None:
+    # s = e^1.5 > c = 2 with A = -1: the dual clip bounds the loss at c, without it the loss is s.
+    log_probs, old, adv, mask = torch.full((1, 2), 1.5), torch.zeros(1, 2), -torch.ones(1, 2), torch.ones(1, 2)
+    bounded = policy_loss(log_probs, old, adv, mask, loss_type="gspo", dual_clip=2.0)
+    assert bounded.loss.item() == pytest.approx(2.0)
+    assert policy_loss(log_probs, old, adv, mask, loss_type="gspo").loss.item() == pytest.approx(math.exp(1.5))
+
+
+def test_seq_ratio_choices_are_checked() -> None:
+    with pytest.raises(ValueError, match="seq_ratio_gradient"):
+        PolicyLossParams(seq_ratio_gradient="tokens")
 
 
 def test_tis_weights_multiply_the_token_loss() -> None:

@@ -12,9 +12,9 @@ and every parameter's gradient.
 
 Where the converter reports ``->``/``==`` for ``loss_type``, ``scale_rewards``, ``importance_sampling_level``, ``beta``
 and ``use_bias_correction_kl``, the step must be TRL's; where it reports ``~>`` (bnpo over several micro-batches,
-sapo, vespo, scale_rewards=batch, the KL term under TRL's default use_bias_correction_kl, a sequence-level ratio
-under a loss_type other than grpo), the test pins that the difference is really there, so a marker cannot go stale
-either way.
+sapo, vespo, scale_rewards=batch, the KL term under TRL's default use_bias_correction_kl), the test pins that the
+difference is really there, so a marker cannot go stale either way. A sequence-level ratio under any loss_type is
+gspo aggregated as that loss_type says (``algorithm.policy_loss.seq_ratio_aggregation=configured``).
 
 Without TRL (the dev extra) these tests are skipped, saying how to install it.
 """
@@ -59,6 +59,8 @@ EQUAL = {
     "luspo": {"loss_type": "luspo"},
     "scale-none": {"loss_type": "dapo", "scale_rewards": "none"},
     "gspo-kl": {"loss_type": "grpo", "importance_sampling_level": "sequence", **KL},
+    "luspo-sequence": {"loss_type": "luspo", "importance_sampling_level": "sequence"},
+    "dapo-sequence-kl": {"loss_type": "dapo", "importance_sampling_level": "sequence", **KL},
 }
 # Cases the converter marks ~>: the TRL field whose row says so.
 DIFFERENT = {
@@ -67,8 +69,6 @@ DIFFERENT = {
     "vespo": ({"loss_type": "vespo"}, "loss_type"),
     "scale-batch": ({"loss_type": "dapo", "scale_rewards": "batch"}, "scale_rewards"),
     "kl-bias-corrected": ({"loss_type": "dapo", "beta": 0.04}, "beta"),  # TRL's default use_bias_correction_kl
-    "luspo-sequence": ({"loss_type": "luspo", "importance_sampling_level": "sequence"}, "importance_sampling_level"),
-    "dapo-sequence": ({"loss_type": "dapo", "importance_sampling_level": "sequence"}, "importance_sampling_level"),
 }
 ROW_FIELDS = ("loss_type", "scale_rewards", "importance_sampling_level", "beta", "use_bias_correction_kl")
 

@@ -33,11 +33,12 @@ from rlhf.algo import (
 )
 from rlhf.algo.advantages import GROUP_STD_EPS
 from rlhf.algo.aggregation import response_width, step_loss_normalizer
+from rlhf.algo.is_correction import ISCorrection
 from rlhf.importers.verl.mapping import map_command
 from rlhf.importers.verl.overrides import split_command
 from rlhf.pipelines.rl_losses import policy_loss_params
 from rlhf.spec import names
-from rlhf.spec.schema import PolicyLossSpec
+from rlhf.spec.schema import ISCorrectionSpec, PolicyLossSpec
 
 SEEDS = range(3)
 A = "actor_rollout_ref.actor"
@@ -495,6 +496,95 @@ def test_sapo_geo_mean_and_cov_losses_match_verl(ref, loss_mode, overrides, seed
     value_o, grad_o = _grad(ours, log_probs)
     torch.testing.assert_close(value_o, value_t)
     torch.testing.assert_close(grad_o, grad_t)
+
+
+# -- gspo ------------------------------------------------------------------------------------------------------------
+
+
+def _is_correction(values: dict) -> ISCorrection | None:
+    """The IS correction the recipe's algorithm.is_correction keys make (as rl_losses.ActorLossSettings does)."""
+    given = {k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("algorithm.is_correction.")}
+    if not given:
+        return None
+    isc = ISCorrectionSpec(**given)
+    return ISCorrection(*isc.axes(), *isc.bounds())
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+@pytest.mark.parametrize("dual", [False, True], ids=["no-clip_ratio_c", "clip_ratio_c"])
+@pytest.mark.parametrize("tis", [None, 2.0, 1.2], ids=["no-is", "tis-2", "tis-1.2"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gspo_matches_verl(ref, mode, dual, tis, seed):
+    """veRL's GSPO (GSPO-token) under each loss_agg_mode, with and without clip_ratio_c (which it does not read), with
+    and without token-level TIS (thresholds 2 and 1.2: a few and many tokens truncated): its clip range from veRL's
+    GSPO example (3e-4, 4e-4) so that whole sequences clip, advantages that vary along each sequence (where GSPO's
+    and GSPO-token's gradients part) and rollout log-probs off the trainer's by ~0.4 nat per token."""
+    overrides = [
+        f"{A}.policy_loss.loss_mode=gspo",
+        f"{A}.loss_agg_mode={mode}",
+        f"{A}.clip_ratio_low=0.0003",
+        f"{A}.clip_ratio_high=0.0004",
+    ]
+    if dual:  # c just above 1: a dual clip would bound the sequences whose ratio passed 1.01 (seeds 0 and 1)
+        overrides.append(f"{A}.clip_ratio_c=1.01")
+    extra = [
+        "algorithm.rollout_correction.rollout_is=token",
+        f"algorithm.rollout_correction.rollout_is_threshold={tis}",
+    ]
+    values = mapped(*overrides, *(extra if tis else []))
+    pl = {k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("algorithm.policy_loss.")}
+    assert pl["type"] == "gspo" and pl.get("dual_clip") is None
+    params = policy_loss_params(PolicyLossSpec(**pl))
+    correction = _is_correction(values)
+    assert (correction is not None) == (tis is not None)
+    config = actor_config(**{o.split("=")[0].rsplit(".", 1)[1]: _number(o.split("=")[1]) for o in overrides[1:]})
+    g = torch.Generator().manual_seed(seed)
+    log_probs, old, advantages, mask = _policy_batch(g, batch=8, width=10)
+    # Some sequences on-policy but for a tiny drift (their ratio inside the narrow band), the others clipped.
+    log_probs = torch.where(torch.arange(8).unsqueeze(1) % 2 == 0, old + (log_probs - old) * 1e-4, log_probs)
+    rollout = old + torch.randn(8, 10, generator=g) * 0.4
+    weights = None
+    if tis is not None:
+        weights, _ = ref.compute_rollout_correction_weights(old - rollout, mask, "token", tis)
+
+    def theirs(lp):
+        return ref.compute_policy_loss_gspo(old, lp, advantages, mask, mode, config, rollout_is_weights=weights)[0]
+
+    def ours(lp):
+        return policy_loss(
+            lp,
+            old,
+            advantages,
+            mask,
+            loss_type=pl["type"],
+            clip_eps_low=pl["eps_clip_low"],
+            clip_eps_high=pl["eps_clip_high"],
+            dual_clip=pl.get("dual_clip"),
+            rollout_log_probs=rollout,
+            is_correction=correction,
+            aggregation=pl["aggregation"],
+            norm=_ours_norm(values, mask),
+            params=params,
+        ).loss
+
+    value_t, grad_t = _grad(theirs, log_probs)
+    value_o, grad_o = _grad(ours, log_probs)
+    torch.testing.assert_close(value_o, value_t, rtol=0, atol=1e-5)
+    torch.testing.assert_close(grad_o, grad_t, rtol=0, atol=1e-5)
+
+
+def test_gspo_without_the_veRL_keys_differs_from_veRLs(ref):
+    """The defaults (OpenRLHF's GSPO: seq_mean, the ratio against the rollout log-probs, the sequence gradient) are
+    kept, and they are not veRL's under token-mean with TIS: the keys import-verl writes are what makes them equal."""
+    g = torch.Generator().manual_seed(0)
+    log_probs, old, advantages, mask = _policy_batch(g, batch=8, width=10)
+    rollout = old + torch.randn(8, 10, generator=g) * 0.4
+    config = actor_config(loss_agg_mode="token-mean")
+    weights, _ = ref.compute_rollout_correction_weights(old - rollout, mask, "token", 2.0)
+    theirs = ref.compute_policy_loss_gspo(old, log_probs, advantages, mask, "token-mean", config, weights)[0]
+    tis = ISCorrection("token", "clip", "ratio", 0.0, 2.0)
+    ours = policy_loss(log_probs, old, advantages, mask, loss_type="gspo", rollout_log_probs=rollout, is_correction=tis)
+    assert (ours.loss - theirs).abs() > 1e-3
 
 
 # -- issue 35 items 6, 9, 10: straight-through KL, unclamped k1/k2/abs, whitening, the controller's KL ---------------

@@ -14,6 +14,7 @@ with ``isinstance`` are stand-ins (:class:`ActorConfig`), holding the attributes
 from __future__ import annotations
 
 import ast
+import math
 import os
 import zipfile
 from collections import defaultdict
@@ -57,6 +58,9 @@ CORE = {
     "kl_penalty",
     "kl_penalty_forward",
 }
+#: verl/trainer/ppo/rollout_corr_helper.py definitions: the rollout IS weights (TIS, IcePop) its trainer hands the
+#: policy losses.
+ROLLOUT_CORRECTION = {"compute_rollout_correction_weights", "_parse_rollout_is_threshold", "compute_is_metrics"}
 #: verl/utils/torch_functional.py definitions core_algos reaches through ``verl_F``.
 TORCH_FUNCTIONAL = {"masked_sum", "masked_mean", "masked_var", "masked_whiten", "clip_by_value"}
 
@@ -118,7 +122,8 @@ def _definitions(source: str, module: str, names: set[str], namespace: dict[str,
 
 
 def load(wheel_file: Path) -> SimpleNamespace:
-    """The functions of :data:`CORE` (``verl/trainer/ppo/core_algos.py``) and ``verl_F`` (the masked statistics of
+    """The functions of :data:`CORE` (``verl/trainer/ppo/core_algos.py``), of :data:`ROLLOUT_CORRECTION`
+    (``SAFETY_BOUND``, its module's constant, supplied) and ``verl_F`` (the masked statistics of
     ``verl/utils/torch_functional.py`` they use)."""
     with zipfile.ZipFile(wheel_file) as wheel:
         functional = _definitions(
@@ -145,4 +150,10 @@ def load(wheel_file: Path) -> SimpleNamespace:
                 "verl_F": verl_f,
             },
         )
-    return SimpleNamespace(**core, verl_F=verl_f)
+        correction = _definitions(
+            _source(wheel, "verl/trainer/ppo/rollout_corr_helper.py"),
+            "verl/trainer/ppo/rollout_corr_helper.py",
+            ROLLOUT_CORRECTION,
+            {"torch": torch, "math": math, "Any": Any, "Optional": Optional, "verl_F": verl_f, "SAFETY_BOUND": 20.0},
+        )
+    return SimpleNamespace(**core, **correction, verl_F=verl_f)

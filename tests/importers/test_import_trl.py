@@ -203,10 +203,12 @@ def test_sequence_importance_sampling_is_gspo(in_tmp):
     conv = convert("trl grpo --config grpo.yaml --loss_type grpo --importance_sampling_level sequence".split())
     assert conv.mapping.values["algorithm.policy_loss.type"] == "gspo"
     assert _rows(conv)["--importance_sampling_level sequence"].marker == WRITTEN
-    # TRL's default dapo aggregates the sequence-ratio loss per token; GSPO here is a mean over sequences.
+    # TRL's default dapo aggregates the sequence-ratio loss per token: so does gspo with the configured aggregation.
     conv = convert("trl grpo --config grpo.yaml --importance_sampling_level sequence".split())
-    assert conv.mapping.values["algorithm.policy_loss.type"] == "gspo"
-    assert _rows(conv)["--importance_sampling_level sequence"].marker == DIFFERS
+    v = conv.mapping.values
+    assert (v["algorithm.policy_loss.type"], v["algorithm.policy_loss.aggregation"]) == ("gspo", "token_mean")
+    assert v["algorithm.policy_loss.seq_ratio_aggregation"] == "configured"
+    assert _rows(conv)["--importance_sampling_level sequence"].marker == WRITTEN
 
 
 def test_a_reward_list_with_weights_and_a_file(in_tmp):

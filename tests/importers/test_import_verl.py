@@ -487,16 +487,54 @@ def test_cispo_example_converts_to_the_cispo_preset_without_a_dual_clip(in_tmp):
 
 
 @pytest.mark.parametrize(
-    ("override", "words"),
+    ("override", "extra", "words"),
     [
-        (f"{A}.policy_loss.loss_mode=gspo", "neither in veRL's"),
+        (f"{A}.loss_agg_mode=token-sum", f"{A}.policy_loss.loss_mode=sapo", "aggregate by seq_mean here"),
+        (f"{A}.entropy_coeff=0.01", f"{R}.temperature=0.7", "the untempered logits here"),
     ],
 )
-def test_report_marks_what_computes_otherwise_with_a_tilde_arrow(override, words):
-    text = _cmd(f"{A}.use_kl_loss=True", override, MODEL)
+def test_report_marks_what_computes_otherwise_with_a_tilde_arrow(override, extra, words):
+    text = _cmd(f"{A}.use_kl_loss=True", extra, override, MODEL)
     row = _rows(convert_words(words_from_script(text, "r")))[override]
     assert row.marker == "~>"
     assert words in row.detail
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_gspo_maps_to_veRLs_gspo_token_with_a_plain_arrow(agg, in_tmp):
+    """Issue 35: veRL's GSPO aggregates by loss_agg_mode, weighs each token by its rollout IS weight, has no dual
+    clip and differentiates each token's ratio through its own log-prob; the recipe says so, and no line is '~>'."""
+    loss, c, tis = (
+        f"{A}.policy_loss.loss_mode=gspo",
+        f"{A}.clip_ratio_c=10.0",
+        "algorithm.rollout_correction.rollout_is=token",
+    )
+    data = "data.train_files=data/gsm8k_train.parquet"
+    conv = convert_words(words_from_script(_cmd(loss, c, f"{A}.loss_agg_mode={agg}", tis, data, MODEL), "r"))
+    v = conv.mapping.values
+    assert v["algorithm.policy_loss.type"] == "gspo"
+    assert v["algorithm.policy_loss.aggregation"] == {
+        "token-mean": "token_mean",
+        "seq-mean-token-mean": "seq_mean",
+    }.get(agg, "seq_mean_token_sum")
+    assert v["algorithm.policy_loss.seq_ratio_aggregation"] == "configured"
+    assert v["algorithm.policy_loss.seq_ratio_is_correction"] == "token_weights"
+    assert v["algorithm.policy_loss.seq_ratio_gradient"] == "token"
+    assert v.get("algorithm.policy_loss.dual_clip") is None
+    assert v["algorithm.is_correction.type"] == "tis"
+    rows = _rows(conv)
+    assert rows[loss].marker == "->"
+    assert "no dual clip" in rows[c].detail
+    assert all(r.marker != "~>" for r in rows.values()), [r for r in rows.values() if r.marker == "~>"]
+    checked = _checked(conv, in_tmp, "gspo")
+    assert _real(checked.errors) == []
+    pl = checked.spec.algorithm.policy_loss
+    assert (pl.seq_ratio_aggregation, pl.seq_ratio_is_correction, pl.seq_ratio_gradient, pl.dual_clip) == (
+        "configured",
+        "token_weights",
+        "token",
+        None,
+    )
 
 
 def test_report_keeps_the_plain_arrow_where_the_math_is_equal():

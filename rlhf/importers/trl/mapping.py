@@ -447,13 +447,8 @@ class _Mapper(OutcomeBook):
             if ptype == "ppo":
                 ptype = "gspo"
                 self.put("algorithm.policy_loss.type", ptype, "importance_sampling_level")
-                if agg != "seq_mean":
-                    self.differ(
-                        "importance_sampling_level",
-                        f"GSPO's loss here is a mean over sequences whatever the aggregation; TRL's loss_type {loss} "
-                        f"aggregates the sequence-ratio loss per token ({agg}), weighting a sequence by its length "
-                        "(loss_type grpo is the sequence mean)",
-                    )
+                # TRL aggregates the sequence-ratio loss by its loss_type, as any other.
+                self.put("algorithm.policy_loss.seq_ratio_aggregation", "configured", "importance_sampling_level")
             else:
                 self.differ("importance_sampling_level", f"the token ratio of {ptype} here")
         self.put("algorithm.policy_loss.type", ptype, k)

@@ -549,7 +549,11 @@ class _Mapper(OutcomeBook):
         if mode in POLICY_LOSSES:
             self.put("algorithm.policy_loss.type", POLICY_LOSSES[mode], k)
             if mode == "gspo":
-                self.differ(k, "GSPO here: seq_mean aggregation and clip_ratio_c's dual clip, neither in veRL's")
+                # veRL's GSPO is GSPO-token: aggregated by loss_agg_mode, each token's loss times its rollout IS
+                # weight, no dual clip (below).
+                self.put("algorithm.policy_loss.seq_ratio_aggregation", "configured", k)
+                self.put("algorithm.policy_loss.seq_ratio_is_correction", "token_weights", k)
+                self.put("algorithm.policy_loss.seq_ratio_gradient", "token", k)
         else:
             self.put("algorithm.policy_loss.type", "ppo", k)
             self.none(k, UNSUPPORTED, f"{OTHER_POLICY_LOSSES.get(mode, repr(mode))}; the recipe uses the PPO clip loss")
@@ -565,19 +569,17 @@ class _Mapper(OutcomeBook):
         if self.given(clip_k) and low is not None and high is not None:
             self.explain(clip_k, "no effect in veRL 0.9.1: clip_ratio_low and clip_ratio_high (0.2 by default) win")
         c_k = f"{_ACTOR}.clip_ratio_c"
-        if POLICY_LOSSES.get(mode) in names.NO_DUAL_CLIP_LOSSES:
+        if POLICY_LOSSES.get(mode) in names.NO_DUAL_CLIP_LOSSES or mode == "gspo":
             self.handled.add(c_k)
             if self.given(c_k):
-                self.explain(c_k, f"not read by veRL's {mode} loss (no clipped surrogate to bound), nor here")
+                why = "it applies no dual clip" if mode == "gspo" else "no clipped surrogate to bound"
+                self.explain(c_k, f"not read by veRL's {mode} loss ({why}), nor here")
         else:
             # veRL's vanilla loss always applies dual-clip PPO (c = clip_ratio_c, 3 by default) to negative advantages.
             self.put("algorithm.policy_loss.dual_clip", self.eff(c_k, float), c_k)
         agg_k = f"{_ACTOR}.loss_agg_mode"
         agg = self.eff(agg_k, str)
-        if mode == "gspo" and agg != "seq-mean-token-mean":
-            self.put("algorithm.policy_loss.aggregation", "seq_mean", agg_k)
-            self.differ(agg_k, f"GSPO is a sequence-level loss here: seq_mean, where veRL aggregates by {agg}")
-        elif mode in SEQUENCE_MEAN_LOSSES:
+        if mode in SEQUENCE_MEAN_LOSSES:
             # veRL's sapo and geo_mean losses ignore loss_agg_mode (its KL-loss and entropy terms do not).
             self.put("algorithm.policy_loss.aggregation", "seq_mean", agg_k)
             self.explain(agg_k, f"veRL's {mode} loss is a mean over sequences whatever it says, as seq_mean here")
