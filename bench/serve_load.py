@@ -7,7 +7,8 @@ Each server runs in its own process on 127.0.0.1 over the tiny model (made local
 
 * ``rm``: ``python -m rlhf.cli.serve_rm`` over the tiny model saved as a reward model (its body plus a value head
   with seeded random weights, saved the way RM training saves one), ``POST /get_reward`` with one query each;
-* ``openai``: :class:`rlhf.agents.OpenAIServer` over the hf rollout engine (:class:`rlhf.engines.hf_engine.HFEngine`)
+* ``openai``: :class:`rlhf.agents.OpenAIServer` over the hf rollout engine
+(:class:`rlhf.backends.rollout.hf.engine.HFEngine`)
   on the tiny policy, ``POST /v1/chat/completions`` with one user message and ``max_tokens`` (default 16).
 
 The servers are loaded one after the other (not at once: they would share the cores). ``--clients`` clients each
@@ -82,7 +83,7 @@ def save_tiny_reward_model(out: Path) -> Path:
 def serve_openai(max_tokens: int) -> None:
     """Child mode: the OpenAI-compatible server over the hf engine on the tiny policy, until killed."""
     from rlhf.agents import OpenAIServer
-    from rlhf.engines.hf_engine import HFEngine
+    from rlhf.backends.rollout.hf.engine import HFEngine
     from rlhf.engines.protocol import SamplingSpec
     from rlhf.models.loading import load_causal_lm, resolve_model_path, tokenizer_for
 

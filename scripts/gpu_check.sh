@@ -57,7 +57,7 @@ import importlib.metadata as md
 import torch
 assert torch.cuda.is_available(), "torch sees no CUDA device"
 print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}")
-from rlhf.engines.vllm_version import check_vllm_version, VLLM_SUPPORTED
+from rlhf.backends.rollout.vllm.version import check_vllm_version, VLLM_SUPPORTED
 print(f"vllm {check_vllm_version()} (supported: vllm{','.join(VLLM_SUPPORTED)})")
 for dist in ("deepspeed", "ray", "transformers"):
     print(f"{dist} {md.version(dist)}")
@@ -89,7 +89,7 @@ for f in ("logprobs_mode", "logits_processors", "worker_extension_cls", "enable_
     assert f in engine_fields, f"EngineArgs.{f}"
 for var in ("VLLM_RAY_BUNDLE_INDICES", "VLLM_RAY_PER_WORKER_GPUS", "VLLM_USE_RAY_V2_EXECUTOR_BACKEND"):
     assert hasattr(envs, var), var
-from vllm.v1.executor.ray_utils import get_bundles_for_indices  # the rule rlhf.engines.vllm_placement follows
+from vllm.v1.executor.ray_utils import get_bundles_for_indices  # the rule rlhf.backends.rollout.vllm.placement follows
 print(f"vllm {vllm.__version__}: every API the engine calls is there")
 PYEOF
 

@@ -79,8 +79,8 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from rlhf.backends.rollout.vllm.engine import VLLMEngine
     from rlhf.engines.protocol import SamplingSpec
-    from rlhf.engines.vllm_engine import VLLMEngine
     from rlhf.engines.weight_sync.wire import pack_weights
 
     tmp = Path(tempfile.mkdtemp(prefix="rlhf-gpu-check-"))

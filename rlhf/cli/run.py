@@ -136,8 +136,8 @@ def _job(cfg, hc, run_dir: Path) -> float | None:
                 print(resume_line(e), file=sys.stderr)
             raise SystemExit(130) from None
         except (SpecInvalid, UserError) as e:
-            from rlhf.pipelines.checkpoint import CheckpointError
             from rlhf.planning.preflight import PreflightFailed
+            from rlhf.run_files.checkpoint import CheckpointError
             from rlhf.spec.resume_rules import ResumeRefused
 
             # 2: nothing was started (a bad config or a static mistake); 1: the run failed

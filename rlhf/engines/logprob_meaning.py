@@ -14,7 +14,7 @@ drawn but never the number reported:
   reported log-prob (the trainer cannot see it either).
 - greedy (τ = 0, or below vLLM's 1e-5): the untempered log-probs, τ taken as 1 (the trainer does the same).
 
-Pure tensor functions; the vLLM logits processor (rlhf.engines.vllm_logprobs) applies them inside vLLM.
+Pure tensor functions; the vLLM logits processor (rlhf.backends.rollout.vllm.logprobs) applies them inside vLLM.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torch import Tensor
 
 # vLLM's _SAMPLING_EPS: a request whose temperature is below it is sampled greedily, its logits not divided.
 GREEDY_BELOW = 1e-5
-# The SamplingParams.extra_args key carrying min_new_tokens to rlhf.engines.vllm_logprobs.TemperedLogprobs.
+# The SamplingParams.extra_args key carrying min_new_tokens to rlhf.backends.rollout.vllm.logprobs.TemperedLogprobs.
 MIN_NEW_TOKENS_ARG = "rlhf_min_new_tokens"
 # The SamplingParams.extra_args key naming the output tokens TemperedLogprobs forces (teacher forcing: the engine's
 # own log-probs of given tokens, for the weight-sync probe).

@@ -35,7 +35,8 @@ def build_optimizer(
     name: str | None = None,
     sharded: bool = False,
 ):
-    """``name`` (default ``trainer.optimizer``; rlhf.engines.ds_config.optimizer_name picks DeepSpeed's CPU Adam for
+    """``name`` (default ``trainer.optimizer``; rlhf.backends.train.deepspeed.ds_config.optimizer_name picks
+    DeepSpeed's CPU Adam for
     offloaded states on GPUs). ``sharded``: the parameters are FSDP2's DTensor shards, which DeepSpeed's own
     optimizers cannot step: fused_adam is then torch's fused AdamW (on GPUs)."""
     groups = param_groups(model, trainer.weight_decay)

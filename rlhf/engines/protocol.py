@@ -17,8 +17,8 @@ A backend is two halves, because they live in different processes (and, for vLLM
 Config: ``rollout.backend`` picks it (``conf/rollout/<name>.yaml`` selects it as ``rollout=<name>``); keys every
 backend reads stay at ``rollout.*`` (sampling, batches, ``num_engines``, ``tensor_parallel_size``,
 ``enable_sleep`` for the hybrid schedule, the weight sync); a backend's own keys live in its sub-section
-``rollout.<name>.*`` of :class:`rlhf.spec.schema.RolloutSpec`. The spec layer imports nothing, so a backend's rules
-for its own keys are declared there too: ``rlhf.spec.rollout_backends.RULES[name]``, run by ``rlhf.spec.validate``
+``rollout.<name>.*`` of :class:`rlhf.spec.schema.RolloutSpec`. A backend's rules for its
+own keys are its descriptor's ``problems``, which rlhf.spec.validate reaches through the registry line and runs
 with every other check (one message, nothing started), and a sub-section of a backend not selected must keep its
 defaults. tests/engines/test_rollout_backends.py runs every registered backend through both Protocols.
 """
@@ -134,9 +134,9 @@ class EngineLaunch:
 
 @runtime_checkable
 class RolloutBackend(Protocol):
-    """A rollout backend: ``rollout.backend=<name>``. One module (or folder) under rlhf/engines/ defines it without
-    importing torch at module level (the plan and validation read it on a machine with only the package);
-    ``rlhf.spec.backends.ROLLOUT_BACKENDS`` names it; ``conf/rollout/<name>.yaml`` selects it.
+    """A rollout backend: ``rollout.backend=<name>``. Its folder rlhf/backends/rollout/<name>/ defines it in
+    ``descriptor.py`` without importing torch at module level (the plan and validation read it on a machine with
+    only the package); ``rlhf.spec.backends.ROLLOUT_BACKENDS`` names it; ``conf/rollout/<name>.yaml`` selects it.
 
     Capabilities are declared on that registry line, which validation reads without importing the backend:
     ``lora_adapter=True`` says its engines accept ``rollout.weight_sync_lora=adapter`` (the backend's
@@ -206,10 +206,36 @@ class RolloutBackend(Protocol):
         """A few characters for ``--auto``'s rollout column beyond the engine count and TP ("" for none)."""
         ...
 
+    #: keys of its own sub-section ``--auto`` writes per candidate (from :meth:`auto_options`); a written recipe
+    #: spells them out
+    scan_keys: tuple[str, ...]
+
+    def decode_overhead_s(self, spec: ExperimentSpec, constants: Any) -> float:
+        """The cost model's fixed seconds per decode step beyond reading weights and cache (``constants``:
+        rlhf.planning.cost.Constants)."""
+        ...
+
+    def in_policy_engine(self, module: Any, tokenizer: Any) -> Any:
+        """The engine a training rank generates with when this backend generates in the policy's ranks
+        (rlhf.spec.rollout_backends.generates_in_policy): ``info``, ``generate`` and ``score`` over ``module``, the
+        model the rank trains. A backend that never does raises ValueError."""
+        ...
+
+    # -- its rules, asked by rlhf.spec through the registry line --
+    #: the dataclass of its own sub-section ``rollout.<name>`` (None: no keys of its own)
+    section: type | None
+    #: keys that moved into its sub-section, old spelling -> new (the old one fails at compose naming the new)
+    moved_keys: dict[str, str]
+
+    def problems(self, spec: ExperimentSpec, d: Any) -> list[tuple[str, Any, str]]:
+        """What this backend refuses of ``spec`` (``d``: rlhf.spec.derive.Derived) when the run has engines, as
+        ``(full key, value, fix)`` triples reported with every other validation error."""
+        ...
+
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """One rollout engine's Ray actor (rlhf.workers.rollout_actor.RolloutActor implements the common part).
+    """One rollout engine's Ray actor (rlhf.engines.rollout_actor.RolloutActor implements the common part).
 
     Constructing it touches no device and loads nothing, so every engine can be placed first and the rehearsal can
     stop there; :meth:`ready` builds the engine. Calls come one at a time, except :meth:`ping`, which the actor

@@ -12,8 +12,8 @@ backend through them):
 Config: ``trainer.backend`` picks the backend; keys every backend reads stay at ``trainer.*`` (batches, optimizer,
 schedule, precision, clipping, ``gradient_checkpointing``); a backend's own keys live in its sub-section
 ``trainer.<name>.*`` of :class:`rlhf.spec.schema.TrainerSpec` (DeepSpeed's ZeRO keys stay at ``trainer.zero_stage``,
-``trainer.offload_*``, where OpenRLHF users know them). The spec layer imports nothing, so a backend's cross-key rules
-are declared there too: ``rlhf.spec.trainer_backends.RULES[name]``, run by ``rlhf.spec.validate`` with every other
+``trainer.offload_*``, where OpenRLHF users know them). A backend's cross-key rules are its
+descriptor's ``problems``, which rlhf.spec.validate reaches through the registry line and runs with every other
 check (one message, nothing started).
 """
 
@@ -119,7 +119,7 @@ class TrainEngine(Protocol):
 
     def save(self, path: str, client_state: dict[str, Any] | None = None) -> None:
         """Model, optimizer, schedule, ``client_state`` and this rank's RNG state into the folder ``path``
-        (collective; the folder is a temporary one of rlhf.pipelines.checkpoint, renamed into place after every rank
+        (collective; the folder is a temporary one of rlhf.run_files.checkpoint, renamed into place after every rank
         returned). :meth:`load` of it continues bit-exactly."""
         ...
 
@@ -186,13 +186,14 @@ class FrozenEngine(Protocol):
 
 @runtime_checkable
 class TrainBackend(Protocol):
-    """A training backend: ``trainer.backend=<name>``. One module (or folder) under rlhf/engines/ defines it without
-    importing torch at module level; ``rlhf.engines.backends.TRAIN_BACKENDS`` names it; conf/trainer/backend/<name>.yaml
-    selects it as a group option (``trainer/backend=<name>``, the same as ``trainer.backend=<name>``).
+    """A training backend: ``trainer.backend=<name>``. Its folder rlhf/backends/train/<name>/ defines it in
+    ``descriptor.py`` without importing torch at module level; ``rlhf.spec.backends.TRAIN_BACKENDS`` names it;
+    conf/trainer/backend/<name>.yaml selects it as a group option (``trainer/backend=<name>``, the same as
+    ``trainer.backend=<name>``).
 
     Memory (the plan, ``rlhf-plan``): :meth:`trained_states` and :meth:`frozen_states` per role and device;
     :meth:`gathers_on_every_rank` for the weight sync's buffers. Validation: see the module docstring (the
-    sub-section ``trainer.<name>`` and ``rlhf.spec.trainer_backends.RULES[name]``). Weights reach the rollout
+    sub-section ``trainer.<name>`` and its ``problems``). Weights reach the rollout
     engines through :meth:`TrainEngine.weight_buckets`, sent by the worker's weight-sync sender on rank 0.
     """
 
@@ -306,4 +307,29 @@ class TrainBackend(Protocol):
 
     def preload_modules(self) -> tuple[str, ...]:
         """Modules a Ray worker imports ahead of a CPU job's actors, beyond torch and transformers."""
+        ...
+
+    # -- its rules, asked by rlhf.spec (validation, the executor choice, resume) through the registry line --
+    #: the dataclass of its own sub-section ``trainer.<name>`` (None: no keys of its own); a changed key of another
+    #: backend's sub-section is refused
+    section: type | None
+
+    def problems(self, spec: ExperimentSpec, d: Any) -> list[tuple[str, Any, str]]:
+        """What this backend refuses of ``spec`` (``d``: rlhf.spec.derive.Derived), as ``(full key, value, fix)``
+        triples reported with every other validation error before anything starts."""
+        ...
+
+    def weights_split(self, spec: ExperimentSpec) -> tuple[str, Any, str] | None:
+        """``(key, value, what splits them)`` when no rank holds the whole weights between passes (so a rank cannot
+        generate with the module it trains), else None."""
+        ...
+
+    def beside_an_engine(self, spec: ExperimentSpec) -> list[tuple[str, Any, str]]:
+        """``(key, value, why)`` for what keeps this backend from sharing its process with a rollout engine (the
+        local executor hosts both in one process)."""
+        ...
+
+    def optimizer_bound_to_ranks(self, flat: dict[str, Any]) -> bool:
+        """Whether a checkpoint written under the flattened config ``flat`` holds optimizer state split over as many
+        ranks as saved it, so it cannot resume on another rank count."""
         ...

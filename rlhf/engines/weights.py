@@ -79,7 +79,7 @@ def lora_adapter_weights(
 ) -> Iterator[tuple[str, Tensor]]:
     """``(peft parameter name, tensor)`` of a peft model's LoRA adapters only (rollout.weight_sync_lora=adapter),
     each gathered whole (ZeRO-3, FSDP2) and copied; the names are the peft model's own, which an engine wrapping the
-    same base with the same LoraConfig has too (rlhf.engines.hf_engine). ``to``: as in :func:`hf_weights`."""
+    same base with the same LoraConfig has too (rlhf.backends.rollout.hf.engine). ``to``: as in :func:`hf_weights`."""
     from rlhf.models.lora import is_peft_model
 
     if not is_peft_model(module):

@@ -319,7 +319,7 @@ def realize(spec: ExperimentSpec, plan: Plan) -> LocalRealized:
     """The plan in this process: the rank's variables set (restored at shutdown), no cluster. The run lifecycle
     calls it on a thread of its own while the data builds, so the modules the roles need (torch, transformers, the
     model's code, DeepSpeed) are imported here, as a Ray cluster's idle workers import them (and DeepSpeed through
-    rlhf.engines.deepspeed_import before any other import of it can reach the original)."""
+    rlhf.backends.train.deepspeed.deepspeed_import before any other import of it can reach the original)."""
     import sys
 
     from rlhf.engines.weight_sync.group import NODE_IP_ENV

@@ -67,9 +67,9 @@ class GroupSlots:
 
 def _remote(actor_cls: type) -> Any:
     """``actor_cls`` as a Ray actor class; with the liveness concurrency group when it answers a heartbeat (the
-    training ranks' rlhf.workers.base.BaseWorker does; rlhf.waits asks it)."""
+    training ranks' rlhf.engines.worker_base.BaseWorker does; rlhf.waits asks it)."""
     if hasattr(actor_cls, "heartbeat"):
-        from rlhf.workers.liveness import remote_class
+        from rlhf.engines.liveness import remote_class
 
         return remote_class(actor_cls)
     import ray
@@ -428,7 +428,12 @@ def preload_modules(spec: ExperimentSpec, *, own_process: bool = False) -> tuple
     if spec.hardware.accelerator != "cpu" and not own_process:
         return ("torch",)
     arch = spec.model.architecture
-    modules = ["torch", "transformers", f"transformers.models.{arch}.modeling_{arch}", "rlhf.engines.hf_engine"]
+    modules = [
+        "torch",
+        "transformers",
+        f"transformers.models.{arch}.modeling_{arch}",
+        "rlhf.backends.rollout.hf.engine",
+    ]
     modules += train_backend(spec.trainer.backend).preload_modules()
     return tuple(modules)
 

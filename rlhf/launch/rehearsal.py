@@ -7,9 +7,9 @@ groups; rlhf.pipelines.role_set.start_role_actors starts every training-side rol
 rlhf.launch.rollout starts every engine's real actor class with its real runtime environment (the vLLM interpreter,
 the variables it sets for vLLM's Ray executor); rlhf.pipelines.weight_sync.choose_routes and sync_ranks form the
 weight-sync group; rlhf.pipelines.rl_roles.HybridSchedule drives the engines' sleep and wake. Each trainer is then
-asked where it would compute (rlhf.workers.base.BaseWorker.placement) instead of loading its model; each engine
+asked where it would compute (rlhf.engines.worker_base.BaseWorker.placement) instead of loading its model; each engine
 runs its version check and, for tensor parallelism, places one stand-in per worker in the bundle with the GPU share
-vLLM's Ray executor would use (rlhf.engines.vllm_placement, vLLM's rule) instead of building vLLM.
+vLLM's Ray executor would use (rlhf.backends.rollout.vllm.placement, vLLM's rule) instead of building vLLM.
 
 Stood in for: vLLM's executor (its workers are stand-ins placed by vLLM's rule), and every device itself (no
 kernel, no NCCL or CUDA IPC, no memory measured: the memory phases are what the schedule asks of the engines and
@@ -37,7 +37,8 @@ from rlhf.spec.schema import ExperimentSpec
 
 STOOD_IN = (
     "stood in for: vLLM's Ray executor (each TP worker is a stand-in placed by vLLM's rule, "
-    "rlhf/engines/vllm_placement.py) and the devices themselves (no model loaded, no kernel, NCCL or CUDA IPC run); "
+    "rlhf/backends/rollout/vllm/placement.py) and the devices themselves (no model loaded, no kernel, NCCL or "
+    "CUDA IPC run); "
     "everything else is the code a run executes"
 )
 
@@ -97,8 +98,10 @@ class Rehearsal:
                 lines.append(f"  {'':<9}   {p.note}")
         ways = {p.rank_env for p in self.procs if p.rank_env}
         if ways:
-            how = {"process": "set in each process by the actor (a private cluster, as rlhf-run starts one node)",
-                   "runtime_env": "through each actor's runtime_env (a cluster joined by ray.address)"}
+            how = {
+                "process": "set in each process by the actor (a private cluster, as rlhf-run starts one node)",
+                "runtime_env": "through each actor's runtime_env (a cluster joined by ray.address)",
+            }
             lines.append("rank variables: " + "; ".join(how[w] for w in sorted(ways)))
         if self.sync:
             lines += ["", f"weight sync group (data backend {self.sync_backend})"]
@@ -187,8 +190,9 @@ def check_cluster_shape(spec: ExperimentSpec) -> None:
     nodes, gpus, _ = cluster_shape(spec)
     have = sorted(int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU"))
     if have != [gpus] * nodes:
-        raise RuntimeError(f"the Ray cluster has GPU nodes {have}; hardware={spec.hardware.name} declares "
-                           f"{nodes} x {gpus}")
+        raise RuntimeError(
+            f"the Ray cluster has GPU nodes {have}; hardware={spec.hardware.name} declares {nodes} x {gpus}"
+        )
 
 
 # -- the rehearsal ----------------------------------------------------------------------------------------------
@@ -392,8 +396,10 @@ def _check_devices(out: Rehearsal, plan: Plan, spec: ExperimentSpec) -> None:
                 f"gpu{list(p.ray_gpus)} for it"
             )
         if p.device is not None and not p.ray_gpus and p.gpus == 0:
-            out.violations.append(f"role {p.role}, {p.label.strip()}: computes on node{p.node}:gpu{p.device} "
-                                  "without any GPU share reserved")
+            out.violations.append(
+                f"role {p.role}, {p.label.strip()}: computes on node{p.node}:gpu{p.device} "
+                "without any GPU share reserved"
+            )
     for (node, g), share in used.items():
         if share > 1 + 1e-6:
             holders = ", ".join(p.label.strip() for p in out.procs if g in p.ray_gpus and p.node == node)
@@ -431,8 +437,10 @@ def _check_devices(out: Rehearsal, plan: Plan, spec: ExperimentSpec) -> None:
                     f"role {role} computes on {_devs(devs)} but {first_role}, colocated with it, on {_devs(first)}"
                 )
         if len(first) != g.size:
-            out.violations.append(f"roles {'+'.join(g.roles)}: the plan gives them {g.size} devices, they use "
-                                  f"{len(first)} ({_devs(first)})")
+            out.violations.append(
+                f"roles {'+'.join(g.roles)}: the plan gives them {g.size} devices, they use "
+                f"{len(first)} ({_devs(first)})"
+            )
         for other, devs in group_devices.items():
             if devs & first:
                 out.violations.append(

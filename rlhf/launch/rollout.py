@@ -6,7 +6,8 @@ it needs and what its bundles have free. The pipeline gets back a typed handle a
 strategies.
 
 Tensor parallelism: the engine actor sits in its engine's first bundle; with TP > 1 it holds no GPU and its
-workers take the rollout role's share of each of the engine's bundles (rlhf.engines.vllm_backend says how vLLM's
+workers take the rollout role's share of each of the engine's bundles (rlhf.backends.rollout.vllm.descriptor says how
+vLLM's
 Ray executor is told)."""
 
 from __future__ import annotations
@@ -112,9 +113,7 @@ def wait_ready(started: RolloutEngineGroup, engines: list[int], method: str = "r
         for i in engines
     ]
     bound = started.timeout_s if started.startup_timeout_s is None else started.startup_timeout_s
-    return wait(
-        calls, "start-up", bound, timeout_key=STARTUP_KEY, error=WorkerFailure, heartbeat_s=started.heartbeat_s
-    )
+    return wait(calls, "start-up", bound, timeout_key=STARTUP_KEY, error=WorkerFailure, heartbeat_s=started.heartbeat_s)
 
 
 def restart_engine(started: RolloutEngineGroup, engine: int) -> Any:
@@ -186,7 +185,7 @@ def _start(launch: EngineLaunch, p: EnginePlacement, pg: Any) -> Any:
     group declared)."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from rlhf.workers.liveness import remote_class
+    from rlhf.engines.liveness import remote_class
 
     module, name = launch.actor.split(":")
     at_start, in_process = actor_env.split(launch.runtime_env, worker_start_env())

@@ -27,7 +27,7 @@ from pathlib import Path
 PRELOAD_ENV = "RLHF_WORKER_PRELOAD"  # comma-separated modules
 SLOTS_ENV = "RLHF_WORKER_PRELOAD_SLOTS"  # <folder>:<count>
 PYTHON_ENV = "RLHF_WORKER_PRELOAD_PYTHON"  # the interpreter whose workers preload
-DEEPSPEED = "deepspeed"  # through rlhf.engines.deepspeed_import, as every engine imports it
+DEEPSPEED = "deepspeed"  # through rlhf.backends.train.deepspeed.deepspeed_import, as every engine imports it
 
 
 def folder_prefix(driver_pid: int) -> str:
@@ -84,14 +84,15 @@ def wait_ready(folder: Path, count: int, *, claim_s: float = 10.0, timeout_s: fl
 
 
 def import_modules(names: Iterable[str]) -> None:
-    """Import each of ``names`` (DeepSpeed through rlhf.engines.deepspeed_import); one that fails is left for its
+    """Import each of ``names`` (DeepSpeed through rlhf.backends.train.deepspeed.deepspeed_import); one that fails is
+    left for its
     user to import again and report. Also the local executor's head start (rlhf.launch.local)."""
     import importlib
 
     for name in names:
         try:
             if name == DEEPSPEED:
-                from rlhf.engines.deepspeed_import import import_deepspeed
+                from rlhf.backends.train.deepspeed.deepspeed_import import import_deepspeed
 
                 import_deepspeed()
             else:

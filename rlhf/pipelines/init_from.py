@@ -3,7 +3,7 @@ the new seed's data order, a new tracker run); ``rlhf-run --resume`` instead con
 
     spec, params = starting_weights(spec, run_dir)   in each pipeline's prepare, before any process starts
 
-It resolves and checks the source (rlhf.pipelines.init_source), makes it loadable where it is not
+It resolves and checks the source (rlhf.run_files.init_source), makes it loadable where it is not
 (rlhf.models.checkpoint_weights: a DeepSpeed checkpoint of any ZeRO stage and rank count consolidated, LoRA adapters
 MERGED into their base) into ``RUN_DIR/init_from/``, records what it read in ``RUN_DIR/init_from/origin.json`` and
 returns the spec the run's roles load: ``model.path`` names the starting weights (every role and engine resolves
@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rlhf.pipelines.checkpoint import CheckpointManager
-from rlhf.pipelines.init_source import (
+from rlhf.run_files.checkpoint import CheckpointManager
+from rlhf.run_files.init_source import (
     KEY,
     ORIGIN,
     ORIGIN_DIR,

@@ -39,11 +39,11 @@ from rlhf.atomic_save import DiskFull
 from rlhf.errors import RunInterrupted, UserError, WorkerFailure
 from rlhf.pipelines import attempt as attempts
 from rlhf.pipelines import run_command
-from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.pipelines.interrupts import Interrupts
 from rlhf.pipelines.run_files import run_artifacts
 from rlhf.pipelines.startup_clock import StartupClock
 from rlhf.pipelines.step_count import StepCount
+from rlhf.run_files.checkpoint import CheckpointManager
 from rlhf.spec.executor import max_restarts
 from rlhf.spec.schema import ExperimentSpec
 

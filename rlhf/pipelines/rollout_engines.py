@@ -117,7 +117,8 @@ class RolloutEngines:
 
 class PolicyEngines:
     """``rollout.hf.in_policy``: the policy's ranks are the engines (each generates with the module it trains,
-    rlhf.workers.in_policy_rollout), behind the interface of :class:`RolloutEngines`. Nothing to sync, sleep or wake;
+    rlhf.backends.rollout.hf.in_policy), behind the interface of :class:`RolloutEngines`. Nothing to sync, sleep or
+    wake;
     a rank that fails while generating is a failure of the policy (the run lifecycle restarts every actor from the
     last checkpoint), since no engine can be restarted apart from its trainer."""
 

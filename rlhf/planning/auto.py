@@ -55,7 +55,7 @@ from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.planning.cost import StepEstimate, estimate
 from rlhf.planning.memory import activation_bytes, sleeps
 from rlhf.planning.plan import Plan, plan
-from rlhf.spec.backends import TRAIN_BACKENDS
+from rlhf.spec.backends import ROLLOUT_BACKENDS, TRAIN_BACKENDS
 from rlhf.spec.derive import derive, device_groups, roles
 from rlhf.spec.schema import ExperimentSpec
 
@@ -216,7 +216,8 @@ def _engines(spec: ExperimentSpec) -> list[Overrides]:
 
 def _frozen(spec: ExperimentSpec) -> list[Overrides]:
     """Frozen models on the device, or in host memory where the engine really offloads them: FSDP2, and DeepSpeed
-    under ZeRO-3 only (rlhf.engines.ds_config: offload_param is a ZeRO-3 feature; the frozen models of ZeRO 0-2
+    under ZeRO-3 only (rlhf.backends.train.deepspeed.ds_config: offload_param is a ZeRO-3 feature; the frozen models
+    of ZeRO 0-2
     stay on the device whatever reference.offload says, although the plan counts them in host memory)."""
     keys = [f"{r}.offload" for r in ("reference", "reward", "teacher") if r in roles(spec)]
     options = [dict.fromkeys(keys, False)]
@@ -572,7 +573,7 @@ def _distinct(cands: list[Candidate]) -> list[Candidate]:
     """One candidate per layout (the best of its scan points), best first."""
     seen, out = set(), []
     for c in cands:
-        key = tuple(sorted((k, repr(v)) for k, v in c.values.items() if k not in _SCAN_KEYS))
+        key = tuple(sorted((k, repr(v)) for k, v in c.values.items() if k not in _scan_keys()))
         if key not in seen:
             seen.add(key)
             out.append(c)
@@ -582,9 +583,13 @@ def _distinct(cands: list[Candidate]) -> list[Candidate]:
 _SCAN_KEYS = {
     "trainer.micro_batch_per_device",
     "trainer.max_tokens_per_micro_batch",
-    "rollout.vllm.gpu_memory_utilization",
     "rollout.micro_batch_per_device",
 }
+
+
+def _scan_keys() -> set[str]:
+    """The keys scanned per candidate: the batch sizes and each rollout backend's own (its ``scan_keys``)."""
+    return _SCAN_KEYS.union(*(rollout_backend(n).scan_keys for n in ROLLOUT_BACKENDS))
 
 
 def search(spec: ExperimentSpec, top: int = 5) -> SearchResult:

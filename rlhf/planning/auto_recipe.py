@@ -17,7 +17,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rlhf.engines.backends import train_backend
+from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.planning.auto import Candidate, placement_options
+from rlhf.spec.backends import ROLLOUT_BACKENDS
 from rlhf.spec.build import build, compose
 
 # Groups of the composed config the recipe names in its defaults list; nested ones (trainer/backend) and Hydra's own
@@ -58,12 +60,19 @@ def _diff(target: Any, base: Any) -> Any:
 
 
 _SAME = object()
+
+
+def _shown() -> list[str]:
+    own = [k for n in ROLLOUT_BACKENDS for k in rollout_backend(n).scan_keys]
+    return [k for s in _SHOWN for k in (own if s == "rollout.*" else [s])]
+
+
 _GROUP_ORDER = ("algorithm", "model", "hardware", "placement", "rollout", "trainer", "data", "logging")
 # Layout keys the recipe always spells out (when the candidate sets them), so a reader sees the whole layout.
 _SHOWN = (
     "rollout.num_engines",
     "rollout.tensor_parallel_size",
-    "rollout.vllm.gpu_memory_utilization",
+    "rollout.*",  # each rollout backend's scan_keys, here
     "rollout.enable_sleep",
     "rollout.micro_batch_per_device",
     "trainer.backend",
@@ -77,7 +86,7 @@ def shown_keys(chosen: Candidate) -> list[str]:
     """The keys of the chosen layout the recipe writes even where the group's default already says so: the layout
     keys above, the devices of each group, the training engine's own keys and every key the search changed."""
     v, s = chosen.values, chosen.spec
-    keys = [k for k in _SHOWN if k in v]
+    keys = [k for k in _shown() if k in v]
     keys += [k for k in v if k.startswith("placement.devices.") and v[k] is not None]
     keys += train_backend(s.trainer.backend).layout_keys(v)
     keys += [k for k in chosen.changed if v[k] is not None]

@@ -355,7 +355,12 @@ def _sharded(spec: ExperimentSpec) -> bool:
 
 
 def hooks_s(
-    spec: ExperimentSpec, c: Constants, *, train_mbs: float = 0, forward_mbs: float = 0, steps: float = 0,
+    spec: ExperimentSpec,
+    c: Constants,
+    *,
+    train_mbs: float = 0,
+    forward_mbs: float = 0,
+    steps: float = 0,
     syncs: float = 0,
 ) -> float:
     """The sharded engine's fixed cost per gathered module (``c.zero3_module`` or ``c.fsdp2_unit`` times
@@ -468,7 +473,7 @@ def _generation(x: _Ctx, prompt: float, response: float) -> float:
     matmul = forward_flops(m, 1, context)  # FLOPs per generated token
     read = (params * rbytes / tp + batch * context * kvb) / (dev.bandwidth * c.decode_bw_eff)
     compute = matmul * batch / tp / (flops * c.decode_flop_eff)
-    step = max(read, compute) + (c.decode_step_eager_s if ro.vllm.enforce_eager else c.decode_step_s)
+    step = max(read, compute) + rollout_backend(ro.backend).decode_overhead_s(spec, c)
     step += batch * c.decode_seq_s
     if tp > 1:
         step += 2 * m.num_layers * (c.tp_allreduce_s + batch * m.hidden_size * rbytes / (dev.link * c.comm_eff))

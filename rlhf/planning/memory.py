@@ -6,7 +6,8 @@ Parameter count (from the model card's dimensions)
 
 Model states of the trained roles (policy, critic) and frozen roles (reference, reward, teacher) come from the
     training backend of trainer.backend (rlhf.engines.backends): DeepSpeed ZeRO's accounting in
-    rlhf.engines.deepspeed_backend, FSDP2's in rlhf.engines.fsdp2.memory. LoRA: the adapters are the trained
+    rlhf.backends.train.deepspeed.descriptor, FSDP2's in rlhf.backends.train.fsdp2.memory. LoRA: the adapters are the
+    trained
     parameters. The teacher of on-policy distillation has teacher.params_b billion parameters, or the student's count
     when that is not given.
 Activations (trained roles, per device, one micro-batch of T tokens = micro_batch_per_device x data.max_len, or
@@ -17,9 +18,10 @@ Activations (trained roles, per device, one micro-batch of T tokens = micro_batc
     trainer.activation_mb_per_token overrides this with a measured figure.
 Rollout: the estimate of the rollout backend of rollout.backend (rlhf.engines.protocol.RolloutBackend.memory): vLLM
     on GPUs rollout.vllm.gpu_memory_utilization x device memory, holding its weights (2P/TP) and the KV cache (the
-    rest; 2*layers*k*d*2 bytes per token), on CPU weights + rollout.vllm.cpu_kv_cache_gb (rlhf.engines.vllm_backend);
+    rest; 2*layers*k*d*2 bytes per token), on CPU weights + rollout.vllm.cpu_kv_cache_gb
+    (rlhf.backends.rollout.vllm.descriptor);
     hf: weights + the KV cache of its share of prompts_per_step*samples_per_prompt sequences of data.max_len
-    (rlhf.engines.hf_backend).
+    (rlhf.backends.rollout.hf.descriptor).
 Colocated roles take turns when the rollout sleeps (rollout.enable_sleep): the device peak is the larger of the
 training phase (all DeepSpeed roles' states + activations) and the rollout phase (rollout memory + the resident
 16-bit weights of the DeepSpeed roles); without sleep the two add up.
@@ -50,7 +52,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rlhf.engines.backends import train_backend
-from rlhf.engines.deepspeed_backend import frozen_states, trained_states  # noqa: F401 - DeepSpeed's, as before
 from rlhf.engines.protocol import kv_cache_bytes_per_token
 from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.engines.training import ModelStates

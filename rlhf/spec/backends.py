@@ -1,12 +1,15 @@
 """The registry lines of the three backend axes (DESIGN.md, "Backends: three axes"): each config string names the
-class that implements its axis's Protocol by import path, and the package it needs with the pip extra that installs
-it. Declared here, in spec/, because validation checks the names and the packages before anything starts, and spec
-imports no other part of rlhf; each axis's runtime registry (e.g. rlhf.tracking.registry) reads its table from here.
-Adding a backend: its module, its conf/ file and one line in its axis's table below.
+object that implements its axis's Protocol by import path (a training or rollout backend's
+``rlhf.backends.<axis>.<name>.descriptor:BACKEND``), and the package it needs with the pip extra that installs it.
+Declared here, in spec/, because validation checks the names and the packages before anything starts; spec reaches
+a backend's rules through its line (:func:`load`), never by importing it by name, and each axis's runtime registry
+(e.g. rlhf.tracking.registry) reads its table from here.
+Adding a backend: its folder, its conf/ file and one line in its axis's table below.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -29,15 +32,15 @@ class Backend:
 
 # trainer.backend: rlhf.engines.training.TrainBackend (the object the module exposes as BACKEND)
 TRAIN_BACKENDS: dict[str, Backend] = {
-    "deepspeed": Backend("rlhf.engines.deepspeed_backend:BACKEND", "deepspeed"),
-    "fsdp2": Backend("rlhf.engines.fsdp2:BACKEND"),
+    "deepspeed": Backend("rlhf.backends.train.deepspeed.descriptor:BACKEND", "deepspeed"),
+    "fsdp2": Backend("rlhf.backends.train.fsdp2.descriptor:BACKEND"),
 }
 
 # rollout.backend: rlhf.engines.protocol.RolloutBackend (the object the module exposes as BACKEND). vLLM's package is
 # looked for in the engine's own interpreter (rlhf.spec.paths), not in this one: its rule is in rollout_backends.
 ROLLOUT_BACKENDS: dict[str, Backend] = {
-    "hf": Backend("rlhf.engines.hf_backend:BACKEND", lora_adapter=True, in_process=True),
-    "vllm": Backend("rlhf.engines.vllm_backend:BACKEND", extra="vllm", lora_adapter=True),
+    "hf": Backend("rlhf.backends.rollout.hf.descriptor:BACKEND", lora_adapter=True, in_process=True),
+    "vllm": Backend("rlhf.backends.rollout.vllm.descriptor:BACKEND", extra="vllm", lora_adapter=True),
 }
 
 # logging.trackers: rlhf.tracking.protocol.Tracker
@@ -71,6 +74,29 @@ class Names(Sequence[str]):
 
     def __repr__(self) -> str:
         return repr(tuple(self._table))
+
+
+def load(key: str, what: str, table: Mapping[str, Backend], name: str) -> Any:
+    """The object a registry line of ``table`` names (``module:attr``: a backend's descriptor), imported on first
+    use; a ValueError naming ``key`` and the valid names when ``name`` has no line. How the spec reaches a
+    backend's rules without naming the backend: by its config string, through its line."""
+    try:
+        target = table[name]
+    except KeyError:
+        raise ValueError(f"{key}={name!r}: not {what}; valid: {', '.join(sorted(table))}") from None
+    module, attr = target.target.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def train_descriptor(name: str) -> Any:
+    """``trainer.backend`` ``name``'s descriptor (rlhf.engines.training.TrainBackend); ValueError if unregistered."""
+    return load("trainer.backend", "a training backend", TRAIN_BACKENDS, name)
+
+
+def rollout_descriptor(name: str) -> Any:
+    """``rollout.backend`` ``name``'s descriptor (rlhf.engines.protocol.RolloutBackend); ValueError if
+    unregistered."""
+    return load("rollout.backend", "a rollout backend", ROLLOUT_BACKENDS, name)
 
 
 def missing_package(axis: str, table: dict[str, Backend], name: str) -> str | None:

@@ -71,7 +71,7 @@ def unknown_keys(cfg: DictConfig, prefix: str = "") -> list[SpecError]:
     section's valid keys)."""
     import dataclasses
 
-    from rlhf.spec.rollout_backends import MOVED_KEYS
+    from rlhf.spec.rollout_backends import moved_keys
     from rlhf.spec.suggest import did_you_mean, nearest
 
     out: list[SpecError] = []
@@ -80,9 +80,11 @@ def unknown_keys(cfg: DictConfig, prefix: str = "") -> list[SpecError]:
     for k in cfg.keys():
         full = f"{prefix}{k}"
         if fields is not None and k not in fields:
-            moved = MOVED_KEYS.get(full)
+            moved = moved_keys().get(full)
             near = did_you_mean([f"{prefix}{n}" for n in nearest(str(k), fields)])
-            fix = f"moved to {moved} (the vLLM backend's own keys)" if moved else f"valid: {', '.join(sorted(fields))}"
+            owner = moved.split(".")[1] if moved else ""
+            valid = f"valid: {', '.join(sorted(fields))}"
+            fix = f"moved to {moved} (the {owner} backend's own keys)" if moved else valid
             fix = f"{near} {fix}" if near and not moved else fix
             value = OmegaConf.to_container(cfg[k]) if isinstance(cfg[k], DictConfig) else cfg[k]
             out.append(SpecError(full, value, f"no such config key; {fix}"))

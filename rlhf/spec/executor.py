@@ -24,7 +24,7 @@ from rlhf.spec.backends import ROLLOUT_BACKENDS
 from rlhf.spec.derive import Derived, derive
 from rlhf.spec.rollout_backends import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec
-from rlhf.spec.trainer_backends import BESIDE_AN_ENGINE
+from rlhf.spec.trainer_backends import beside_an_engine
 
 EXECUTORS = ("auto", "ray", "local")
 RAY_MAX_RESTARTS = 3  # trainer.max_restarts=null on the ray executor
@@ -80,8 +80,7 @@ def ray_only(spec: ExperimentSpec, d: Derived | None = None) -> list[Blocker]:
             )
         elif spec.rollout.num_engines > 1:
             out.append(Blocker("rollout.num_engines", spec.rollout.num_engines, "one engine beside the policy at most"))
-        beside = BESIDE_AN_ENGINE.get(spec.trainer.backend)
-        out += [Blocker(key, value, why) for key, value, why in (beside(spec) if beside else [])]
+        out += [Blocker(key, value, why) for key, value, why in beside_an_engine(spec)]
     if spec.trainer.max_restarts:
         out.append(Blocker("trainer.max_restarts", spec.trainer.max_restarts, "in-run restarts replace processes"))
     if spec.trainer.heartbeat_timeout_s is not None:

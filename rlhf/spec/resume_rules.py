@@ -94,10 +94,9 @@ def observes(key: str) -> bool:
 
 def sharded_optimizer(flat: dict[str, Any]) -> bool:
     """Whether the optimizer state is split across ranks in a layout its checkpoint cannot reshard."""
-    from rlhf.spec.trainer_backends import OPTIMIZER_BOUND_TO_RANKS
+    from rlhf.spec.trainer_backends import optimizer_bound_to_ranks
 
-    rule = OPTIMIZER_BOUND_TO_RANKS.get(str(flat.get("trainer.backend")))
-    return rule is not None and rule(flat)
+    return optimizer_bound_to_ranks(str(flat.get("trainer.backend")), flat)
 
 
 def judge(

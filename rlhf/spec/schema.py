@@ -381,7 +381,8 @@ class PlacementSpec:
 
 @dataclass(frozen=True)
 class VLLMSpec:
-    """rollout.backend=vllm: vLLM's own engine arguments (rlhf.engines.vllm_backend passes them to ``vllm.LLM``).
+    """rollout.backend=vllm: vLLM's own engine arguments (rlhf.backends.rollout.vllm.descriptor passes them to
+    ``vllm.LLM``).
     Moved from ``rollout.*`` (``rollout.gpu_memory_utilization`` is now ``rollout.vllm.gpu_memory_utilization``;
     an old spelling fails at compose time naming the new key)."""
 

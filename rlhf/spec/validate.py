@@ -19,7 +19,6 @@ from rlhf.spec.hub_source import FORM as HUB_FORM
 from rlhf.spec.hub_source import parse_hub_source
 from rlhf.spec.keys import domain_violations
 from rlhf.spec.rollout_backends import backend_problems as rollout_backend_problems
-from rlhf.spec.rollout_backends import vllm_cpu_available  # noqa: F401 - re-exported: tests skip on it
 from rlhf.spec.schema import ROLES, ExperimentSpec, ISCorrectionSpec
 from rlhf.spec.tokenizer_files import tokenizer_difference
 from rlhf.spec.trainer_backends import backend_problems
@@ -429,9 +428,9 @@ def _check_resources(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
     )
     for r in d.roles:
         c.require(d.devices.get(r, 0) >= 1, f"placement.devices.{r}", d.devices.get(r), "every role needs >= 1 device")
-    for key, value, fix in backend_problems(spec):  # the training backend's own rules (rlhf.spec.trainer_backends)
+    for key, value, fix in backend_problems(spec, d):  # the training backend's own (its descriptor's problems)
         c.errors.append(SpecError(key, value, fix))
-    for key, value, fix in rollout_backend_problems(spec, d):  # the rollout backend's (rlhf.spec.rollout_backends)
+    for key, value, fix in rollout_backend_problems(spec, d):  # the rollout backend's (its descriptor's)
         c.errors.append(SpecError(key, value, fix))
     lora = spec.model.lora
     if lora.rank > 0:
@@ -441,55 +440,6 @@ def _check_resources(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             lora.rank,
             "LoRA reward-model training is not supported (the value head must train in full); set model.lora.rank=0",
         )
-
-
-def _check_deepspeed_on_gpus(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
-    """Combinations DeepSpeed refuses on GPUs, named before anything starts (deepspeed/runtime/engine.py
-    ``offload_states`` asserts no offloaded parameters; ZeRO-3's ``offload_states`` asserts FusedAdam; ZeRO-0 has
-    no ZeRO optimizer to offload; DeepSpeedCPUAdam steps host tensors only)."""
-    hw, t, ro = spec.hardware, spec.trainer, spec.rollout
-    if hw.accelerator != "gpu" or not any(r in d.roles for r in ("policy", "critic")):
-        return
-    c.require(
-        not (t.optimizer == "cpu_adam" and not t.offload_optimizer),
-        "trainer.optimizer",
-        t.optimizer,
-        "cpu_adam steps optimizer states in host memory: set trainer.offload_optimizer=true, or use fused_adam",
-    )
-    c.require(
-        not (t.offload_params and t.zero_stage != 3),
-        "trainer.offload_params",
-        True,
-        f"parameter offload is a ZeRO-3 feature (trainer.zero_stage={t.zero_stage}): set trainer.zero_stage=3",
-    )
-    group = d.group_of("rollout")
-    hybrid = "rollout" in d.roles and ro.enable_sleep and not ro.async_mode
-    trained_beside = [r for r in ("policy", "critic") if r in group] if hybrid else []
-    if not trained_beside:
-        return
-    where = f"rollout colocated with {'+'.join(trained_beside)} and rollout.enable_sleep"
-    fix = "; or set rollout.enable_sleep=false, or give the rollout its own devices (placement=colocate_actor_ref)"
-    for key, on in (("trainer.offload_optimizer", t.offload_optimizer), ("trainer.offload_params", t.offload_params)):
-        c.require(
-            not on,
-            key,
-            on,
-            f"{where}: the trainers' states move to host memory around every generation, which DeepSpeed refuses "
-            f"for states it already offloads (engine.offload_states); set {key}=false{fix}",
-        )
-    c.require(
-        t.zero_stage >= 1,
-        "trainer.zero_stage",
-        t.zero_stage,
-        f"{where}: moving the trainers' states out around generation needs a ZeRO optimizer (stage 1-3){fix}",
-    )
-    c.require(
-        not (t.zero_stage == 3 and t.optimizer != "fused_adam"),
-        "trainer.optimizer",
-        t.optimizer,
-        f"{where}: ZeRO-3 moves optimizer states only for DeepSpeed's FusedAdam (stage3 offload_states); use "
-        f"trainer.optimizer=fused_adam{fix}",
-    )
 
 
 def _check_warmup(spec: ExperimentSpec, c: _Collector) -> None:
@@ -609,7 +559,7 @@ def _check_reward_functions(spec: ExperimentSpec, c: _Collector) -> None:
 def _check_init_from(spec: ExperimentSpec, c: _Collector) -> None:
     """checkpoint.init_from: an existing folder, and not together with a resume path (one continues a run, the other
     starts a new one). What the folder holds and whether it fits model.* is the preflight's
-    (rlhf.pipelines.init_source, which reads the checkpoint layout)."""
+    (rlhf.run_files.init_source, which reads the checkpoint layout)."""
     init, res = spec.checkpoint.init_from, spec.checkpoint.resume
     if not init:
         return
@@ -739,7 +689,6 @@ def validate(spec: ExperimentSpec) -> list[SpecError]:
     _check_algorithm(spec, d, c)
     _check_teacher(spec, d, c)
     _check_resources(spec, d, c)
-    _check_deepspeed_on_gpus(spec, d, c)
     _check_warmup(spec, c)
     _check_paths(spec, c)
     _check_reward_functions(spec, c)

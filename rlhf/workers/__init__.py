@@ -3,9 +3,8 @@
 One class, :class:`EngineWorker`, serves every role of the training backend (``trainer.backend``: DeepSpeed or
 FSDP2): a rank hosts at most one trained model (``init_trained``: policy, critic, SFT/RM/DPO model) and any number of
 frozen ones (``init_frozen``: reference, reward), so colocated roles can share one process. ``TrainerWorker`` and
-``ModelWorker`` name the two uses. Rollout engines: ``rollout_worker.HFRolloutWorker`` and
-``vllm_rollout_worker.VLLMRolloutActor`` (the latter runs in the vLLM venv, so importing this package must not pull in
-the trainer's dependencies: the names load lazily).
+``ModelWorker`` name the two uses (the names load lazily). A rollout engine's actor is its backend's
+(rlhf.backends.rollout.<name>.actor).
 """
 
 from typing import Any

@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from rlhf.engines.worker_base import BaseWorker
 from rlhf.spec.schema import ExperimentSpec
-from rlhf.workers.base import BaseWorker
 
 MODEL_KINDS = ("causal_lm", "reward", "critic")
 
@@ -162,12 +162,14 @@ class EngineWorker(BaseWorker):
         run = engine.forward if name else engine.forward_no_grad
         return [_to_cpu(run(fn, b)) for b in batches]
 
-    # -- rollout.hf.in_policy: this rank generates with the module it trains (rlhf.workers.in_policy_rollout) ----
+    # -- generation in the policy's ranks (rlhf.spec.rollout_backends.generates_in_policy): the rollout backend's
+    # in-policy engine over the module this rank trains
     def _in_policy(self):
         if self.in_policy is None:
-            from rlhf.workers.in_policy_rollout import InPolicyRollout
+            from rlhf.engines.rollout_backends import rollout_backend
 
-            self.in_policy = InPolicyRollout(self._trained().module, self.tokenizer)
+            backend = rollout_backend(self.spec.rollout.backend)
+            self.in_policy = backend.in_policy_engine(self._trained().module, self.tokenizer)
         return self.in_policy
 
     def rollout_ready(self) -> dict[str, Any]:

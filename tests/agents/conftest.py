@@ -32,7 +32,7 @@ def write_agent(tmp_path: Path) -> Callable[[str], str]:
 def tiny_hf_engine(tokenizer):
     """HFEngine over a random 2-layer Llama (hidden 128, heads of dim 64) with the BPE tokenizer."""
     torch = pytest.importorskip("torch")
-    hf_engine = pytest.importorskip("rlhf.engines.hf_engine")
+    hf_engine = pytest.importorskip("rlhf.backends.rollout.hf.engine")
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(

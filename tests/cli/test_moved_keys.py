@@ -11,8 +11,10 @@ from ceilings import ceiling
 
 from rlhf.cli.common import explain_compose_error
 from rlhf.spec.build import compose, load_spec
-from rlhf.spec.rollout_backends import MOVED_KEYS
+from rlhf.spec.rollout_backends import moved_keys
 from rlhf.spec.validate import SpecInvalid
+
+MOVED_KEYS = moved_keys()
 
 VALUES = {"gpu_memory_utilization": "0.5", "enforce_eager": "true", "enable_prefix_caching": "true"}
 

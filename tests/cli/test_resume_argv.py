@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from rlhf.cli.resume import COMMAND_FILE, resume_argv
-from rlhf.pipelines.checkpoint import DRIVER_STATE
+from rlhf.run_files.checkpoint import DRIVER_STATE
 
 
 def _run_folder(tmp_path, argv, own_steps=()):

@@ -33,7 +33,7 @@ from run_helpers import TINY_RUN
 from sockets_helper import listening_sockets_of
 
 from rlhf.launch import worker_preload
-from rlhf.pipelines.checkpoint import CheckpointManager
+from rlhf.run_files.checkpoint import CheckpointManager
 from rlhf.tracking.tracker import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -45,7 +45,10 @@ RUN = TINY_RUN
 # Printed by Ray, DeepSpeed and the raylet on every run before rlhf silenced them (rlhf.launch.cluster), and the gcc
 # commands of DeepSpeed's libaio probe, which the local executor's process would print on the driver's console.
 NOISE = (
-    "Token authentication is enabled", "Setting accelerator to CPU", "A worker died or was killed", "[compilers.C.base]"
+    "Token authentication is enabled",
+    "Setting accelerator to CPU",
+    "A worker died or was killed",
+    "[compilers.C.base]",
 )
 
 
@@ -179,7 +182,9 @@ def test_ctrl_c_a_group_sigterm_and_a_sigterm_each_stop_at_a_checkpoint_and_the_
     log = open(tmp_path / "finished.log", "w")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
         [str(BIN / "rlhf-run"), "--resume", str(run_dir), f"trainer.max_steps={third + 1}"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
     )
     seen = _watch_sockets(proc)
     resumed = subprocess.CompletedProcess(proc.args, proc.returncode, "", (tmp_path / "finished.log").read_text())

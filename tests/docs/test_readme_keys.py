@@ -43,9 +43,8 @@ FILE_SUFFIXES = {
     "gz",
 }
 # Named on purpose: the pages show what an unknown key, a mistyped one and a moved (old) vLLM key get
-# (docs/concepts/config.md, docs/concepts/engines.md), and the sub-section a hypothetical new rollout backend would add
-# (docs/contributing/backends.md).
-DELIBERATE = {"trainer.no_such_key", "trainer.zero_stag", "rollout.gpu_memory_utilization", "rollout.sglang.*"}
+# (docs/concepts/config.md, docs/concepts/engines.md).
+DELIBERATE = {"trainer.no_such_key", "trainer.zero_stag", "rollout.gpu_memory_utilization"}
 # veRL's own keys, named in prose beside ours (the veRL table's first column is skipped as a whole).
 FOREIGN = {"trainer.resume_mode", "data.prompt_dict_keys"}
 FOREIGN_TABLES = ("| veRL |",)  # tables whose first column holds another system's keys

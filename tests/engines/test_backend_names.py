@@ -1,7 +1,8 @@
-"""Nothing outside a backend's own modules and the registry compares a backend's config string: the planner, the
-launcher, the CLI and the spec ask the backend's descriptor (rlhf.engines.training.TrainBackend,
-rlhf.engines.protocol.RolloutBackend) or its registry line, so a new backend is priced, searched and launched
-without an edit elsewhere. Read statically from the source: nothing is imported but the registry."""
+"""A backend is one folder (rlhf/backends/<axis>/<name>/), and nothing outside its folder and the registry compares
+its config string or keys a table by it: the planner, the launcher, the CLI and the spec ask the backend's
+descriptor (rlhf.engines.training.TrainBackend, rlhf.engines.protocol.RolloutBackend) or its registry line, so a new
+backend is validated, priced, searched and launched without an edit elsewhere. Read statically from the source:
+nothing is imported but the registry."""
 
 from __future__ import annotations
 
@@ -16,25 +17,15 @@ NAMES = set(TRAIN_BACKENDS) | set(ROLLOUT_BACKENDS)
 
 
 def _owner(name: str) -> str:
-    """The module that holds backend ``name``'s descriptor, relative to the package (e.g. engines/hf_backend.py)."""
+    """The folder that holds backend ``name`` (its descriptor's), relative to the package (e.g.
+    backends/rollout/hf)."""
     entry = TRAIN_BACKENDS.get(name) or ROLLOUT_BACKENDS[name]
     module = entry.target.split(":")[0].removeprefix("rlhf.")
-    path = PACKAGE / module.replace(".", "/")
-    return str((path if path.is_dir() else path.with_suffix(".py")).relative_to(PACKAGE))
+    return str((PACKAGE / module.replace(".", "/")).parent.relative_to(PACKAGE))
 
 
-# A backend's own files: its descriptor's module (or folder) and the modules of its engine beside it.
-OWN = {_owner(n) for n in NAMES} | {
-    "engines/deepspeed_engine.py",
-    "engines/deepspeed_import.py",
-    "engines/ds_config.py",
-    "engines/hf_engine.py",
-    "engines/vllm_engine.py",
-    "engines/vllm_worker.py",
-    "engines/vllm_logprobs.py",
-    "engines/vllm_placement.py",
-    "engines/vllm_version.py",
-}
+# A backend's own files: its folder, all of it.
+OWN = {_owner(n) for n in NAMES}
 # Peers' commands name peers' backends (veRL's rollout.name=vllm, TRL's distributed type), not ours.
 PEERS = ("importers/",)
 
@@ -62,7 +53,18 @@ def _comparisons(path: Path, root: Path = PACKAGE) -> list[str]:
 
 
 def _mine(rel: str) -> bool:
-    return any(rel == own or rel.startswith(own.rstrip("/") + "/") for own in OWN) or rel.startswith(PEERS)
+    return any(rel.startswith(own + "/") for own in OWN) or rel.startswith(PEERS)
+
+
+def _tables(path: Path, root: Path = PACKAGE) -> list[str]:
+    """``file:line: key`` for each table (a dict literal) keyed by a backend's name: rules or facts of one backend
+    kept outside its folder."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Dict):
+            keys = {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            out += [f"{path.relative_to(root)}:{node.lineno}: {name!r}" for name in sorted(keys & NAMES)]
+    return out
 
 
 def test_no_backend_name_is_compared_outside_its_own_modules():
@@ -81,3 +83,28 @@ def test_the_check_finds_a_comparison_where_there_is_one(tmp_path):
     hits = [h.split(": ", 1)[1] for h in _comparisons(sample, tmp_path)]
     assert hits == ["spec.rollout.backend == 'vllm'", "t.backend in ('fsdp2',)"]
 
+
+def test_every_backend_is_one_folder_of_its_own():
+    assert OWN == {"backends/train/deepspeed", "backends/train/fsdp2", "backends/rollout/hf", "backends/rollout/vllm"}
+    for own in OWN:
+        assert (PACKAGE / own / "descriptor.py").is_file() and (PACKAGE / own / "__init__.py").is_file()
+
+
+# The registry itself (its tables are keyed by the names) and hardware facts that share a name with a backend.
+REGISTRY = ("spec/backends.py",)
+
+
+def test_no_table_outside_a_backends_folder_is_keyed_by_its_name():
+    found = [
+        hit
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not _mine(rel := str(path.relative_to(PACKAGE))) and rel not in REGISTRY
+        for hit in _tables(path)
+    ]
+    assert found == [], "a backend's rules and facts belong on its descriptor:\n" + "\n".join(found)
+
+
+def test_the_table_check_finds_a_table_keyed_by_a_backend(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text('RULES = {"deepspeed": 1, "other": 2}\n')
+    assert [h.split(": ", 1)[1] for h in _tables(sample, tmp_path)] == ["'deepspeed'"]

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rlhf.algo import sft_loss
-from rlhf.engines.deepspeed_engine import DeepSpeedEvalEngine, DeepSpeedTrainEngine, init_distributed
-from rlhf.engines.ds_config import eval_ds_config, train_ds_config
+from rlhf.backends.train.deepspeed.ds_config import eval_ds_config, train_ds_config
+from rlhf.backends.train.deepspeed.engine import DeepSpeedEvalEngine, DeepSpeedTrainEngine, init_distributed
 from rlhf.engines.optim import build_scheduler
 from rlhf.models.forward import causal_lm_log_probs
 from rlhf.models.loading import load_causal_lm, resolve_model_path, tokenizer_for

@@ -1,4 +1,4 @@
-"""rlhf.engines.deepspeed_import: what importing DeepSpeed leaves on a console."""
+"""rlhf.backends.train.deepspeed.deepspeed_import: what importing DeepSpeed leaves on a console."""
 
 import subprocess
 import sys
@@ -9,7 +9,7 @@ from ceilings import ceiling
 _SCRIPT = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="[%(name)s] %(message)s")
-from rlhf.engines.deepspeed_import import SHM_COMM_OP, import_deepspeed
+from rlhf.backends.train.deepspeed.deepspeed_import import SHM_COMM_OP, import_deepspeed
 import_deepspeed()
 import deepspeed.ops
 print("shm op compatible:", deepspeed.ops.__compatible_ops__[SHM_COMM_OP])

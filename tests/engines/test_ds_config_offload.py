@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf.engines.ds_config import train_ds_config
+from rlhf.backends.train.deepspeed.ds_config import train_ds_config
 from rlhf.spec.build import load_spec
 from rlhf.spec.validate import validate
 
@@ -24,7 +24,7 @@ def test_deepspeeds_cpu_optimizer_guard_stays_on_under_gpu_offload():
 
 
 def test_offloaded_states_are_stepped_by_deepspeeds_cpu_adam_on_gpus():
-    from rlhf.engines.ds_config import optimizer_name
+    from rlhf.backends.train.deepspeed.ds_config import optimizer_name
 
     spec = load_spec(["+recipe=ppo_llama3_70b"])
     assert optimizer_name(spec.trainer, "gpu") == "cpu_adam"
@@ -39,10 +39,19 @@ def test_offloaded_states_are_stepped_by_deepspeeds_cpu_adam_on_gpus():
         (["trainer.zero_stage=3", "trainer.offload_params=true"], "trainer.offload_params"),
         (["trainer.zero_stage=0"], "trainer.zero_stage"),
         (["trainer.zero_stage=3", "trainer.optimizer=adamw"], "trainer.optimizer"),
-        (["trainer.optimizer=cpu_adam", "placement=colocate_actor_ref", "placement.devices.policy=4"],
-         "trainer.optimizer"),
-        (["trainer.zero_stage=2", "trainer.offload_params=true", "placement=colocate_actor_ref",
-          "placement.devices.policy=4"], "trainer.offload_params"),
+        (
+            ["trainer.optimizer=cpu_adam", "placement=colocate_actor_ref", "placement.devices.policy=4"],
+            "trainer.optimizer",
+        ),
+        (
+            [
+                "trainer.zero_stage=2",
+                "trainer.offload_params=true",
+                "placement=colocate_actor_ref",
+                "placement.devices.policy=4",
+            ],
+            "trainer.offload_params",
+        ),
     ],
 )
 def test_combinations_deepspeed_refuses_on_gpus_are_named_at_validation(overrides, key):

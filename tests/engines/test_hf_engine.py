@@ -12,7 +12,7 @@ from logprob_checks import (
 )
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from rlhf.engines.hf_engine import HFEngine
+from rlhf.backends.rollout.hf.engine import HFEngine
 from rlhf.engines.protocol import SamplingSpec
 from rlhf.models.tokenizer import byte_level_tokenizer
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from rlhf.engines.hf_engine import HFEngine
+from rlhf.backends.rollout.hf.engine import HFEngine
 from rlhf.engines.lora_sync import lora_settings, write_adapter_folder
 from rlhf.engines.weight_sync.wire import pack_weights
 from rlhf.engines.weights import hf_weights

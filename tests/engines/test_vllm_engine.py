@@ -21,9 +21,9 @@ from logprob_checks import (
     check_min_new_tokens_stays_out_of_logprobs,
 )
 
-from rlhf.engines.hf_engine import HFEngine
+from rlhf.backends.rollout.hf.engine import HFEngine
+from rlhf.backends.rollout.vllm.descriptor import SETUP_SCRIPT, find_vllm_python, vllm_runtime_env
 from rlhf.engines.protocol import RolloutEngine, SamplingSpec
-from rlhf.engines.vllm_backend import SETUP_SCRIPT, find_vllm_python, vllm_runtime_env
 from rlhf.engines.weight_sync.wire import PackedWeights, SyncReport, pack_weights, unpack_weights
 
 PROMPTS = [[1, 74, 71, 78, 78, 81], [1, 5, 6], [1, 40, 41, 42, 43, 44, 45, 46]]
@@ -71,8 +71,8 @@ class RemoteVLLMEngine:
 
 def start_vllm_rollout_actor(model_path: str, *, num_cpus: float = 2, **engine_kwargs: Any) -> Any:
     """A VLLMRolloutActor in the vLLM venv outside any placement group, as rlhf.launch.rollout starts one."""
-    from rlhf.workers.liveness import remote_class
-    from rlhf.workers.vllm_rollout_worker import VLLMRolloutActor
+    from rlhf.backends.rollout.vllm.actor import VLLMRolloutActor
+    from rlhf.engines.liveness import remote_class
 
     runtime_env = vllm_runtime_env(cpu_threads=max(1, int(num_cpus)))
     return (

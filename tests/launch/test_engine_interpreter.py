@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rlhf.engines.vllm_backend import find_vllm_python, vllm_runtime_env
-from rlhf.spec import paths
+from rlhf.backends.rollout.vllm import interpreter as paths
+from rlhf.backends.rollout.vllm.descriptor import find_vllm_python, vllm_runtime_env
 
 
 @pytest.fixture

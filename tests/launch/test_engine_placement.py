@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf.engines.vllm_placement import (
+from rlhf.backends.rollout.vllm.placement import (
     BUNDLE_INDICES_ENV,
     PER_WORKER_GPUS_ENV,
     assign_devices,

@@ -158,19 +158,47 @@ def test_the_job_sets_the_ranks_variables_and_gives_them_back(monkeypatch):
 # Every shipped recipe and the executor auto picks for it: the CPU recipes are one process (one rank; hf generation
 # in the policy's process or one engine beside it), every GPU recipe has several ranks or vLLM engines.
 SHIPPED = {
-    "agent_arith_tiny_cpu": "local", "agent_calculator_tiny_cpu": "local", "dapo_tiny_cpu": "local",
-    "dpo_llama3_8b": "ray", "dpo_tiny_cpu": "local", "dr_grpo_tiny_cpu": "local", "flash_reinforce_tiny_cpu": "local",
-    "grpo_binary_kl_tiny_cpu": "local", "grpo_llama3_8b": "ray", "grpo_qwen2_5_0_5b": "ray",
-    "grpo_qwen2_5_0_5b_h200": "ray", "grpo_reasoning_gym_tiny_cpu": "local", "grpo_tiny_cpu": "local",
-    "gspo_tiny_cpu": "local", "opd_tiny_cpu": "local", "ppo_llama3_70b": "ray", "ppo_llama3_8b": "ray",
-    "ppo_tiny_cpu": "local", "quickstart_cpu": "local", "reinforce_pp_baseline_llama3_8b": "ray",
-    "reinforce_pp_baseline_tiny_cpu": "local", "reinforce_pp_tiny_cpu": "local", "rloo_llama3_8b": "ray",
-    "rloo_tiny_cpu": "local", "rm_llama3_8b": "ray", "rm_tiny_cpu": "local", "sft_llama3_8b": "ray",
-    "sft_reasoning_gym_tiny_cpu": "local", "sft_tiny_cpu": "local",
+    "agent_arith_tiny_cpu": "local",
+    "agent_calculator_tiny_cpu": "local",
+    "dapo_tiny_cpu": "local",
+    "dpo_llama3_8b": "ray",
+    "dpo_tiny_cpu": "local",
+    "dr_grpo_tiny_cpu": "local",
+    "flash_reinforce_tiny_cpu": "local",
+    "grpo_binary_kl_tiny_cpu": "local",
+    "grpo_llama3_8b": "ray",
+    "grpo_qwen2_5_0_5b": "ray",
+    "grpo_qwen2_5_0_5b_h200": "ray",
+    "grpo_reasoning_gym_tiny_cpu": "local",
+    "grpo_tiny_cpu": "local",
+    "gspo_tiny_cpu": "local",
+    "opd_tiny_cpu": "local",
+    "ppo_llama3_70b": "ray",
+    "ppo_llama3_8b": "ray",
+    "ppo_tiny_cpu": "local",
+    "quickstart_cpu": "local",
+    "reinforce_pp_baseline_llama3_8b": "ray",
+    "reinforce_pp_baseline_tiny_cpu": "local",
+    "reinforce_pp_tiny_cpu": "local",
+    "rloo_llama3_8b": "ray",
+    "rloo_tiny_cpu": "local",
+    "rm_llama3_8b": "ray",
+    "rm_tiny_cpu": "local",
+    "sft_llama3_8b": "ray",
+    "sft_reasoning_gym_tiny_cpu": "local",
+    "sft_tiny_cpu": "local",
 }
 # Today's models on each GPU target (issue 36): every one on Ray (several ranks, or vLLM engines in their own venv).
-SHIPPED.update(dict.fromkeys(sorted(p.stem for p in (REPO / "recipes").glob("*.yaml") if any(
-    m in p.stem for m in ("qwen3_", "llama3_1_8b", "r1_distill"))), "ray"))
+SHIPPED.update(
+    dict.fromkeys(
+        sorted(
+            p.stem
+            for p in (REPO / "recipes").glob("*.yaml")
+            if any(m in p.stem for m in ("qwen3_", "llama3_1_8b", "r1_distill"))
+        ),
+        "ray",
+    )
+)
 
 
 REQUIRED = {"opd_tiny_cpu": ["teacher.model_path=/a/teacher"]}  # a recipe's ??? values
@@ -208,8 +236,7 @@ def test_auto_takes_ray_for_what_only_ray_hosts_and_says_why(overrides, reason):
 
 def test_local_asked_for_what_it_cannot_host_is_refused_naming_each_key_and_the_fix():
     spec = load_spec(
-        ["+recipe=grpo_tiny_cpu", "launch.executor=local", "rollout=vllm", "trainer.max_restarts=1",
-         "ray.address=auto"]
+        ["+recipe=grpo_tiny_cpu", "launch.executor=local", "rollout=vllm", "trainer.max_restarts=1", "ray.address=auto"]
     )
     with pytest.raises(SpecInvalid) as e:
         check(spec)
@@ -228,7 +255,7 @@ def test_a_zero3_job_without_an_engine_beside_it_stays_local():
 def test_a_rank_leaving_drops_zero3s_process_wide_model_construction():
     from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
-    from rlhf.engines.deepspeed_backend import BACKEND
+    from rlhf.backends.train.deepspeed.descriptor import BACKEND
 
     BACKEND._hf_zero3({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
     assert is_deepspeed_zero3_enabled()  # every from_pretrained in this process would be partitioned now
@@ -246,11 +273,17 @@ def test_restarts_and_heartbeats_default_by_executor():
 def test_rlhf_plan_says_which_executor_and_why(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "rlhf.cli.plan", "+recipe=grpo_tiny_cpu"],
-        capture_output=True, text=True, cwd=tmp_path, check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
     ).stdout
     assert "executor: local (auto: one process on this machine" in out
     out = subprocess.run(
         [sys.executable, "-m", "rlhf.cli.plan", "+recipe=grpo_llama3_8b"],
-        capture_output=True, text=True, cwd=tmp_path, check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
     ).stdout
     assert "executor: ray (auto: placement.devices.policy=8: 8 policy ranks" in out

@@ -22,8 +22,8 @@ import pytest
 import yaml
 from ceilings import ceiling
 
+from rlhf.backends.rollout.vllm.interpreter import vllm_cpu_available
 from rlhf.spec.paths import conf_dir
-from rlhf.spec.validate import vllm_cpu_available
 
 pytestmark = [
     pytest.mark.slow,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlhf.engines.vllm_backend import cpu_engine_threads
+from rlhf.backends.rollout.vllm.descriptor import cpu_engine_threads
 
 
 def test_a_colocated_engine_in_sync_mode_uses_the_threads_of_the_roles_it_takes_turns_with():

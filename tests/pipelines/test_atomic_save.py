@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from rlhf.atomic_save import MIN_MARGIN_BYTES, DiskFull, atomic_dir, human_bytes, is_disk_full, with_margin
-from rlhf.pipelines.checkpoint import CheckpointManager
+from rlhf.run_files.checkpoint import CheckpointManager
 
 
 def test_a_complete_write_replaces_the_old_folder_and_leaves_no_temporary(tmp_path):

@@ -14,8 +14,8 @@ import pytest
 from ceilings import ceiling
 from run_helpers import TINY_RUN, without_modules
 
-from rlhf.pipelines.checkpoint import CheckpointError, CheckpointManager, step_dir_name
-from rlhf.pipelines.checkpoint_manifest import MANIFEST
+from rlhf.run_files.checkpoint import CheckpointError, CheckpointManager, step_dir_name
+from rlhf.run_files.checkpoint_manifest import MANIFEST
 
 BIN = Path(sys.executable).parent
 RUN = [*TINY_RUN, "trainer.max_steps=4", "checkpoint.save_steps=2", "logging.mlflow=false"]

@@ -26,9 +26,9 @@ import pytest
 
 from rlhf.atomic_save import DiskFull
 from rlhf.launch.job import run
-from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.pipelines.lifecycle import NonFinite, RunFailed
 from rlhf.planning.plan import plan
+from rlhf.run_files.checkpoint import CheckpointManager
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics
 
@@ -216,8 +216,13 @@ def test_a_dead_reward_endpoint_stops_with_the_resume_command_and_the_steps_say_
     db = tmp_path / "mlflow.db"
     with pytest.raises(RewardError) as e:
         _run(
-            tmp_path / "run", "trainer.max_steps=10", f"data.train_files=[{tmp_path / 'prompts.jsonl'}]",
-            "reward.verifier=", f"reward.urls=[{url}]", "reward.retries=0", mlflow_db=db,
+            tmp_path / "run",
+            "trainer.max_steps=10",
+            f"data.train_files=[{tmp_path / 'prompts.jsonl'}]",
+            "reward.verifier=",
+            f"reward.urls=[{url}]",
+            "reward.retries=0",
+            mlflow_db=db,
         )
     msg = str(e.value)
     assert url in msg and msg.count("\n") == 0, msg

@@ -24,8 +24,8 @@ from ceilings import ceiling, wait_until
 from tiny_shapes import TWO_RANKS
 
 from rlhf.launch.job import run
-from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.planning.plan import plan
+from rlhf.run_files.checkpoint import CheckpointManager
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics
 

@@ -23,7 +23,7 @@ import pytest
 from ceilings import ceiling
 from run_helpers import userns_tmpfs
 
-from rlhf.pipelines.checkpoint import CheckpointManager
+from rlhf.run_files.checkpoint import CheckpointManager
 
 pytestmark = pytest.mark.slow  # three runs, each one process: ~45 s on a busy 2-core machine
 
@@ -50,7 +50,6 @@ run first env RLHF_FAULTS=disk.fill_before_checkpoint:2 "$PY" -m rlhf.cli.run "$
 run second env RLHF_FAULTS=disk.fill_before_model:1 "$PY" -m rlhf.cli.run --resume "$DISK/run"
 run third env -u RLHF_FAULTS "$PY" -m rlhf.cli.run --resume "$DISK/run"
 """
-
 
 
 def _ours(stderr: str) -> list[str]:

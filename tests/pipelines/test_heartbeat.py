@@ -16,10 +16,10 @@ import pytest
 import ray
 from ceilings import ceiling
 
+from rlhf.engines import liveness
 from rlhf.engines.protocol import LIVENESS
 from rlhf.errors import WorkerFailure
 from rlhf.waits import Call, last_heartbeat, wait
-from rlhf.workers import liveness
 
 HEARTBEAT_S = 3.0
 FAR_S = 600.0  # the calls' own deadline: a stall must be found by its heartbeat long before it

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlhf.engines.vllm_engine import VLLMEngine
+from rlhf.backends.rollout.vllm.engine import VLLMEngine
 from rlhf.spec.build import load_spec
 
 
@@ -41,11 +41,15 @@ def test_the_schedule_follows_openrlhfs_order_and_the_plans_phases():
     s.end_generation(next_is_sync=False)
     assert log == [
         ("sleep", 1),  # before the trainers load: a step-0 eval may generate before any sync
-        "offload", ("wake", None),
-        ("sleep", 2), "reload",  # the sync overwrites every weight: nothing backed up
+        "offload",
+        ("wake", None),
+        ("sleep", 2),
+        "reload",  # the sync overwrites every weight: nothing backed up
         ("wake", ("weights",)),  # the KV cache stays asleep during the sync
-        "offload", ("wake", ("kv_cache",)),
-        ("sleep", 1), "reload",
+        "offload",
+        ("wake", ("kv_cache",)),
+        ("sleep", 1),
+        "reload",
     ]
     plan_phases = phases(spec, ("policy", "reference", "reward", "rollout"))
     for phase, tags, resident in s.history:
@@ -110,7 +114,7 @@ def test_a_sync_wakes_only_the_weights_and_empties_the_cache_after():
 
 
 def test_trainers_offload_their_states_whatever_the_zero_stage(monkeypatch):
-    from rlhf.engines.deepspeed_engine import DeepSpeedTrainEngine
+    from rlhf.backends.train.deepspeed.engine import DeepSpeedTrainEngine
 
     calls = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("synchronize"))

@@ -41,7 +41,7 @@ def _fresh_engine_samples(path: str) -> list:
     over its ranks (engine i seeded ``seed + i``)."""
     from dataclasses import replace
 
-    from rlhf.engines.hf_engine import HFEngine
+    from rlhf.backends.rollout.hf.engine import HFEngine
 
     engine = HFEngine.from_path(path)
     half = len(PROMPTS) // 2

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from rlhf.pipelines.init_from import starting_weights, value_head_trained
-from rlhf.pipelines.init_source import InitFromError, check
+from rlhf.run_files.init_source import InitFromError, check
 from rlhf.spec import validate
 from rlhf.spec.build import load_spec
 
@@ -34,9 +34,11 @@ SEEDED = ["eval.steps=1", "eval.temperature=1.0", "eval.samples_per_prompt=4", "
 
 # -- refused before anything starts ---------------------------------------------------------------------------------
 
+
 def _mlflow_run_id(run_dir: Path) -> str:
     """The MLflow run of a run folder (its tracking.json holds every tracker's record)."""
     return json.loads((run_dir / "tracking.json").read_text())["trackers"]["mlflow"]["run_id"]
+
 
 def test_validation_names_a_missing_folder_and_a_resume_path_given_with_it(tmp_path):
     errors = validate(load_spec(["+recipe=grpo_tiny_cpu", f"checkpoint.init_from={tmp_path / 'nowhere'}"]))

@@ -41,7 +41,7 @@ def test_an_adapter_sync_that_changed_the_adapter_changes_the_engines_log_probs(
     """The stale-adapter test: after each adapter-only sync the engine's log-probs moved with the trainer's and
     match them; the third sync is dropped by the engine (sync.drop: received, checksummed, acknowledged, never
     applied) and the probe names the engine."""
-    from rlhf.spec.validate import vllm_cpu_available
+    from rlhf.backends.rollout.vllm.interpreter import vllm_cpu_available
 
     if "rollout=vllm" in engine and not vllm_cpu_available():
         pytest.skip("no vllm-cpu side venv (scripts/setup_vllm_cpu.sh)")
@@ -127,7 +127,7 @@ def test_lora_grpo_with_adapter_sync_learns_as_the_merged_one_does(ray_cluster, 
     tokens that is about one run in a thousand. Three steps show the two trajectories equal, not that the reward
     rises (that is tests/pipelines/test_grpo_learns.py's). Each adapter sync carries the 28 LoRA tensors (139,264
     bytes), the merged one every weight (1,583,616 bytes)."""
-    from rlhf.spec.validate import vllm_cpu_available
+    from rlhf.backends.rollout.vllm.interpreter import vllm_cpu_available
 
     if "rollout=vllm" in engine and not vllm_cpu_available():
         pytest.skip("no vllm-cpu side venv (scripts/setup_vllm_cpu.sh)")

@@ -45,7 +45,7 @@ def process_group():
             mp.setenv(k, v)
         # DeepSpeed caches a clone of the world group per process (deepspeed.utils.groups, private; no public reset):
         # after an earlier module's group was destroyed it would name a group torch no longer has.
-        from rlhf.engines.deepspeed_import import import_deepspeed
+        from rlhf.backends.train.deepspeed.deepspeed_import import import_deepspeed
 
         import_deepspeed()
         from deepspeed.utils import groups

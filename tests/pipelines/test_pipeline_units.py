@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlhf.pipelines.batching import EvalShards, per_rank_micro_batches, redistribute
-from rlhf.pipelines.checkpoint import LATEST, CheckpointError, CheckpointManager
+from rlhf.run_files.checkpoint import LATEST, CheckpointError, CheckpointManager
 
 
 def _save(m: CheckpointManager, step: int) -> None:

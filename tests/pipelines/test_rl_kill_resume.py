@@ -14,8 +14,8 @@ import pytest
 from ceilings import ceiling, wait_until
 
 from rlhf.launch.job import run
-from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.planning.plan import plan
+from rlhf.run_files.checkpoint import CheckpointManager
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics
 

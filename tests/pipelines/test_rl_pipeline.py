@@ -157,7 +157,10 @@ def test_tiny_rl_recipe_trains_two_steps(shared_run, parity, reward_model, http_
         "rloo_tiny_cpu": ("parity_sync", "rloo_tiny_cpu", *parity),
         "gspo_tiny_cpu": ("gspo_reward_model", "gspo_tiny_cpu", *reward_model),
         "reinforce_pp_baseline_tiny_cpu": (
-            "rpp_baseline_http", "reinforce_pp_baseline_tiny_cpu", *TWO_RANKS_TWO_ENGINES, *http_reward
+            "rpp_baseline_http",
+            "reinforce_pp_baseline_tiny_cpu",
+            *TWO_RANKS_TWO_ENGINES,
+            *http_reward,
         ),
     }
     if recipe in shared:
@@ -268,7 +271,7 @@ class _ListeningSockets:
 
 @pytest.mark.vllm
 def test_grpo_and_ppo_with_the_vllm_engine_on_cpu_every_socket_on_loopback(ray_cluster, tmp_path):
-    from rlhf.spec.validate import vllm_cpu_available
+    from rlhf.backends.rollout.vllm.interpreter import vllm_cpu_available
 
     if not vllm_cpu_available():
         pytest.skip("no vllm-cpu side venv (scripts/setup_vllm_cpu.sh)")

@@ -14,9 +14,9 @@ import pytest
 from ceilings import ceiling
 
 from rlhf.launch.job import run
-from rlhf.pipelines.checkpoint import CheckpointManager
 from rlhf.pipelines.sft_warmup import STATE_KEY
 from rlhf.planning.plan import plan
+from rlhf.run_files.checkpoint import CheckpointManager
 from rlhf.spec.build import load_spec
 from rlhf.tracking.tracker import read_metrics
 
@@ -68,7 +68,10 @@ def test_a_run_stopped_inside_the_warm_up_resumes_there_with_the_numbers_of_an_u
     died = subprocess.run(
         [sys.executable, "-m", "rlhf.cli.run", *BASE, f"hydra.run.dir={stopped}"],
         env={**os.environ, "RLHF_FAULTS": "rank.exit_on_train_step:2"},
-        capture_output=True, text=True, cwd=tmp_path, timeout=ceiling(600),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=ceiling(600),
     )
     assert died.returncode == 1, died.stderr[-3000:]
     manager = CheckpointManager(stopped / "checkpoints")

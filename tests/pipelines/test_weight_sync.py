@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from rlhf.backends.rollout.vllm.interpreter import vllm_cpu_available
 from rlhf.engines.protocol import SamplingSpec
 from rlhf.launch.realize import realize
 from rlhf.models.loading import resolve_model_path
@@ -23,7 +24,6 @@ from rlhf.pipelines.sft import sft_loss_fn
 from rlhf.pipelines.weight_sync import WeightSync
 from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
-from rlhf.spec.validate import vllm_cpu_available
 
 pytestmark = pytest.mark.slow
 
@@ -143,7 +143,7 @@ class _BaselineSlot:
 def test_every_route_delivers_the_trainers_weights(rig, zero):
     import ray
 
-    from rlhf.engines.hf_engine import HFEngine
+    from rlhf.backends.rollout.hf.engine import HFEngine
     from rlhf.models.loading import tokenizer_for
 
     backend = rig["spec"].rollout.backend

@@ -23,13 +23,13 @@ from test_weight_sync import (
     _trainer_logprobs,
 )
 
+from rlhf.backends.rollout.vllm.interpreter import vllm_cpu_available
 from rlhf.launch.realize import realize
 from rlhf.models.loading import resolve_model_path, tokenizer_for
 from rlhf.pipelines.rollout_engines import RolloutEngines
 from rlhf.pipelines.weight_sync import WeightSync
 from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
-from rlhf.spec.validate import vllm_cpu_available
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ def test_a_tied_qwen2_model_syncs_over_every_route(ray_cluster, tmp_path, backen
             save = tmp_path / route
             policy.run_all("save_hf", str(save))
             if backend == "hf":
-                from rlhf.engines.hf_engine import HFEngine
+                from rlhf.backends.rollout.hf.engine import HFEngine
 
                 rollouts = HFEngine.from_path(str(save)).generate(PROMPTS, SAMPLING)
             else:

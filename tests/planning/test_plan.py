@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf.planning.memory import GB, lora_param_count, param_count, trained_states
+from rlhf.backends.train.deepspeed.descriptor import trained_states
+from rlhf.planning.memory import GB, lora_param_count, param_count
 from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 

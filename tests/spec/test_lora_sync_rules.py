@@ -36,7 +36,9 @@ def test_adapter_with_vllm_is_accepted_up_to_vllms_largest_lora_rank():
 def test_adapter_with_an_engine_that_cannot_load_adapters_is_refused_naming_the_fix(monkeypatch):
     from rlhf.spec import backends
 
-    monkeypatch.setitem(backends.ROLLOUT_BACKENDS, "vllm", backends.Backend("rlhf.engines.vllm_backend:BACKEND"))
+    monkeypatch.setitem(
+        backends.ROLLOUT_BACKENDS, "vllm", backends.Backend("rlhf.backends.rollout.vllm.descriptor:BACKEND")
+    )
     (err,) = _errors(["+recipe=grpo_llama3_8b", "model.lora.rank=8", "rollout.weight_sync_lora=adapter"])
     text = str(err)
     assert "vllm engine does not load LoRA adapters" in text

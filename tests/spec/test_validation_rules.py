@@ -114,7 +114,7 @@ def test_error_message_names_value_and_fix():
 def test_vllm_on_cpu_needs_a_cpu_build(monkeypatch):
     import importlib
 
-    v = importlib.import_module("rlhf.spec.rollout_backends")  # the vllm backend's rule
+    v = importlib.import_module("rlhf.backends.rollout.vllm.interpreter")  # what the vllm backend's rule asks
 
     monkeypatch.setattr(v, "vllm_cpu_available", lambda: False)
     assert "rollout.backend" in error_keys(CPU_RL + ["rollout=vllm"])

@@ -17,7 +17,7 @@ import pytest
 from ceilings import ceiling, wait_until
 from readers import READERS, records
 
-from rlhf.pipelines.checkpoint import CheckpointManager
+from rlhf.run_files.checkpoint import CheckpointManager
 from rlhf.tracking.tracker import read_metrics
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ imports neither Ray nor torch and runs none of the user's code. What it checks:
   hub_datasets: the only check that asks the network, a warning when it cannot).
 * ``ray.address``: a host:port to attach to answers (see ray_address);
 * ``checkpoint.init_from``: a folder holding a run, a checkpoint or a Hugging Face model that fits model.* and the
-  pipeline (rlhf.pipelines.init_source, which reads the checkpoint layout and config files only).
+  pipeline (rlhf.run_files.init_source, which reads the checkpoint layout and config files only).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def preflight(spec: ExperimentSpec) -> PreflightReport:
         report.findings += check_ray_address(spec.ray.address)
         report.checked.append("ray.address")
     if spec.checkpoint.init_from:
-        from rlhf.pipelines.init_source import check as check_init_from
+        from rlhf.run_files.init_source import check as check_init_from
 
         report.findings += [Finding(p.key, p.value, p.problem, p.fix) for p in check_init_from(spec)]
         report.checked.append("checkpoint.init_from")

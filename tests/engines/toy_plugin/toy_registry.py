@@ -8,8 +8,8 @@ from __future__ import annotations
 from rlhf.spec.backends import ROLLOUT_BACKENDS, TRAIN_BACKENDS, Backend
 
 LINES = {
-    "train": ("toy", Backend("toy_train_backend:BACKEND", "deepspeed")),
-    "rollout": ("toy", Backend("toy_rollout_backend:BACKEND")),
+    "train": ("toy", Backend("toy_train.descriptor:BACKEND", "deepspeed")),
+    "rollout": ("toy", Backend("toy_rollout.descriptor:BACKEND")),
 }
 
 

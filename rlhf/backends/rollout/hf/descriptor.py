@@ -1,7 +1,7 @@
-"""``rollout.backend=hf``: transformers ``generate`` with a KV cache (rlhf.engines.hf_engine), each engine a
-rlhf.workers.rollout_worker.HFRolloutWorker in the trainer's own venv; or, with ``rollout.hf.in_policy``, no process
-of its own: each policy rank generates with the model it trains (rlhf.workers.in_policy_rollout), so no weights are
-synced. No extra dependency, no tensor parallelism (rlhf.spec.rollout_backends says so at validation); with LoRA it
+"""``rollout.backend=hf``: transformers ``generate`` with a KV cache (rlhf.backends.rollout.hf.engine), each engine a
+rlhf.backends.rollout.hf.actor.HFRolloutWorker in the trainer's own venv; or, with ``rollout.hf.in_policy``, no process
+of its own: each policy rank generates with the model it trains (rlhf.backends.rollout.hf.in_policy), so no weights are
+synced. No extra dependency, no tensor parallelism (its ``problems`` say so at validation); with LoRA it
 loads adapter-only syncs (rollout.weight_sync_lora=adapter). No torch import here: the plan reads it."""
 
 from __future__ import annotations
@@ -11,10 +11,13 @@ from typing import Any
 from rlhf.engines.lora_sync import adapter_sync, lora_settings
 from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutMemory, kv_cache_bytes_per_token
 from rlhf.spec.rollout_backends import generates_in_policy
-from rlhf.spec.schema import ExperimentSpec
+from rlhf.spec.schema import ExperimentSpec, HFRolloutSpec
+from rlhf.spec.trainer_backends import weights_split
 
-ACTOR = "rlhf.workers.rollout_worker:HFRolloutWorker"
-MAX_BATCH = 512  # rlhf.engines.hf_engine.HFEngine(max_batch_size=512): sequences per generate call
+Problem = tuple[str, Any, str]
+
+ACTOR = "rlhf.backends.rollout.hf.actor:HFRolloutWorker"
+MAX_BATCH = 512  # rlhf.backends.rollout.hf.engine.HFEngine(max_batch_size=512): sequences per generate call
 
 
 def _bytes_per_value(spec: ExperimentSpec) -> int:
@@ -22,10 +25,60 @@ def _bytes_per_value(spec: ExperimentSpec) -> int:
     return 2 if spec.hardware.accelerator == "gpu" and spec.trainer.precision == "bf16" else 4
 
 
+def _hf(spec: ExperimentSpec, d: Any) -> list[Problem]:
+    tp = spec.rollout.tensor_parallel_size
+    out: list[Problem] = []
+    if tp != 1:
+        out.append(
+            (
+                "rollout.tensor_parallel_size",
+                tp,
+                "the hf engine (transformers generate) runs on one device: set it to 1 and raise "
+                "rollout.num_engines, or use rollout=vllm",
+            )
+        )
+    if spec.rollout.hf.in_policy:
+        out += _in_policy(spec, d)
+    return out
+
+
+def _in_policy(spec: ExperimentSpec, d: Any) -> list[Problem]:
+    """``rollout.hf.in_policy``: each policy rank generates with the module it trains, so the rollout must sit on
+    the policy's devices, one engine per rank, with the whole weights in every rank and nothing else running."""
+    ro = spec.rollout
+    key, off = "rollout.hf.in_policy", "or set rollout.hf.in_policy=false (engines in processes of their own)"
+    if "policy" not in d.roles:
+        return [(key, True, f"generating in the policy's ranks needs a policy that trains: {off}")]
+    out: list[Problem] = []
+    if "rollout" not in d.group_of("policy"):
+        out.append((key, True, f"the rollout must share the policy's devices (placement=colocate_all); {off}"))
+    ranks = d.devices.get("policy", 0)
+    if ro.num_engines != ranks:
+        out.append(("rollout.num_engines", ro.num_engines, f"one engine per policy rank: set it to {ranks}; {off}"))
+    split = weights_split(spec)
+    if split is not None:
+        out.append(
+            (
+                split[0],
+                split[1],
+                "generating in the policy's ranks needs the whole weights on every rank (DeepSpeed ZeRO 0-2: "
+                f"ZeRO-3's and FSDP2's forward passes gather weights across the ranks); {off}",
+            )
+        )
+    if ro.async_mode:
+        out.append(
+            ("rollout.async_mode", True, f"the policy's ranks cannot generate while they train: set it false, {off}")
+        )
+    return out
+
+
 class HFBackend:
     """rlhf.engines.protocol.RolloutBackend for transformers generate."""
 
     name = "hf"
+    section = HFRolloutSpec  # rollout.hf.*
+    moved_keys: dict[str, str] = {}
+    scan_keys: tuple[str, ...] = ()  # none of its keys is a layout --auto writes
 
     def describe(self, spec: ExperimentSpec) -> str:
         precision = "bf16" if _bytes_per_value(spec) == 2 else "fp32"
@@ -65,7 +118,7 @@ class HFBackend:
             env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as every CPU rank (rlhf.launch.realize.RoleGroup)
         elif placement.actor_gpus < 1:
             # Colocated roles share a GPU: the engine sees every GPU of the node, as the trainers beside it do, and
-            # computes on the one Ray reserved for it (rlhf.workers.rollout_worker.engine_device).
+            # computes on the one Ray reserved for it (rlhf.backends.rollout.hf.actor.engine_device).
             env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
         kwargs = {"lora": lora_settings(spec)} if adapter_sync(spec) else {}
         return EngineLaunch(ACTOR, (model_path, hw.accelerator, spec.trainer.precision), kwargs, {"env_vars": env})
@@ -87,6 +140,18 @@ class HFBackend:
 
     def label(self, spec: ExperimentSpec) -> str:
         return ""
+
+    def problems(self, spec: ExperimentSpec, d: Any) -> list[Problem]:
+        return _hf(spec, d)
+
+    def in_policy_engine(self, module: Any, tokenizer: Any) -> Any:
+        from rlhf.backends.rollout.hf.in_policy import InPolicyRollout
+
+        return InPolicyRollout(module, tokenizer)
+
+    def decode_overhead_s(self, spec: ExperimentSpec, constants: Any) -> float:
+        """The fixed cost of one decode step beyond reading the weights and the cache."""
+        return constants.decode_step_s
 
 
 BACKEND = HFBackend()

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from rlhf.backends.train.deepspeed.ds_config import optimizer_name
 from rlhf.engines import weights
 from rlhf.engines.distributed import (
     init_process_group,
@@ -28,7 +29,6 @@ from rlhf.engines.distributed import (
     shutdown_distributed,
     to_device,
 )
-from rlhf.engines.ds_config import optimizer_name
 from rlhf.engines.optim import build_optimizer, build_scheduler, set_peak_lr
 from rlhf.engines.step_window import MetricSums, step_inputs
 from rlhf.engines.training import LossFn
@@ -45,7 +45,7 @@ __all__ = ["DeepSpeedEvalEngine", "DeepSpeedTrainEngine", "current_device", "ini
 def init_distributed(accelerator: str = "cpu", timeout_s: float = 600.0) -> None:
     """Join the role group's process group (rlhf.engines.distributed: gloo on CPU, since DeepSpeed's CPU accelerator
     has no nccl; nccl on GPUs); DeepSpeed then adopts it."""
-    from rlhf.engines.deepspeed_import import import_deepspeed
+    from rlhf.backends.train.deepspeed.deepspeed_import import import_deepspeed
 
     deepspeed = import_deepspeed()
     already = dist.is_initialized()
@@ -56,7 +56,7 @@ def init_distributed(accelerator: str = "cpu", timeout_s: float = 600.0) -> None
 
 
 def current_device_kind() -> str:
-    """"gpu" or "cpu": the accelerator DeepSpeed picked in this process."""
+    """ "gpu" or "cpu": the accelerator DeepSpeed picked in this process."""
     return "cpu" if current_device().type == "cpu" else "gpu"
 
 
@@ -130,7 +130,7 @@ class DeepSpeedTrainEngine(_EngineBase):
         lr: float,
         total_steps: int,
     ) -> None:
-        from rlhf.engines.deepspeed_import import import_deepspeed
+        from rlhf.backends.train.deepspeed.deepspeed_import import import_deepspeed
 
         deepspeed = import_deepspeed()
         optimizer = build_optimizer(model, trainer, lr, name=optimizer_name(trainer, current_device_kind()))
@@ -249,7 +249,7 @@ class DeepSpeedEvalEngine(_EngineBase):
     """A frozen model under DeepSpeed (ZeRO-3 sharded when the trainer uses stage 3, else stage 0)."""
 
     def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any]) -> None:
-        from rlhf.engines.deepspeed_import import import_deepspeed
+        from rlhf.backends.train.deepspeed.deepspeed_import import import_deepspeed
 
         deepspeed = import_deepspeed()
 

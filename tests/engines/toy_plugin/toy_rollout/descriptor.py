@@ -1,8 +1,8 @@
-"""A rollout backend written outside rlhf, as a user's plug-in would be (``rollout.backend=toy``): one module that
-implements rlhf.engines.protocol.RolloutBackend by delegating to the hf backend, with an engine actor of its own
-(toy_rollout_worker.py), plus its conf file (conf/rollout/toy.yaml) and its registry line (toy_registry.py). Its
-launch puts this folder on the engine process's import path: the environment a backend's engine needs is the
-backend's to say (RolloutBackend.launch). No torch at import, as the contract asks."""
+"""A rollout backend written outside rlhf, as a user's plug-in would be (``rollout.backend=toy``): one folder
+(toy_rollout/: this descriptor implementing rlhf.engines.protocol.RolloutBackend by delegating to the hf backend,
+and an engine actor of its own, actor.py), its conf file (conf/rollout/toy.yaml) and its registry line
+(toy_registry.py). Its launch puts the folder's parent on the engine process's import path: the environment a
+backend's engine needs is the backend's to say (RolloutBackend.launch). No torch at import, as the contract asks."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from rlhf.engines.hf_backend import BACKEND as HF
+from rlhf.backends.rollout.hf.descriptor import BACKEND as HF
 from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutMemory
 from rlhf.spec.schema import ExperimentSpec
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding toy_rollout/
 
 
 class ToyRolloutBackend:
@@ -41,7 +41,7 @@ class ToyRolloutBackend:
         hf = HF.launch(spec, placement, model_path, role_env=role_env, base_env=base_env)
         env: dict[str, Any] = dict(hf.runtime_env.get("env_vars", {}))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH", "")) if p)
-        return replace(hf, actor="toy_rollout_worker:ToyRolloutWorker", runtime_env={**hf.runtime_env, "env_vars": env})
+        return replace(hf, actor="toy_rollout.actor:ToyRolloutWorker", runtime_env={**hf.runtime_env, "env_vars": env})
 
     # what the planner asks: the hf engine's answers
 
@@ -62,6 +62,19 @@ class ToyRolloutBackend:
 
     def label(self, spec: ExperimentSpec) -> str:
         return " toy"
+
+    scan_keys = HF.scan_keys
+    section = None  # no keys of its own
+    moved_keys: dict[str, str] = {}
+
+    def decode_overhead_s(self, spec: ExperimentSpec, constants: Any) -> float:
+        return HF.decode_overhead_s(spec, constants)
+
+    def problems(self, spec: ExperimentSpec, d: Any) -> list[tuple[str, Any, str]]:
+        return HF.problems(spec, d)
+
+    def in_policy_engine(self, module: Any, tokenizer: Any) -> Any:
+        return HF.in_policy_engine(module, tokenizer)
 
 
 BACKEND = ToyRolloutBackend()

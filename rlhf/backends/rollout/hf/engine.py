@@ -1,5 +1,5 @@
 """The ``hf`` rollout engine: transformers ``generate`` with a KV cache, in the process of its actor
-(rlhf.workers.rollout_worker.HFRolloutWorker, which keeps rlhf.engines.protocol.RolloutEngine).
+(rlhf.backends.rollout.hf.actor.HFRolloutWorker, which keeps rlhf.engines.protocol.RolloutEngine).
 
 No extra dependency and no separate process: the CPU default, and a fallback wherever vLLM is missing. It receives a
 weight sync itself (one worker: this process) on every route, in the one wire format of rlhf.engines.weight_sync.

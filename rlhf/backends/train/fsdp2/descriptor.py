@@ -1,25 +1,19 @@
-"""``trainer.backend=fsdp2``: torch's ``fully_shard`` (FSDP2) over a device mesh of the role's ranks, gloo on CPU
-(torch's CPU device mesh) and nccl on GPUs.
-
-    __init__.py   this backend as rlhf.engines.training.TrainBackend (no torch import: the plan and validation use it)
-    engine.py     FSDP2TrainEngine and FSDP2FrozenEngine: sharding, mixed precision, CPU offload, the optimizer step,
-                  torch.distributed.checkpoint save/load, the Hugging Face export
-    memory.py     the plan's memory model
-Its keys: ``trainer.fsdp2.*`` (rlhf.spec.schema.FSDP2Spec); its rules: rlhf.spec.trainer_backends. The weights reach
-the rollout engines through rlhf.engines.weights (each DTensor gathered with ``full_tensor`` one bucket at a time).
-"""
+"""``trainer.backend=fsdp2`` as rlhf.engines.training.TrainBackend: no torch import (plan and validation use it)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlhf.engines.fsdp2 import memory
+from rlhf.backends.train.fsdp2 import memory
 from rlhf.engines.training import ModelLoader, ModelStates, Network, TrainTraffic
-from rlhf.spec.schema import ExperimentSpec
+from rlhf.spec.schema import ExperimentSpec, FSDP2Spec
+
+Problem = tuple[str, Any, str]
 
 
 class FSDP2Backend:
     name = "fsdp2"
+    section = FSDP2Spec  # trainer.fsdp2.*
 
     def describe(self, spec: ExperimentSpec) -> str:
         t, f = spec.trainer, spec.trainer.fsdp2
@@ -42,7 +36,7 @@ class FSDP2Backend:
     def build_trained(
         self, load: ModelLoader, spec: ExperimentSpec, *, lr: float, total_steps: int, grad_accum: int
     ) -> Any:
-        from rlhf.engines.fsdp2.engine import FSDP2TrainEngine
+        from rlhf.backends.train.fsdp2.engine import FSDP2TrainEngine
 
         t = spec.trainer
         return FSDP2TrainEngine(
@@ -55,7 +49,7 @@ class FSDP2Backend:
         )
 
     def build_frozen(self, load: ModelLoader, spec: ExperimentSpec, *, offload: bool) -> Any:
-        from rlhf.engines.fsdp2.engine import FSDP2FrozenEngine
+        from rlhf.backends.train.fsdp2.engine import FSDP2FrozenEngine
 
         model = load(spec.trainer.precision)
         return FSDP2FrozenEngine(model, accelerator=spec.hardware.accelerator, offload=offload)
@@ -86,7 +80,8 @@ class FSDP2Backend:
         return True
 
     def gathered_units(self, spec: ExperimentSpec) -> int:
-        """One gather per unit: each decoder layer, each untied embedding, the root (rlhf.engines.fsdp2.engine)."""
+        """One gather per unit: each decoder layer, each untied embedding, the root
+        (rlhf.backends.train.fsdp2.engine)."""
         m = spec.model
         return m.num_layers + (1 if m.tie_word_embeddings else 2) + 1
 
@@ -140,6 +135,41 @@ class FSDP2Backend:
 
     def layout_keys(self, values: dict[str, Any]) -> list[str]:
         return [k for k in values if k.startswith("trainer.fsdp2.")]
+
+    # -- its rules (rlhf.spec.trainer_backends asks them) --
+    def problems(self, spec: ExperimentSpec, d: Any) -> list[Problem]:
+        t, out = spec.trainer, []
+        if t.precision == "fp16":
+            out.append(("trainer.precision", "fp16", "fsdp2 trains in bf16 or fp32 (no loss scaling); use bf16"))
+        if t.optimizer == "cpu_adam":
+            out.append(
+                (
+                    "trainer.optimizer",
+                    "cpu_adam",
+                    "DeepSpeed's CPU Adam cannot step FSDP2's sharded parameters; use adamw (with "
+                    "trainer.fsdp2.cpu_offload=true the step runs in host memory)",
+                )
+            )
+        for name in ("offload_optimizer", "offload_params"):
+            if getattr(t, name):
+                out.append(
+                    (
+                        f"trainer.{name}",
+                        True,
+                        "a DeepSpeed key; under trainer.backend=fsdp2 use trainer.fsdp2.cpu_offload=true (parameters, "
+                        "gradients and the optimizer step in host memory)",
+                    )
+                )
+        return out
+
+    def weights_split(self, spec: ExperimentSpec) -> Problem | None:
+        return ("trainer.backend", "fsdp2", "fsdp2")  # fully_shard always splits them
+
+    def beside_an_engine(self, spec: ExperimentSpec) -> list[Problem]:
+        return []
+
+    def optimizer_bound_to_ranks(self, flat: dict[str, Any]) -> bool:
+        return False  # torch.distributed.checkpoint reshards on load
 
     def preload_modules(self) -> tuple[str, ...]:
         return ()

@@ -21,7 +21,8 @@ def _quiet() -> None:
 
 def physical_device(local_rank: int, cuda_visible: str | None, node_gpus: int) -> int:
     """The physical GPU a rank computes on: ``torch.cuda.set_device(LOCAL_RANK % device_count)`` (what
-    rlhf.engines.deepspeed_engine.init_distributed does) read through CUDA_VISIBLE_DEVICES (all of the node's GPUs
+    rlhf.backends.train.deepspeed.engine.init_distributed does) read through CUDA_VISIBLE_DEVICES (all of the node's
+    GPUs
     when it is unset, as for colocated ranks that see every GPU)."""
     visible = [int(x) for x in cuda_visible.split(",") if x.strip()] if cuda_visible else list(range(node_gpus))
     if not visible:
@@ -42,8 +43,10 @@ class BaseWorker:
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         ray = ray_actor()  # None on the local executor: its process computes where it was started
-        if ray is not None and spec.hardware.accelerator == "gpu" and os.environ.get(
-            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+        if (
+            ray is not None
+            and spec.hardware.accelerator == "gpu"
+            and os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES")
         ):
             gpu_ids = ray.get_gpu_ids()
             if gpu_ids:  # colocated roles see every GPU: use the one Ray assigned
@@ -75,9 +78,9 @@ class BaseWorker:
 
     def heartbeat(self) -> dict[str, object]:
         """The driver's liveness call while it waits on this rank (rlhf.waits), answered in its own concurrency
-        group while a long call runs (rlhf.workers.liveness.remote_class marks it): pid and node (the call it runs
+        group while a long call runs (rlhf.engines.liveness.remote_class marks it): pid and node (the call it runs
         is the one the driver waits on)."""
-        from rlhf.workers import liveness
+        from rlhf.engines import liveness
 
         return {**liveness.answer(track=False), "role": self.role, "rank": self.rank}
 

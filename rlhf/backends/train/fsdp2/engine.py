@@ -6,7 +6,8 @@ shards (with trainer.precision=bf16 it is loaded in bf16 and its shards upcast: 
 MixedPrecisionPolicy gathers units in bf16 and reduce-scatters gradients in fp32. ``trainer.fsdp2.cpu_offload``
 adds a CPUOffloadPolicy (shards, gradients and the optimizer step on the host).
 
-The step matches DeepSpeed's (rlhf.engines.deepspeed_engine) term for term: each micro-batch's loss divided by the
+The step matches DeepSpeed's (rlhf.backends.train.deepspeed.engine) term for term: each micro-batch's loss divided by
+the
 gradient-accumulation count, gradients averaged over the ranks by the reduce-scatter, the norm taken before clipping,
 clipping to ``trainer.max_norm``, one optimizer and schedule step; a non-finite norm drops the update.
 

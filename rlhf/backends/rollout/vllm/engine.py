@@ -2,14 +2,14 @@
 
 ``VLLMEngine`` is ``vllm.LLM`` in the current process (token ids in, token ids and log-probs out; in-place weight
 reload and weight-sync receiving; sleep/wake where the platform has it). The Ray actor hosting it is
-rlhf.workers.vllm_rollout_worker.VLLMRolloutActor (rlhf.engines.protocol.RolloutEngine); how that actor is started
-with the vLLM venv's interpreter is rlhf.engines.vllm_backend's.
+rlhf.backends.rollout.vllm.actor.VLLMRolloutActor (rlhf.engines.protocol.RolloutEngine); how that actor is started
+with the vLLM venv's interpreter is rlhf.backends.rollout.vllm.descriptor's.
 
 Log-probs: those of rlhf.engines.logprob_meaning, the same as the hf engine's and the trainer's recomputation:
 log-softmax(logits / temperature) over the full vocabulary at the sampled token; top-k/top-p and min_new_tokens
 decide what is sampled, not the number (OpenRLHF starts vLLM with ``processed_logprobs`` instead, which renormalises
 over the nucleus). vLLM has no mode for this, so the engine reads ``processed_logits`` off rows that
-rlhf.engines.vllm_logprobs.TemperedLogprobs has shifted to log-probs, and applies min_new_tokens itself (stop
+rlhf.backends.rollout.vllm.logprobs.TemperedLogprobs has shifted to log-probs, and applies min_new_tokens itself (stop
 strings are then not held back by it, as in the hf engine). That processor uses vLLM's V1 model-runner interface, so
 the engine selects the V1 runner (``VLLM_USE_V2_MODEL_RUNNER=0`` unless the environment already says).
 
@@ -17,7 +17,7 @@ vllm is imported lazily, so this module imports without vllm installed.
 
 vLLM APIs used: ``LLM`` (generate, collective_rpc, sleep, wake_up, reset_prefix_cache), ``SamplingParams``,
 ``TokensPrompt``, ``vllm.platforms.current_platform``, and in the worker extension the worker's ``reload_weights``;
-rlhf.engines.vllm_logprobs names the one internal helper it uses.
+rlhf.backends.rollout.vllm.logprobs names the one internal helper it uses.
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ import os
 import time
 from typing import Any
 
+from rlhf.backends.rollout.vllm.version import VLLM_SUPPORTED, check_vllm_version
 from rlhf.engines.logprob_meaning import FORCE_TOKENS_ARG, MIN_NEW_TOKENS_ARG
 from rlhf.engines.protocol import Rollout, SamplingSpec
-from rlhf.engines.vllm_version import VLLM_SUPPORTED, check_vllm_version
 from rlhf.engines.weight_sync.wire import PackedWeights
 
 __all__ = ["VLLM_SUPPORTED", "VLLMEngine"]
 
-_WORKER_EXTENSION = "rlhf.engines.vllm_worker.WeightSyncWorkerExtension"
-_LOGPROBS_PROCESSOR = "rlhf.engines.vllm_logprobs:TemperedLogprobs"
+_WORKER_EXTENSION = "rlhf.backends.rollout.vllm.worker.WeightSyncWorkerExtension"
+_LOGPROBS_PROCESSOR = "rlhf.backends.rollout.vllm.logprobs:TemperedLogprobs"
 _CPU_BATCHED_TOKENS = 4096  # vLLM's own default for the LLM class on CPU
 _GIB = 1 << 30
 
@@ -338,7 +338,8 @@ class VLLMEngine:
 
     def score(self, sequences: list[tuple[list[int], list[int]]]) -> list[list[float]]:
         """Teacher-forced log-probs of each ``(prompt, output)``'s output tokens at temperature 1: the engine is made
-        to sample exactly ``output`` (rlhf.engines.vllm_logprobs, point 3) and reports each token's log-prob under
+        to sample exactly ``output`` (rlhf.backends.rollout.vllm.logprobs, point 3) and reports each token's log-prob
+        under
         the full distribution. Deterministic, so a probe can tell whether the weights moved."""
         if self.awake != {"weights", "kv_cache"}:
             raise RuntimeError("VLLMEngine.score called while asleep; call wake() first")

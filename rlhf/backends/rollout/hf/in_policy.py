@@ -2,7 +2,8 @@
 without vLLM, and veRL's hybrid worker holds the rollout in the trainer's process), so the run has no engine
 processes and no weight sync: after each optimizer step the next samples come from the new weights by construction.
 
-The engine is rlhf.engines.hf_engine.HFEngine over the training engine's module (``TrainEngine.module``: the HF or
+The engine is rlhf.backends.rollout.hf.engine.HFEngine over the training engine's module (``TrainEngine.module``: the
+HF or
 peft model DeepSpeed wraps), switched to eval mode for each call and back after, so training keeps its own mode.
 Validation (rlhf.spec.rollout_backends) allows it only where every rank holds the whole weights (DeepSpeed ZeRO 0-2).
 """
@@ -32,7 +33,7 @@ class InPolicyRollout:
     ``rollout_*`` methods call it)."""
 
     def __init__(self, module: Any, tokenizer: Any) -> None:
-        from rlhf.engines.hf_engine import HFEngine
+        from rlhf.backends.rollout.hf.engine import HFEngine
 
         eos = tokenizer.eos_token_id
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos

@@ -3,11 +3,11 @@ engine object built on first use. A backend's actor subclasses :class:`RolloutAc
 engine (:meth:`RolloutActor.build`) and what :meth:`RolloutActor.ready` adds about it; the engine it builds answers
 ``generate``, ``score``, ``load_packed``, ``load_from_path``, ``sync_locations``, ``sync_connect``, ``sync_pull``,
 ``sync_close``, ``sleep(level)``, ``wake(tags)``, ``empty_cache`` and holds ``awake`` (the tags in device memory):
-rlhf.engines.hf_engine.HFEngine and rlhf.engines.vllm_engine.VLLMEngine do.
+rlhf.backends.rollout.hf.engine.HFEngine and rlhf.backends.rollout.vllm.engine.VLLMEngine do.
 
 This module runs in every engine's interpreter (the vLLM venv too) and in the local executor's one process: it
 imports the standard library, Ray only where a method asks Ray, and rlhf only where the contract needs it. ``ping``
-and ``heartbeat`` run in the liveness concurrency group of the actor (rlhf.workers.liveness.remote_class).
+and ``heartbeat`` run in the liveness concurrency group of the actor (rlhf.engines.liveness.remote_class).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from rlhf.engines import liveness
 from rlhf.engines.protocol import MEMORY_TAGS, Rollout, SamplingSpec
-from rlhf.workers import liveness
 
 
 class RolloutActor:

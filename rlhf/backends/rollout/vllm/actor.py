@@ -1,11 +1,12 @@
-"""The Ray actor hosting a vLLM rollout engine. It runs with the vLLM interpreter (rlhf.engines.vllm_backend says
+"""The Ray actor hosting a vLLM rollout engine. It runs with the vLLM interpreter
+(rlhf.backends.rollout.vllm.descriptor says
 which and how it is started), so everything crossing its boundary is plain data (lists of ints/floats, str, our own
 ``Rollout``/``SamplingSpec`` dataclasses, the weight-sync wire format, report dicts), never an HF or vLLM object: the
 two venvs may carry different transformers/numpy versions. The contract: rlhf.engines.protocol.RolloutEngine.
 
 Constructing the actor touches no device (the engine is built by ``ready()``), so the launcher can place every
 engine, and ``rlhf-plan --rehearse`` can stop it where it would first touch a device (``rehearse()``: vLLM's
-executor stood in for by rlhf.engines.vllm_placement)."""
+executor stood in for by rlhf.backends.rollout.vllm.placement)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ import os
 import sys
 from typing import Any
 
-from rlhf.engines.vllm_placement import configure_device_env
-from rlhf.workers.rollout_actor import RolloutActor
+from rlhf.backends.rollout.vllm.placement import configure_device_env
+from rlhf.engines.rollout_actor import RolloutActor
 
 
 class VLLMRolloutActor(RolloutActor):
     """A VLLMEngine behind a Ray actor boundary (started by rlhf.launch.rollout from
-    rlhf.engines.vllm_backend's launch)."""
+    rlhf.backends.rollout.vllm.descriptor's launch)."""
 
     backend = "vllm"
 
@@ -38,7 +39,7 @@ class VLLMRolloutActor(RolloutActor):
         self.device_env = configure_device_env(os.environ, tp, bundle_indices, per_worker_gpus)
 
     def build(self) -> Any:
-        from rlhf.engines.vllm_engine import VLLMEngine
+        from rlhf.backends.rollout.vllm.engine import VLLMEngine
 
         return VLLMEngine(self.model_path, **self.engine_kwargs)
 
@@ -54,8 +55,8 @@ class VLLMRolloutActor(RolloutActor):
     def rehearse(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """The version check, the environment vLLM would read, and (TP > 1) its workers placed in their bundles by
         vLLM's rule; nothing is loaded."""
-        from rlhf.engines.vllm_placement import assign_tp_devices
-        from rlhf.engines.vllm_version import check_vllm_version
+        from rlhf.backends.rollout.vllm.placement import assign_tp_devices
+        from rlhf.backends.rollout.vllm.version import check_vllm_version
 
         report = super().rehearse(timeout_s)
         report.update(

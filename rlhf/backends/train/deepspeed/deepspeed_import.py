@@ -22,7 +22,12 @@ SHM_COMM_OP = "deepspeed_shm_comm"
 # What DeepSpeed's accelerator probe looks for before CUDA (deepspeed/accelerator/real_accelerator.py): with any of
 # them installed the probe may find a device, so it is left to probe.
 _OTHER_ACCELERATOR_PACKAGES = (
-    "intel_extension_for_pytorch", "torch_npu", "torch_sdaa", "torch_supa", "torch_xmlir", "habana_frameworks",
+    "intel_extension_for_pytorch",
+    "torch_npu",
+    "torch_sdaa",
+    "torch_supa",
+    "torch_xmlir",
+    "habana_frameworks",
     "torch_mlu",
 )
 

@@ -65,8 +65,94 @@ def frozen_states(params: int, dp: int, zero_stage: int, precision: str, offload
     return ModelStates(weights=0.0, host=weights) if offload else ModelStates(weights=weights)
 
 
+Problem = tuple[str, Any, str]
+
+
+def _require(out: list[Problem], ok: bool, key: str, value: Any, fix: str) -> None:
+    if not ok:
+        out.append((key, value, fix))
+
+
+def _gpu_problems(spec: ExperimentSpec, d: Any) -> list[Problem]:
+    """Combinations DeepSpeed refuses on GPUs, named before anything starts (deepspeed/runtime/engine.py
+    ``offload_states`` asserts no offloaded parameters; ZeRO-3's ``offload_states`` asserts FusedAdam; ZeRO-0 has
+    no ZeRO optimizer to offload; DeepSpeedCPUAdam steps host tensors only)."""
+    out: list[Problem] = []
+    hw, t, ro = spec.hardware, spec.trainer, spec.rollout
+    if hw.accelerator != "gpu" or not any(r in d.roles for r in ("policy", "critic")):
+        return out
+    _require(
+        out,
+        not (t.optimizer == "cpu_adam" and not t.offload_optimizer),
+        "trainer.optimizer",
+        t.optimizer,
+        "cpu_adam steps optimizer states in host memory: set trainer.offload_optimizer=true, or use fused_adam",
+    )
+    _require(
+        out,
+        not (t.offload_params and t.zero_stage != 3),
+        "trainer.offload_params",
+        True,
+        f"parameter offload is a ZeRO-3 feature (trainer.zero_stage={t.zero_stage}): set trainer.zero_stage=3",
+    )
+    group = d.group_of("rollout")
+    hybrid = "rollout" in d.roles and ro.enable_sleep and not ro.async_mode
+    trained_beside = [r for r in ("policy", "critic") if r in group] if hybrid else []
+    if not trained_beside:
+        return out
+    where = f"rollout colocated with {'+'.join(trained_beside)} and rollout.enable_sleep"
+    fix = "; or set rollout.enable_sleep=false, or give the rollout its own devices (placement=colocate_actor_ref)"
+    for key, on in (("trainer.offload_optimizer", t.offload_optimizer), ("trainer.offload_params", t.offload_params)):
+        _require(
+            out,
+            not on,
+            key,
+            on,
+            f"{where}: the trainers' states move to host memory around every generation, which DeepSpeed refuses "
+            f"for states it already offloads (engine.offload_states); set {key}=false{fix}",
+        )
+    _require(
+        out,
+        t.zero_stage >= 1,
+        "trainer.zero_stage",
+        t.zero_stage,
+        f"{where}: moving the trainers' states out around generation needs a ZeRO optimizer (stage 1-3){fix}",
+    )
+    _require(
+        out,
+        not (t.zero_stage == 3 and t.optimizer != "fused_adam"),
+        "trainer.optimizer",
+        t.optimizer,
+        f"{where}: ZeRO-3 moves optimizer states only for DeepSpeed's FusedAdam (stage3 offload_states); use "
+        f"trainer.optimizer=fused_adam{fix}",
+    )
+    return out
+
+
+def _rules(spec: ExperimentSpec) -> list[Problem]:
+    t, out = spec.trainer, []
+    if t.on_nonfinite == "skip" and t.zero_stage < 1:
+        out.append(
+            (
+                "trainer.on_nonfinite",
+                t.on_nonfinite,
+                "skip needs trainer.zero_stage >= 1 (DeepSpeed's ZeRO optimizer is what drops a non-finite step)",
+            )
+        )
+    if spec.model.lora.rank > 0 and t.offload_params:
+        out.append(
+            (
+                "trainer.offload_params",
+                True,
+                "LoRA with ZeRO-3 parameter offload is not supported; set trainer.offload_params=false",
+            )
+        )
+    return out
+
+
 class DeepSpeedBackend:
     name = "deepspeed"
+    section = None  # its keys are the trainer section's own (zero_stage, offload_optimizer, offload_params)
 
     def describe(self, spec: ExperimentSpec) -> str:
         t = spec.trainer
@@ -76,7 +162,7 @@ class DeepSpeedBackend:
         return f"deepspeed ZeRO-{t.zero_stage}, {t.precision}{extra}; frozen models {frozen}"
 
     def init_distributed(self, accelerator: str, timeout_s: float = 600.0) -> None:
-        from rlhf.engines.deepspeed_engine import init_distributed
+        from rlhf.backends.train.deepspeed.engine import init_distributed
 
         init_distributed(accelerator, timeout_s)
 
@@ -104,9 +190,9 @@ class DeepSpeedBackend:
     def build_trained(
         self, load: ModelLoader, spec: ExperimentSpec, *, lr: float, total_steps: int, grad_accum: int
     ) -> Any:
-        from rlhf.engines.deepspeed_engine import DeepSpeedTrainEngine
+        from rlhf.backends.train.deepspeed.ds_config import train_ds_config
+        from rlhf.backends.train.deepspeed.engine import DeepSpeedTrainEngine
         from rlhf.engines.distributed import world_size
-        from rlhf.engines.ds_config import train_ds_config
 
         t = spec.trainer
         cfg = train_ds_config(
@@ -120,9 +206,9 @@ class DeepSpeedBackend:
         return DeepSpeedTrainEngine(load(t.precision), cfg, trainer=t, lr=lr, total_steps=total_steps)
 
     def build_frozen(self, load: ModelLoader, spec: ExperimentSpec, *, offload: bool) -> Any:
-        from rlhf.engines.deepspeed_engine import DeepSpeedEvalEngine
+        from rlhf.backends.train.deepspeed.ds_config import eval_ds_config
+        from rlhf.backends.train.deepspeed.engine import DeepSpeedEvalEngine
         from rlhf.engines.distributed import world_size
-        from rlhf.engines.ds_config import eval_ds_config
 
         t = spec.trainer
         cfg = eval_ds_config(
@@ -198,7 +284,8 @@ class DeepSpeedBackend:
         return TrainTraffic(per_mb, per_step, t.offload_optimizer and gpu)
 
     def offloads_frozen(self, spec: ExperimentSpec) -> bool:
-        # offload_param is a ZeRO-3 feature (rlhf.engines.ds_config): under ZeRO 0-2 frozen models stay on the device
+        # offload_param is a ZeRO-3 feature (rlhf.backends.train.deepspeed.ds_config): under ZeRO 0-2 frozen models
+        # stay on the device
         return spec.trainer.zero_stage == 3
 
     def auto_defaults(self) -> dict[str, Any]:
@@ -230,9 +317,31 @@ class DeepSpeedBackend:
     def layout_keys(self, values: dict[str, Any]) -> list[str]:
         return [k for k in ("trainer.zero_stage", "trainer.offload_optimizer", "trainer.offload_params") if k in values]
 
+    # -- its rules (rlhf.spec.trainer_backends asks them) --
+    def problems(self, spec: ExperimentSpec, d: Any) -> list[Problem]:
+        """What DeepSpeed refuses of this config, before anything starts."""
+        return _rules(spec) + _gpu_problems(spec, d)
+
+    def weights_split(self, spec: ExperimentSpec) -> Problem | None:
+        return ("trainer.zero_stage", spec.trainer.zero_stage, "ZeRO-3") if spec.trainer.zero_stage > 2 else None
+
+    def beside_an_engine(self, spec: ExperimentSpec) -> list[Problem]:
+        if spec.trainer.zero_stage != 3:
+            return []
+        why = (
+            "ZeRO-3 builds every model of its process partitioned (transformers' HfDeepSpeedConfig is process-wide), "
+            "the rollout engine's beside the policy too"
+        )
+        return [("trainer.zero_stage", 3, why)]
+
+    def optimizer_bound_to_ranks(self, flat: dict[str, Any]) -> bool:
+        """ZeRO 1-3 save each rank's optimizer partition: a checkpoint resumes on as many ranks as saved it."""
+        return int(flat.get("trainer.zero_stage") or 0) >= 1
+
     def preload_modules(self) -> tuple[str, ...]:
-        # "deepspeed" is imported by the preloader through rlhf.engines.deepspeed_import, as every engine imports it
-        return ("deepspeed", "rlhf.engines.deepspeed_engine")
+        # "deepspeed" is imported by the preloader through rlhf.backends.train.deepspeed.deepspeed_import, as every
+        # engine imports it
+        return ("deepspeed", "rlhf.backends.train.deepspeed.engine")
 
 
 _HF_DS_CONFIG: Any = None

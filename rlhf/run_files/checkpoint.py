@@ -32,7 +32,7 @@ from typing import Any
 
 from rlhf import atomic_save
 from rlhf.errors import UserError
-from rlhf.pipelines import checkpoint_manifest
+from rlhf.run_files import checkpoint_manifest
 
 LATEST = "latest"
 DRIVER_STATE = "driver_state.json"

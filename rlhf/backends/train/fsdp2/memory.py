@@ -1,7 +1,8 @@
 """FSDP2's memory per device, a pure function (no torch), shown by ``rlhf-plan trainer.backend=fsdp2``.
 
 P parameters (T of them trained; LoRA: the adapters), N ranks of the role, L the parameters of the largest unit
-gathered at once (a decoder layer, or an embedding: rlhf.engines.fsdp2.engine wraps each untied embedding as a unit).
+gathered at once (a decoder layer, or an embedding: rlhf.backends.train.fsdp2.engine wraps each untied embedding as a
+unit).
 
 Trained roles keep fp32 shards whatever the compute precision (with trainer.precision=bf16 they are the master
 weights; the MixedPrecisionPolicy casts each gathered unit to bf16 and reduces gradients in fp32):

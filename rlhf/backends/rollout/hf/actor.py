@@ -1,13 +1,13 @@
 """The Ray actor hosting an ``hf`` rollout engine (transformers generate), in the trainer's venv. The contract it
-keeps is rlhf.engines.protocol.RolloutEngine (rlhf.workers.rollout_actor has the common part); vLLM's actor is
-rlhf.workers.vllm_rollout_worker.VLLMRolloutActor."""
+keeps is rlhf.engines.protocol.RolloutEngine (rlhf.engines.rollout_actor has the common part); vLLM's actor is
+rlhf.backends.rollout.vllm.actor.VLLMRolloutActor."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from rlhf.workers.rollout_actor import RolloutActor
+from rlhf.engines.rollout_actor import RolloutActor
 
 
 def engine_device(accelerator: str, gpu_ids: list[int], noset: bool) -> str:
@@ -31,14 +31,16 @@ class HFRolloutWorker(RolloutActor):
         self.model_path = model_path
         self.accelerator = accelerator
         self.precision = precision
-        self.lora = lora  # rollout.weight_sync_lora=adapter: model.lora's settings (rlhf.engines.hf_backend)
+        self.lora = (
+            lora  # rollout.weight_sync_lora=adapter: model.lora's settings (rlhf.backends.rollout.hf.descriptor)
+        )
 
     def build(self) -> Any:
         import torch
 
-        from rlhf.engines.hf_engine import HFEngine
+        from rlhf.backends.rollout.hf.engine import HFEngine
+        from rlhf.engines.worker_base import _quiet
         from rlhf.futures import ray_actor
-        from rlhf.workers.base import _quiet
 
         _quiet()
         threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
@@ -55,7 +57,7 @@ class HFRolloutWorker(RolloutActor):
         return {"device": str(self.engine.device), "lora_adapter": self.lora is not None}
 
     def rehearse(self, timeout_s: float = 30.0) -> dict[str, Any]:
-        """Where :meth:`build` would compute (rlhf.workers.rollout_worker.engine_device on what Ray gave this
+        """Where :meth:`build` would compute (rlhf.backends.rollout.hf.actor.engine_device on what Ray gave this
         process), as the physical GPU of its node; nothing is loaded."""
         report = super().rehearse(timeout_s)
         noset = bool(os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"))

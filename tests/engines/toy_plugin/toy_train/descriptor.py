@@ -1,14 +1,15 @@
-"""A training backend written outside rlhf, as a user's plug-in would be (``trainer.backend=toy``): one module that
-implements rlhf.engines.training.TrainBackend by delegating every call to the DeepSpeed backend, plus its conf file
-(conf/trainer/backend/toy.yaml) and its registry line (toy_registry.py). tests/engines/test_toy_backends.py checks that
-nothing else in rlhf has to change for it to validate, pass the axis's conformance checks and train a real job.
-No torch at import, as the contract asks."""
+"""A training backend written outside rlhf, as a user's plug-in would be (``trainer.backend=toy``): one folder
+(toy_train/, this descriptor implementing rlhf.engines.training.TrainBackend by delegating every call to the
+DeepSpeed backend), its conf file (conf/trainer/backend/toy.yaml) and its registry line (toy_registry.py).
+tests/engines/test_toy_backends.py checks that nothing else in rlhf has to change for it to validate, plan, be an
+option of --auto, pass the axis's conformance checks and train a real job. No torch at import, as the contract
+asks."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlhf.engines.deepspeed_backend import BACKEND as DEEPSPEED
+from rlhf.backends.train.deepspeed.descriptor import BACKEND as DEEPSPEED
 from rlhf.engines.training import ModelStates
 from rlhf.spec.schema import ExperimentSpec
 
@@ -75,6 +76,21 @@ class ToyTrainBackend:
 
     def preload_modules(self) -> tuple[str, ...]:
         return DEEPSPEED.preload_modules()
+
+    # its rules: DeepSpeed's
+    section = None  # no keys of its own
+
+    def problems(self, spec: ExperimentSpec, d: Any) -> list[tuple[str, Any, str]]:
+        return DEEPSPEED.problems(spec, d)
+
+    def weights_split(self, spec: ExperimentSpec) -> tuple[str, Any, str] | None:
+        return DEEPSPEED.weights_split(spec)
+
+    def beside_an_engine(self, spec: ExperimentSpec) -> list[tuple[str, Any, str]]:
+        return DEEPSPEED.beside_an_engine(spec)
+
+    def optimizer_bound_to_ranks(self, flat: dict[str, Any]) -> bool:
+        return DEEPSPEED.optimizer_bound_to_ranks(flat)
 
 
 BACKEND = ToyTrainBackend()

@@ -1,5 +1,5 @@
 """What ``checkpoint.init_from`` names, and whether it fits a run: read from the folder's layout and config files only
-(the standard library, PyYAML, the checkpoint layout of rlhf.pipelines.checkpoint), so the preflight runs it without
+(the standard library, PyYAML, the checkpoint layout of rlhf.run_files.checkpoint), so the preflight runs it without
 torch. rlhf.pipelines.init_from makes the weights loadable and starts the run from them.
 
     source = resolve(path)           what the folder holds (InitFromError naming the fix)
@@ -26,7 +26,7 @@ from typing import Any
 
 from rlhf.errors import UserError
 from rlhf.models.checkpoint_weights import CAUSAL_LM, VALUE
-from rlhf.pipelines.checkpoint import DRIVER_STATE, CheckpointManager
+from rlhf.run_files.checkpoint import DRIVER_STATE, CheckpointManager
 from rlhf.spec.schema import ExperimentSpec, LoraSpec, ModelSpec
 
 KEY = "checkpoint.init_from"

@@ -1,0 +1,1 @@
+"""Rollout backends (``rollout.backend``), one folder each: hf/, vllm/."""

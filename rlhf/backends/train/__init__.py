@@ -1,0 +1,1 @@
+"""Training backends (``trainer.backend``), one folder each: deepspeed/, fsdp2/."""
