@@ -12,6 +12,20 @@ statistic per unit and keeps the units inside ``[low, high]``:
 * mode (``IS_MODES``): ``mask`` (out-of-band units weigh 0, the others keep their token weight w) or ``clip``
   (the statistic, the token ratio, clamped into the band: truncated IS).
 
+Two more axes carry veRL 0.9.1's ``algorithm.rollout_correction`` (``rollout_corr_helper.py``):
+
+* seq_ratio (``IS_SEQ_RATIOS``, level=seq with gating=ratio): what a sequence's ratio is. ``geometric_mean``
+  (OpenRLHF): ``exp(mean_t log w_t)``, a gate only, the kept sequences keeping their token weights w.
+  ``product`` (veRL ``rollout_is=sequence``): ``prod_t w_t = exp(sum_t log w_t)``, the sequence's own IS weight,
+  given to each of its tokens; clip truncates it into the band (veRL's sequence TIS), mask zeroes the sequences
+  outside it. The summed log-ratio is bounded to ``[-LOG_WEIGHT_BOUND, LOG_WEIGHT_BOUND]`` first, as veRL does, so
+  a long sequence cannot overflow the exponential.
+* batch_normalize (veRL ``rollout_is_batch_normalize``): the weights divided by their mean over the batch, so they
+  average 1: the mean over the action tokens (level=token) or over the sequences with an action token of each
+  sequence's mean token weight (level=seq). :func:`is_weight_totals` gives the sum and count of that mean so that
+  a caller can take it over a whole rollout batch (the RL pipeline does: rl_losses.rollout_is_weight_totals); by
+  default it is this call's batch.
+
 The loss is multiplied by the resulting coefficient. The old correction types are points of this grid
 (``rlhf.spec.names.IS_CORRECTION_TYPES``): tis = token clip ratio, icepop = token mask ratio, seq-mask-tis = seq mask
 ratio; FlashREINFORCE's trust region is seq mask binary_kl with a single threshold delta.
@@ -31,7 +45,12 @@ from torch import Tensor
 
 from rlhf.algo.logprobs import masked_mean
 from rlhf.algo.registry import Registry
-from rlhf.spec.names import IS_CORRECTION_LEVELS, IS_CORRECTION_THRESHOLD, is_correction_problems
+from rlhf.spec.names import (
+    IS_CORRECTION_LEVELS,
+    IS_CORRECTION_THRESHOLD,
+    IS_SEQ_RATIOS,
+    is_correction_problems,
+)
 
 #: OpenRLHF's default --algo.advantage.is_correction_threshold, and the levels (the config's names).
 DEFAULT_THRESHOLD = IS_CORRECTION_THRESHOLD
@@ -40,6 +59,10 @@ IS_LEVELS = IS_CORRECTION_LEVELS
 # Probabilities are clamped into [eps, 1 - eps] before the divergences (OpenRLHF's value): keeps binary KL's logs
 # finite for tokens of probability ~0 or ~1.
 PROB_EPS = 1e-6
+# Bound of a sequence's summed log-ratio before its exponential (seq_ratio=product): veRL's SAFETY_BOUND, e^20.
+LOG_WEIGHT_BOUND = 20.0
+# A batch mean of the weights at or below this leaves them unnormalised (all weights ~0: nothing to scale; veRL's).
+BATCH_MEAN_FLOOR = 1e-8
 
 
 @dataclass(frozen=True)
@@ -49,6 +72,9 @@ class ISCorrection:
     Attributes:
         level, mode, gating: names in ``rlhf.spec.names.IS_CORRECTION_LEVELS`` / ``_MODES`` / ``_GATINGS``.
         low, high: the band of the gated statistic (``0`` low for an upper bound only).
+        seq_ratio: a sequence's ratio at level=seq, gating=ratio: ``geometric_mean`` (OpenRLHF) or ``product``
+            (veRL); ``rlhf.spec.names.IS_SEQ_RATIOS``.
+        batch_normalize: divide the weights by their batch mean (veRL ``rollout_is_batch_normalize``).
     """
 
     level: str = "off"
@@ -56,19 +82,28 @@ class ISCorrection:
     gating: str = "ratio"
     low: float = DEFAULT_THRESHOLD[0]
     high: float = DEFAULT_THRESHOLD[1]
+    seq_ratio: str = IS_SEQ_RATIOS[0]
+    batch_normalize: bool = False
 
     def __post_init__(self) -> None:
         if self.level not in IS_LEVELS:
             raise ValueError(f"IS correction level {self.level!r}; valid: {', '.join(IS_LEVELS)}")
         IS_MODES.get(self.mode)
         IS_GATINGS.get(self.gating)
-        problems = is_correction_problems(self.level, self.mode, self.gating, self.low)
+        if self.seq_ratio not in IS_SEQ_RATIOS:
+            raise ValueError(f"IS correction seq_ratio {self.seq_ratio!r}; valid: {', '.join(IS_SEQ_RATIOS)}")
+        problems = is_correction_problems(self.level, self.mode, self.gating, self.low, self.seq_ratio)
         if problems:
             raise ValueError("; ".join(f"IS correction {axis}: {reason}" for axis, reason in problems))
 
     @property
     def enabled(self) -> bool:
         return self.level != "off"
+
+    @property
+    def sequence_product(self) -> bool:
+        """One weight per sequence, the product of its token ratios (veRL's sequence-level IS)."""
+        return self.level == "seq" and self.gating == "ratio" and self.seq_ratio == "product"
 
 
 #: ``(old_log_probs, rollout_log_probs) -> per-token statistic`` and whether a sequence's statistic is the
@@ -148,23 +183,55 @@ class ISWeights:
     filter_ratio: Tensor
 
 
+def is_weight_totals(coef: Tensor, action_mask: Tensor, level: str) -> Tensor:
+    """``[sum, count]`` of the units whose mean ``batch_normalize`` divides by: the action tokens' weights
+    (level=token), or each sequence's mean token weight over the sequences with an action token (level=seq).
+    Summed over micro-batches (and ranks), ``sum / count`` is the mean over their union."""
+    mask = action_mask.to(coef.dtype)
+    if level == "seq":
+        tokens = mask.sum(dim=-1)
+        has_tokens = (tokens > 0).to(coef.dtype)
+        per_seq = (coef * mask).sum(dim=-1) / tokens.clamp(min=1)
+        return torch.stack([(per_seq * has_tokens).sum(), has_tokens.sum()])
+    return torch.stack([(coef * mask).sum(), mask.sum()])
+
+
 def is_weights(
-    old_log_probs: Tensor, rollout_log_probs: Tensor, action_mask: Tensor, correction: ISCorrection
+    old_log_probs: Tensor,
+    rollout_log_probs: Tensor,
+    action_mask: Tensor,
+    correction: ISCorrection,
+    batch_totals: Tensor | None = None,
 ) -> ISWeights:
-    """The loss coefficients of ``correction`` (enabled) for one micro-batch of ``[B, T]`` log-probs."""
+    """The loss coefficients of ``correction`` (enabled) for one micro-batch of ``[B, T]`` log-probs.
+
+    ``batch_totals``: with ``correction.batch_normalize``, the :func:`is_weight_totals` of the whole batch to
+    normalise over (a rollout batch cut into micro-batches); ``None``: this micro-batch's own."""
     if not correction.enabled:
         raise ValueError("is_weights needs an enabled correction (level token or seq)")
     old, rollout = old_log_probs.detach(), rollout_log_probs.detach()
     gating = IS_GATINGS.get(correction.gating)
-    token_weight = _log_ratio(old, rollout).exp()
-    stat = gating.token_statistic(old, rollout)
     seq = correction.level == "seq"
-    if seq:
-        stat = masked_mean(stat, action_mask, dim=-1).unsqueeze(-1)
-    if gating.geometric_mean:
-        stat = stat.exp()
+    if correction.sequence_product:
+        # The sequence's IS weight is both the gated statistic and the weight its tokens get.
+        log_sum = (_log_ratio(old, rollout) * action_mask).sum(dim=-1, keepdim=True)
+        stat = log_sum.clamp(-LOG_WEIGHT_BOUND, LOG_WEIGHT_BOUND).exp()
+        token_weight = stat.expand_as(old)
+    else:
+        token_weight = _log_ratio(old, rollout).exp()
+        stat = gating.token_statistic(old, rollout)
+        if seq:
+            stat = masked_mean(stat, action_mask, dim=-1).unsqueeze(-1)
+        if gating.geometric_mean:
+            stat = stat.exp()
     coef, filtered = IS_MODES.get(correction.mode)(stat, token_weight, correction.low, correction.high)
+    coef = coef.expand_as(token_weight)
     # Counted at the unit's own granularity, as OpenRLHF (a sequence without action tokens has a NaN mean, so it
     # counts as filtered there too; it contributes nothing to the loss either way).
     filter_ratio = filtered.float().mean() if seq else masked_mean(filtered.float(), action_mask)
-    return ISWeights(coef=coef.expand_as(token_weight), filter_ratio=filter_ratio)
+    if correction.batch_normalize:
+        totals = is_weight_totals(coef, action_mask, correction.level) if batch_totals is None else batch_totals
+        mean = totals[0] / totals[1].clamp(min=1)
+        if mean > BATCH_MEAN_FLOOR:
+            coef = coef / mean
+    return ISWeights(coef=coef, filter_ratio=filter_ratio)

@@ -283,6 +283,7 @@ def policy_loss(
     aggregation: str = "token_mean",
     norm: LossNormalizer | None = None,
     params: PolicyLossParams | None = None,
+    is_batch_totals: Tensor | None = None,
 ) -> PolicyLossOutput:
     """Clipped surrogate policy loss (OpenRLHF ``PolicyLoss.forward``).
 
@@ -307,6 +308,8 @@ def policy_loss(
             ``loss_agg_mode`` names are accepted).
         params: the other losses' settings and GSPO's ``seq_ratio_*`` choices (:class:`PolicyLossParams`; its clip
             range is ``clip_eps_low/high``).
+        is_batch_totals: with ``is_correction.batch_normalize``, the batch the IS weights are normalised over
+            (:func:`rlhf.algo.is_correction.is_weight_totals`); ``None``: this micro-batch.
     """
     objective = POLICY_LOSSES.get(loss_type)
     if dual_clip is not None and dual_clip <= 1.0:
@@ -340,7 +343,7 @@ def policy_loss(
 
     is_filter_ratio = None
     if correct and token_weighted:
-        weights = is_weights(old_log_probs, rollout_log_probs, action_mask, is_correction)
+        weights = is_weights(old_log_probs, rollout_log_probs, action_mask, is_correction, is_batch_totals)
         coef = weights.coef
         if objective.seq_is_weights:
             count = action_mask.sum(dim=-1, keepdim=True)

@@ -24,6 +24,7 @@ from rlhf.algo import (
     value_loss,
 )
 from rlhf.algo.aggregation import response_width
+from rlhf.algo.is_correction import is_weight_totals, is_weights
 from rlhf.models.forward import causal_lm_log_probs, forward_tokens, value_model_rewards, value_model_values
 from rlhf.spec import names
 from rlhf.spec.schema import ExperimentSpec
@@ -74,7 +75,9 @@ class ActorLossSettings:
             entropy_coef=a.policy_loss.entropy_coef,
             kl_in_loss=a.kl.placement == "loss" and a.kl.coef > 0,
             kl_estimator=a.kl.estimator,
-            is_correction=ISCorrection(*isc.axes(), *isc.bounds()),
+            is_correction=ISCorrection(
+                *isc.axes(), *isc.bounds(), seq_ratio=isc.seq_ratio, batch_normalize=isc.batch_normalize
+            ),
             kl_unbiased_gradient=a.kl.unbiased_gradient,
             packing=spec.trainer.packing,
             terms_aggregation=(
@@ -88,6 +91,14 @@ class ActorLossSettings:
             kl_straight_through=a.kl.straight_through,
             kl_clamp_k3_only=a.kl.clamp_k3_only,
         )
+
+
+def rollout_is_weight_totals(exp, correction: ISCorrection) -> Tensor:
+    """The sum and count (:func:`rlhf.algo.is_correction.is_weight_totals`) of the IS weights over a whole rollout
+    batch (an ExperienceBatch with its old log-probs), which ``batch_normalize`` divides every micro-batch's by."""
+    plain = replace(correction, batch_normalize=False)
+    coef = is_weights(exp.old_logprobs, exp.rollout_logprobs, exp.action_mask, plain).coef
+    return is_weight_totals(coef, exp.action_mask, correction.level)
 
 
 def policy_loss_params(pl) -> PolicyLossParams:
@@ -169,6 +180,7 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
         aggregation=s.aggregation,
         norm=norm,
         params=s.params,
+        is_batch_totals=mb.get("is_weight_totals"),
     )
     loss = pl.loss
     metrics.update({"policy_loss": pl.loss.detach(), "ppo_clip_ratio": pl.clip_ratio, "ppo_kl": pl.ppo_kl})

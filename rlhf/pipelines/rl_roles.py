@@ -25,6 +25,7 @@ from rlhf.pipelines.rl_losses import (
     critic_values_fn,
     policy_logprobs_fn,
     reward_model_fn,
+    rollout_is_weight_totals,
 )
 from rlhf.pipelines.role_set import RoleModels, load_models, start_role_actors
 from rlhf.pipelines.rollout_engines import PolicyEngines, RolloutEngines
@@ -74,13 +75,17 @@ def reuses_current_logprobs(spec: ExperimentSpec) -> bool:
     log-probs (no KL in the reward): the policy's weights when training starts are the weights that would
     recompute them, so the loss takes its own detached log-probs as the old ones (ratio 1, as TRL does) and the
     experience pass skips one forward over every sample. Several steps or epochs per rollout keep the pass, and so
-    does on-policy distillation (its rewards are the teacher's log-probs minus the student's, before training)."""
+    does on-policy distillation (its rewards are the teacher's log-probs minus the student's, before training), and
+    so do IS weights normalised over the rollout batch (algorithm.is_correction.batch_normalize: their mean needs
+    every sample's old log-prob before the first micro-batch trains)."""
     from rlhf.spec.derive import derive
 
     kl = spec.algorithm.kl
     kl_in_reward = kl.placement == "reward" and kl.coef > 0
+    isc = spec.algorithm.is_correction
+    batch_is_mean = isc.batch_normalize and isc.axes()[0] != "off"
     d = derive(spec)
-    return d.optimizer_steps_per_rollout == 1 and not kl_in_reward and "teacher" not in d.roles
+    return d.optimizer_steps_per_rollout == 1 and not kl_in_reward and "teacher" not in d.roles and not batch_is_mean
 
 
 def forward_in_ranks(
@@ -330,10 +335,13 @@ class RLWorkers:
         return torch.cat(parts).tolist()
 
     # -- training ------------------------------------------------------------------------------------------------
-    def _steps(self, group: Any, exp: ExperienceBatch, fields: tuple[str, ...], seed: int) -> list[list[list[dict]]]:
+    def _steps(
+        self, group: Any, exp: ExperienceBatch, fields: tuple[str, ...], seed: int, extra: dict | None = None
+    ) -> list[list[list[dict]]]:
         """Optimizer steps of one epoch: a seeded shuffle, cut into global batches, each split over the ranks and
-        into micro-batches (of trainer.micro_batch_per_device samples, or by trainer.max_tokens_per_micro_batch).
-        Returns step -> rank -> micro-batches."""
+        into micro-batches (of trainer.micro_batch_per_device samples, or by trainer.max_tokens_per_micro_batch),
+        each with the tensors of ``extra`` too (the same in every micro-batch). Returns step -> rank ->
+        micro-batches."""
         import torch
 
         t = self.spec.trainer
@@ -349,6 +357,7 @@ class RLWorkers:
                 for m in rank:
                     tensors = {k: v for k, v in m.tensors().items() if k in fields}
                     tensors["kl_coef"] = torch.tensor([self.kl_coef])
+                    tensors.update(extra or {})
                     mbs.append(tensors)
                 per_rank.append(mbs)
             steps.append(per_rank)
@@ -377,9 +386,23 @@ class RLWorkers:
             "ref_logprobs",
         )
         fn = partial(actor_loss_fn, s=self.actor_settings)
-        return self._train(self.policy, exp, fields, fn, step, "actor")
+        isc = self.actor_settings.is_correction
+        extra = {}
+        if isc.enabled and isc.batch_normalize and exp.old_logprobs is not None:
+            # The IS weights are normalised over the whole rollout batch (veRL), not each micro-batch.
+            extra["is_weight_totals"] = rollout_is_weight_totals(exp, isc)
+        return self._train(self.policy, exp, fields, fn, step, "actor", extra)
 
-    def _train(self, group: Any, exp: ExperienceBatch, fields: tuple, fn: Any, step: int, prefix: str) -> dict:
+    def _train(
+        self,
+        group: Any,
+        exp: ExperienceBatch,
+        fields: tuple,
+        fn: Any,
+        step: int,
+        prefix: str,
+        extra: dict | None = None,
+    ) -> dict:
         pl = self.spec.algorithm.policy_loss
         norm_constant = None
         if "seq_mean_token_sum_norm" in (pl.aggregation, self.spec.critic.aggregation):
@@ -388,7 +411,8 @@ class RLWorkers:
         count = 0
         t0 = time.perf_counter()
         for epoch in range(self.spec.trainer.epochs_per_rollout):
-            for per_rank in self._steps(group, exp, fields, seed=self.spec.seed * 1000003 + step * 101 + epoch):
+            seed = self.spec.seed * 1000003 + step * 101 + epoch
+            for per_rank in self._steps(group, exp, fields, seed, extra):
                 args = [(mbs, fn, "action_mask", norm_constant) for mbs in per_rank]
                 result = group.run_per_rank("train_step", args)[0]
                 for k, v in result.items():

@@ -237,8 +237,10 @@ def reuses_current_logprobs(spec: ExperimentSpec, plan: Plan) -> bool:
     (tests/planning/test_auto.py checks that the two agree)."""
     kl = spec.algorithm.kl
     kl_in_reward = kl.placement == "reward" and kl.coef > 0
+    isc = spec.algorithm.is_correction
+    batch_is_mean = isc.batch_normalize and isc.axes()[0] != "off"
     d = plan.derived
-    return d.optimizer_steps_per_rollout == 1 and not kl_in_reward and "teacher" not in d.roles
+    return d.optimizer_steps_per_rollout == 1 and not kl_in_reward and "teacher" not in d.roles and not batch_is_mean
 
 
 def constants_for(spec: ExperimentSpec) -> Constants:

@@ -108,6 +108,9 @@ def canonical_aggregation(name: str) -> str:
 IS_CORRECTION_LEVELS = ("off", "token", "seq")
 IS_CORRECTION_MODES = ("mask", "clip")
 IS_CORRECTION_GATINGS = ("ratio", "binary_kl", "tv")
+#: algorithm.is_correction.seq_ratio: a sequence's ratio at level=seq, gating=ratio: the geometric mean of its token
+#: ratios, a gate (OpenRLHF 0.11.2), or their product, the sequence's own IS weight (veRL 0.9.1 rollout_is=sequence).
+IS_SEQ_RATIOS = ("geometric_mean", "product")
 #: ``algorithm.is_correction.type`` shorthands (the correction types of OpenRLHF before 0.11.2, and "none") ->
 #: (level, mode, gating). Defined only here: the schema, validation, the pipeline and the converter read it.
 IS_CORRECTION_TYPES = {
@@ -120,17 +123,31 @@ IS_CORRECTION_TYPES = {
 IS_CORRECTION_THRESHOLD = (0.5, 5.0)
 
 
-def is_correction_problems(level: str, mode: str, gating: str, low: float) -> list[tuple[str, str]]:
-    """OpenRLHF 0.11.2's validity rules for the correction's axes (``PolicyLoss.__init__``), as ``(axis, reason)``
-    pairs, ``[]`` when the combination is valid. Values outside the choices are the choices check's to report."""
+def is_correction_problems(
+    level: str, mode: str, gating: str, low: float, seq_ratio: str = IS_SEQ_RATIOS[0]
+) -> list[tuple[str, str]]:
+    """OpenRLHF 0.11.2's validity rules for the correction's axes (``PolicyLoss.__init__``), and the sequence
+    product's (veRL), as ``(axis, reason)`` pairs, ``[]`` when the combination is valid. Values outside the choices
+    are the choices check's to report."""
     problems = []
-    # OpenRLHF checks this one whatever the level, so a combination it refuses is refused here too.
-    if mode == "clip" and (level == "seq" or gating != "ratio"):
+    product = seq_ratio == "product"
+    if product and level != "off" and (level != "seq" or gating != "ratio"):
+        problems.append(
+            (
+                "seq_ratio",
+                "product (a sequence's IS weight, veRL) needs level=seq and gating=ratio: it is the product of the "
+                "sequence's token ratios",
+            )
+        )
+    # OpenRLHF checks this one whatever the level, so a combination it refuses is refused here too; the sequence
+    # product is a weight, so it can be clamped (veRL's sequence-level TIS).
+    if mode == "clip" and (level == "seq" or gating != "ratio") and not (product and level == "seq"):
         problems.append(
             (
                 "mode",
-                "clip needs level=token and gating=ratio: only the per-token ratio is a weight that can be clamped; "
-                "a per-sequence statistic or a divergence is a rejection filter (use mode=mask)",
+                "clip needs level=token and gating=ratio (or level=seq with seq_ratio=product, veRL's sequence "
+                "weight): only the per-token ratio is a weight that can be clamped; a per-sequence statistic or a "
+                "divergence is a rejection filter (use mode=mask)",
             )
         )
     if gating != "ratio" and level != "off" and low > 0:

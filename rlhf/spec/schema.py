@@ -232,8 +232,9 @@ class ISCorrectionSpec:
     )
     mode: str = key(
         "mask",
-        "outside the band: mask (the unit gets no gradient; the rest keep their token weight w) | clip (w clamped "
-        "into the band; level=token with gating=ratio only)",
+        "outside the band: mask (the unit gets no gradient; the rest keep their token weight w, or their sequence "
+        "weight with seq_ratio=product) | clip (w clamped into the band; level=token with gating=ratio, or the "
+        "sequence weight with level=seq and seq_ratio=product)",
         choices=names.IS_CORRECTION_MODES,
     )
     gating: str = key(
@@ -249,6 +250,23 @@ class ISCorrectionSpec:
         "binary_kl / tv)",
         ge=0,
         items=items(ge=0),
+    )
+
+    seq_ratio: str = key(
+        "geometric_mean",
+        "a sequence's ratio at level=seq with gating=ratio: geometric_mean (exp of its mean token log-ratio, a gate: "
+        "the kept sequences keep their token weights; OpenRLHF 0.11.2 seq_mask_tis) | product (exp of its summed "
+        "log-ratio, bounded to [-20, 20] first: the sequence's own IS weight, given to each of its tokens, clipped "
+        "into the band with mode=clip or zeroed outside it with mode=mask; veRL 0.9.1 rollout_is=sequence)",
+        choices=names.IS_SEQ_RATIOS,
+    )
+    batch_normalize: bool = key(
+        False,
+        "divide the IS weights by their mean so that they average 1 (veRL 0.9.1 rollout_is_batch_normalize): the "
+        "mean over the action tokens at level=token, over the sequences with an action token (each its mean token "
+        "weight) at level=seq; taken after the band, over the whole rollout batch of a training step, every "
+        "micro-batch and rank (so the old log-probs are recomputed before training even on one optimizer step per "
+        "rollout); a mean <= 1e-8 leaves the weights as they are",
     )
 
     def axes(self) -> tuple[str, str, str]:

@@ -312,7 +312,7 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
 
 def _check_is_correction(spec: ExperimentSpec, c: _Collector) -> None:
     """The threshold's form, the type shorthand against the keys it sets, and OpenRLHF 0.11.2's rules on the
-    combination of level, mode and gating (rlhf.spec.names.is_correction_problems)."""
+    combination of level, mode and gating, with veRL's sequence product (rlhf.spec.names.is_correction_problems)."""
     isc = spec.algorithm.is_correction
     prefix = "algorithm.is_correction."
     try:
@@ -335,7 +335,7 @@ def _check_is_correction(spec: ExperimentSpec, c: _Collector) -> None:
             )
     # Every type shorthand is a valid combination, so a problem here names keys the user gave.
     level, mode, gating = isc.axes()
-    for axis, reason in names.is_correction_problems(level, mode, gating, low):
+    for axis, reason in names.is_correction_problems(level, mode, gating, low, isc.seq_ratio):
         c.errors.append(SpecError(prefix + axis, getattr(isc, axis), f"(level={level}, gating={gating}) {reason}"))
 
 

@@ -5,7 +5,8 @@ the converter and computes ours from the keys it wrote, so the mapping is part o
 Covered: the KL estimators, abs included (values, gradients); every aggregation the converter maps, Dr. GRPO's divisor
 included (veRL pads each micro-batch to its longest response), and token-sum over a step of several micro-batches;
 the vanilla, CISPO and GPG policy losses with veRL's clip defaults and dual clip; the KL-loss and entropy terms
-aggregated by loss_agg_mode; the critic loss under each aggregation; the advantages of grpo, grpo without std
+aggregated by loss_agg_mode; the critic loss under each aggregation; the rollout IS weights (token and sequence, TIS and
+IcePop, batch-normalised or not) in the vanilla loss; the advantages of grpo, grpo without std
 (Dr. GRPO), rloo, reinforce_plus_plus_baseline and gpg with the KL in the reward, and unclipped scores.
 
 The functions come from the wheel (tests/algo/verl_reference.py says how they are loaded without their heavy
@@ -33,10 +34,10 @@ from rlhf.algo import (
 )
 from rlhf.algo.advantages import GROUP_STD_EPS
 from rlhf.algo.aggregation import response_width, step_loss_normalizer
-from rlhf.algo.is_correction import ISCorrection
+from rlhf.algo.is_correction import ISCorrection, is_weights
 from rlhf.importers.verl.mapping import map_command
 from rlhf.importers.verl.overrides import split_command
-from rlhf.pipelines.rl_losses import policy_loss_params
+from rlhf.pipelines.rl_losses import policy_loss_params, rollout_is_weight_totals
 from rlhf.spec import names
 from rlhf.spec.schema import ISCorrectionSpec, PolicyLossSpec
 
@@ -507,7 +508,7 @@ def _is_correction(values: dict) -> ISCorrection | None:
     if not given:
         return None
     isc = ISCorrectionSpec(**given)
-    return ISCorrection(*isc.axes(), *isc.bounds())
+    return ISCorrection(*isc.axes(), *isc.bounds(), seq_ratio=isc.seq_ratio, batch_normalize=isc.batch_normalize)
 
 
 @pytest.mark.parametrize("mode", AGG_MODES)
@@ -584,6 +585,103 @@ def test_gspo_without_the_veRL_keys_differs_from_veRLs(ref):
     theirs = ref.compute_policy_loss_gspo(old, log_probs, advantages, mask, "token-mean", config, weights)[0]
     tis = ISCorrection("token", "clip", "ratio", 0.0, 2.0)
     ours = policy_loss(log_probs, old, advantages, mask, loss_type="gspo", rollout_log_probs=rollout, is_correction=tis)
+    assert (ours.loss - theirs).abs() > 1e-3
+
+
+# -- rollout correction: token and sequence IS weights, batch-normalised or not (issue 35) --------------------------
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize("normalize", [False, True], ids=["plain", "batch-normalize"])
+@pytest.mark.parametrize(
+    ("level", "threshold"),
+    [("token", "2.0"), ("token", "1.2"), ("sequence", "2.0"), ("sequence", "0.8"), ("sequence", "0.5_2.0")],
+    ids=["tis-2", "tis-1.2", "seq-tis-2", "seq-tis-0.8", "seq-icepop"],
+)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rollout_is_weights_in_the_vanilla_loss_match_verl(ref, mode, normalize, level, threshold, seed):
+    """veRL's vanilla PPO loss with the rollout IS weights its trainer computes over the batch
+    (compute_rollout_correction_weights: rollout_is=token or sequence, truncated at a number or masked outside a
+    LOW_HIGH band, with and without rollout_is_batch_normalize) against ours under the keys import-verl writes,
+    the whole batch one micro-batch. Rollout log-probs off the trainer's by ~0.3 nat per token: the sequence
+    products spread over e^-2..e^2, so the bounds truncate (or drop) some sequences and keep others."""
+    overrides = [
+        f"{A}.loss_agg_mode={mode}",
+        f"algorithm.rollout_correction.rollout_is={level}",
+        f"algorithm.rollout_correction.rollout_is_threshold={threshold}",
+        f"algorithm.rollout_correction.rollout_is_batch_normalize={normalize}",
+    ]
+    values = mapped(*overrides)
+    pl = {k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("algorithm.policy_loss.")}
+    correction = _is_correction(values)
+    assert correction is not None and correction.batch_normalize == normalize
+    assert correction.sequence_product == (level == "sequence")
+    g = torch.Generator().manual_seed(seed)
+    log_probs, old, advantages, mask = _policy_batch(g, batch=8, width=10)
+    rollout = old + torch.randn(8, 10, generator=g) * 0.3
+    verl_threshold = _number(threshold)
+    weights, _ = ref.compute_rollout_correction_weights(old - rollout, mask, level, verl_threshold, normalize)
+    config = actor_config(loss_agg_mode=mode)
+
+    def theirs(lp):
+        return ref.compute_policy_loss_vanilla(old, lp, advantages, mask, mode, config, rollout_is_weights=weights)[0]
+
+    def ours(lp):
+        return policy_loss(
+            lp,
+            old,
+            advantages,
+            mask,
+            loss_type=pl["type"],
+            clip_eps_low=pl["eps_clip_low"],
+            clip_eps_high=pl["eps_clip_high"],
+            dual_clip=pl.get("dual_clip"),
+            rollout_log_probs=rollout,
+            is_correction=correction,
+            aggregation=pl["aggregation"],
+            norm=_ours_norm(values, mask),
+        ).loss
+
+    value_t, grad_t = _grad(theirs, log_probs)
+    value_o, grad_o = _grad(ours, log_probs)
+    torch.testing.assert_close(value_o, value_t, rtol=0, atol=1e-5)
+    torch.testing.assert_close(grad_o, grad_t, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_batch_normalised_weights_over_micro_batches_are_verls_over_the_rollout_batch(ref, level, seed):
+    """veRL normalises the IS weights once, over the whole rollout batch; the pipeline hands every micro-batch the
+    totals of that batch (rl_losses.rollout_is_weight_totals), so each micro-batch's weights are veRL's rows."""
+    c = "algorithm.rollout_correction"
+    values = mapped(f"{c}.rollout_is={level}", f"{c}.rollout_is_threshold=1.5", f"{c}.rollout_is_batch_normalize=True")
+    correction = _is_correction(values)
+    g = torch.Generator().manual_seed(seed)
+    _, old, _, mask = _policy_batch(g, batch=12, width=10)
+    mask[3] = 0.0  # a sequence with no action token: counted by neither
+    rollout = old + torch.randn(12, 10, generator=g) * 0.3
+    rollout[:5] -= 0.1  # the first micro-batch's weights above the others': its own mean is not the batch's
+    theirs, _ = ref.compute_rollout_correction_weights(old - rollout, mask, level, 1.5, True)
+    exp = SimpleNamespace(old_logprobs=old, rollout_logprobs=rollout, action_mask=mask)
+    totals = rollout_is_weight_totals(exp, correction)
+    for rows in (slice(0, 5), slice(5, 9), slice(9, 12)):
+        ours = is_weights(old[rows], rollout[rows], mask[rows], correction, totals).coef
+        torch.testing.assert_close(ours * mask[rows], theirs[rows], rtol=0, atol=1e-6)
+    alone = is_weights(old[:5], rollout[:5], mask[:5], correction).coef
+    assert (alone * mask[:5] - theirs[:5]).abs().max() > 1e-3  # normalised over its micro-batch alone it differs
+
+
+def test_the_sequence_weight_is_not_the_geometric_mean_gate(ref):
+    """Without seq_ratio=product (OpenRLHF's seq level: a geometric-mean gate keeping token weights) the loss is not
+    veRL's sequence-level IS: the key import-verl writes is what makes them equal."""
+    g = torch.Generator().manual_seed(0)
+    log_probs, old, advantages, mask = _policy_batch(g, batch=8, width=10)
+    rollout = old + torch.randn(8, 10, generator=g) * 0.3
+    weights, _ = ref.compute_rollout_correction_weights(old - rollout, mask, "sequence", "0.5_2.0")
+    config = actor_config()
+    theirs = ref.compute_policy_loss_vanilla(old, log_probs, advantages, mask, "token-mean", config, weights)[0]
+    gate = ISCorrection("seq", "mask", "ratio", 0.5, 2.0)
+    ours = policy_loss(log_probs, old, advantages, mask, rollout_log_probs=rollout, is_correction=gate)
     assert (ours.loss - theirs).abs() > 1e-3
 
 

@@ -581,3 +581,62 @@ def test_the_new_policy_losses_map_with_a_plain_arrow(loss):
     conv = convert_words(words_from_script(_cmd(override, MODEL), "r"))
     assert conv.mapping.values["algorithm.policy_loss.type"] == loss
     assert _rows(conv)[override].marker == "->"
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_rollout_is_and_its_batch_normalisation_map_with_a_plain_arrow(level, in_tmp):
+    """Issue 35: veRL's rollout IS weights per token (TIS) or per sequence (the product of its token ratios,
+    truncated) and rollout_is_batch_normalize are carried; its rejection sampling and bypass mode are reported with
+    the reason they are not."""
+    c = "algorithm.rollout_correction"
+    is_, thr, norm = f"{c}.rollout_is={level}", f"{c}.rollout_is_threshold=1.5", f"{c}.rollout_is_batch_normalize=True"
+    rs, rs_thr = f"{c}.rollout_rs=seq_mean_k3", f"{c}.rollout_rs_threshold=0.01"
+    bypass, loss_type = f"{c}.bypass_mode=True", f"{c}.loss_type=reinforce"
+    data = "data.train_files=data/gsm8k_train.parquet"
+    overrides = (is_, thr, norm, rs, rs_thr, bypass, loss_type, data, MODEL)
+    conv = convert_words(words_from_script(_cmd("algorithm.adv_estimator=grpo", f"{R}.n=4", *overrides), "r"))
+    v = conv.mapping.values
+    if level == "token":
+        assert v["algorithm.is_correction.type"] == "tis"
+    else:
+        got = {k: v[f"algorithm.is_correction.{k}"] for k in ("level", "mode", "gating", "seq_ratio")}
+        assert got == {"level": "seq", "mode": "clip", "gating": "ratio", "seq_ratio": "product"}
+    assert v["algorithm.is_correction.threshold"] == [0.0, 1.5]
+    assert v["algorithm.is_correction.batch_normalize"] is True
+    rows = _rows(conv)
+    for carried in (is_, thr, norm):
+        assert rows[carried].marker == "->", rows[carried]
+    for dropped, why in ((rs, "rejection sampling"), (rs_thr, "rejection sampling"), (bypass, "stand in for")):
+        assert rows[dropped].marker == NONE and why in rows[dropped].detail, rows[dropped]
+    assert rows[loss_type].marker == NONE and "bypass mode" in rows[loss_type].detail
+    assert all(r.marker != "~>" for r in rows.values())
+    checked = _checked(conv, in_tmp, f"is-{level}")
+    assert _real(checked.errors) == []
+    isc = checked.spec.algorithm.is_correction
+    assert (isc.batch_normalize, isc.axes()[0]) == (True, "seq" if level == "sequence" else "token")
+
+
+def test_rollout_is_with_an_icepop_band_masks_and_normalise_alone_is_explained():
+    c = "algorithm.rollout_correction"
+    v = mapped_values(f"{c}.rollout_is=sequence", f"{c}.rollout_is_threshold=0.5_2.0")
+    assert (v["algorithm.is_correction.mode"], v["algorithm.is_correction.threshold"]) == ("mask", [0.5, 2.0])
+    assert "algorithm.is_correction.batch_normalize" not in v
+    v = mapped_values(f"{c}.rollout_is=token", f"{c}.rollout_is_threshold=0.5_2.0")
+    assert (v["algorithm.is_correction.type"], v["algorithm.is_correction.threshold"]) == ("icepop", [0.5, 2.0])
+    # Normalising with no IS weights: nothing written, in veRL nothing done.
+    conv = _convert(_cmd("algorithm.adv_estimator=grpo", f"{c}.rollout_is_batch_normalize=True"))
+    assert not any(k.startswith("algorithm.is_correction.") for k in conv.mapping.values)
+    assert "no IS weights" in _rows(conv)[f"{c}.rollout_is_batch_normalize=True"].detail
+
+
+def mapped_values(*overrides: str) -> dict:
+    return map_command(split_command(["python3", "-m", "verl.trainer.main_ppo", *overrides])).values
+
+
+def test_bypass_modes_loss_type_is_reported_only_where_bypass_mode_reads_it():
+    c = "algorithm.rollout_correction"
+    for bypass, marker in (("True", NONE), ("False", "==")):
+        for loss_type in ("ppo_clip", "reinforce"):
+            line = f"{c}.loss_type={loss_type}"
+            conv = _convert(_cmd("algorithm.adv_estimator=grpo", f"{c}.bypass_mode={bypass}", line))
+            assert _rows(conv)[line].marker == marker, (bypass, loss_type, _rows(conv)[line])

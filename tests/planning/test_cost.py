@@ -96,6 +96,11 @@ def test_the_cost_model_reuses_log_probs_exactly_where_the_pipeline_does():
     for recipe in ("grpo_tiny_cpu", "ppo_tiny_cpu", "reinforce_pp_tiny_cpu", "opd_tiny_cpu", "gspo_tiny_cpu"):
         spec = load_spec([f"+recipe={recipe}", *(["teacher.model_path=teacher"] if recipe == "opd_tiny_cpu" else [])])
         assert reuses_current_logprobs(spec, plan(spec)) == pipeline_reuses(spec), recipe
+    # IS weights normalised over the rollout batch need every old log-prob before training: the pass is kept
+    tis = ["+recipe=grpo_tiny_cpu", "trainer.global_batch=128", "algorithm.is_correction.type=tis"]  # one step
+    for normalized in (False, True):
+        spec = load_spec([*tis, f"algorithm.is_correction.batch_normalize={normalized}"])
+        assert reuses_current_logprobs(spec, plan(spec)) == pipeline_reuses(spec) == (not normalized)
 
 
 @pytest.mark.parametrize("bound", ["layout", "placement"])

@@ -671,33 +671,77 @@ class _Mapper(OutcomeBook):
             self.none(k, UNSUPPORTED, f"{agg}; one of {', '.join(AGGREGATIONS)}")
 
     def _correction(self) -> None:
-        k = "algorithm.rollout_correction.rollout_is"
+        """veRL's rollout IS weights (rollout_corr_helper.compute_rollout_correction_weights): per token (the token
+        ratio) or per sequence (the product of its token ratios), truncated at a number (TIS: clip into [0, HIGH])
+        or zeroed outside a "LOW_HIGH" band (IcePop: mask), optionally divided by their batch mean."""
+        p = "algorithm.rollout_correction"
+        k, thr_k, norm_k = f"{p}.rollout_is", f"{p}.rollout_is_threshold", f"{p}.rollout_is_batch_normalize"
         level = self.eff(k, (str, type(None)))
-        thr_k = "algorithm.rollout_correction.rollout_is_threshold"
-        self.handled.update((k, thr_k))
-        if level == "token":
-            high = self.eff(thr_k, (float, str))
-            try:
-                high = float(high)
-            except (TypeError, ValueError):
-                self.none(thr_k, UNSUPPORTED, f"{high!r}: IcePop bounds as a string; the TIS upper bound is a number")
-                high = 2.0
-            self.put("algorithm.is_correction.type", "tis", k)
-            if schema_has("algorithm.is_correction.threshold"):
-                self.put("algorithm.is_correction.threshold", [0.0, high], thr_k)
+        self.handled.update((k, thr_k, norm_k))
+        if level in ("token", "sequence"):
+            mode, band = self._is_band(thr_k)
+            if level == "token":
+                self.put("algorithm.is_correction.type", "tis" if mode == "clip" else "icepop", k)
             else:
-                self.put("algorithm.is_correction.low", 0.0, k)
-                self.put("algorithm.is_correction.high", high, thr_k)
-            self.explain(k, "truncated IS (TIS): token weights capped at the threshold")
-        elif level is not None:
-            self.none(k, UNSUPPORTED, f"veRL's {level}-level IS weights; token-level TIS is the one carried over")
-        for rest in ("rollout_rs", "rollout_rs_threshold", "bypass_mode", "loss_type", "rollout_is_batch_normalize"):
-            rk = f"algorithm.rollout_correction.{rest}"
+                self.put("algorithm.is_correction.level", "seq", k)
+                self.put("algorithm.is_correction.mode", mode, k, thr_k)
+                self.put("algorithm.is_correction.gating", "ratio", k)
+                self.put("algorithm.is_correction.seq_ratio", "product", k)
+            self.put("algorithm.is_correction.threshold", list(band), thr_k)
+            unit = "token weights" if level == "token" else "each sequence's weight (the product of its token ratios)"
+            how = "capped at the threshold (TIS)" if mode == "clip" else "zeroed outside the band (IcePop)"
+            self.explain(k, f"{unit} {how}")
+            if self.eff(norm_k, bool):
+                self.put("algorithm.is_correction.batch_normalize", True, norm_k)
+                self.explain(norm_k, "mean 1 over the rollout batch")
+            elif self.given(norm_k):
+                self.explain(norm_k, "off, as here")
+        else:
+            if level is not None:
+                self.none(k, UNSUPPORTED, f"{level!r}: veRL's levels are token and sequence")
+            if self.given(norm_k) and self.eff(norm_k, bool):
+                self.explain(norm_k, "no IS weights to normalise (rollout_is unset), in veRL as here")
+            elif self.given(norm_k):
+                self.explain(norm_k, "off, as here")
+        why = {
+            "rollout_rs": "veRL's rejection sampling: drops tokens or sequences from the response mask by its own "
+            "divergence statistics (k1/k3 bounds); the nearest here is algorithm.is_correction mode=mask",
+            "rollout_rs_threshold": "the bounds of veRL's rejection sampling (rollout_rs), not carried",
+            "bypass_mode": "veRL's bypass mode: the rollout engine's log-probs stand in for the old policy's (no "
+            "recomputation); here the trainer always recomputes them (or reuses its own on one step per rollout)",
+            "loss_type": "the policy loss of veRL's bypass mode (ppo_clip against the rollout log-probs, or an "
+            "IS-weighted REINFORCE), which is not carried",
+        }
+        bypass = bool(self.eff(f"{p}.bypass_mode", bool))
+        for rest, reason in why.items():
+            rk = f"{p}.{rest}"
             self.handled.add(rk)
-            if self.given(rk) and self.eff(rk) not in (None, False, "ppo_clip"):
-                self.none(rk, UNSUPPORTED, "veRL's rejection sampling and bypass modes of the rollout correction")
-            elif self.given(rk):
+            if not self.given(rk):
+                continue
+            if rest == "loss_type":  # read by bypass mode only
+                if bypass:
+                    self.none(rk, UNSUPPORTED, reason)
+                else:
+                    self.explain(rk, "read by veRL's bypass mode only, which is off")
+            elif self.eff(rk) not in (None, False):
+                self.none(rk, UNSUPPORTED, reason)
+            else:
                 self.explain(rk, "off, as here")
+
+    def _is_band(self, thr_k: str) -> tuple[str, tuple[float, float]]:
+        """Our mode and ``(low, high)`` of veRL's rollout_is_threshold: a number HIGH (TIS: clip, low 0) or a string
+        "LOW_HIGH" (IcePop: mask); veRL's default (TIS at 2) when it is neither."""
+        raw = self.eff(thr_k, (float, str))
+        text = str(raw).strip()
+        try:
+            low, high = (float(x) for x in text.split("_", 1)) if "_" in text else (0.0, float(text))
+        except ValueError:
+            self.none(thr_k, UNSUPPORTED, f"{raw!r}: a number HIGH (TIS) or LOW_HIGH (IcePop); veRL's 2.0 used")
+            return "clip", (0.0, 2.0)
+        if not 0 <= low < high:
+            self.none(thr_k, UNSUPPORTED, f"{raw!r}: need 0 <= LOW < HIGH; veRL's 2.0 used")
+            return "clip", (0.0, 2.0)
+        return ("mask" if "_" in text else "clip"), (low, high)
 
     def _vllm_keys(self) -> None:
         """vLLM's own keys (``rollout.vllm.*``), written for rollout=vllm only: under rollout=hf they would be

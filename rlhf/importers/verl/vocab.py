@@ -50,6 +50,8 @@ PPO_DEFAULTS: dict[str, Any] = {
     "algorithm.rollout_correction.rollout_rs": None,
     "algorithm.rollout_correction.rollout_rs_threshold": None,
     "algorithm.rollout_correction.bypass_mode": False,
+    "algorithm.rollout_correction.loss_type": "ppo_clip",
+    "algorithm.rollout_correction.rollout_is_batch_normalize": False,
     "algorithm.use_pf_ppo": False,
     "data.train_files": "~/data/rlhf/gsm8k/train.parquet",
     "data.val_files": "~/data/rlhf/gsm8k/test.parquet",
