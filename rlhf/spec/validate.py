@@ -337,6 +337,16 @@ def _check_is_correction(spec: ExperimentSpec, c: _Collector) -> None:
     level, mode, gating = isc.axes()
     for axis, reason in names.is_correction_problems(level, mode, gating, low, isc.seq_ratio):
         c.errors.append(SpecError(prefix + axis, getattr(isc, axis), f"(level={level}, gating={gating}) {reason}"))
+    if level == "off":  # the keys that shape the weights, given while no correction weighs anything
+        unset = ISCorrectionSpec()
+        for key in ("batch_normalize", "seq_ratio"):
+            c.require(
+                getattr(isc, key) == getattr(unset, key),
+                prefix + key,
+                getattr(isc, key),
+                f"the IS correction is off, so it would be ignored: turn it on ({prefix}type=tis, icepop or "
+                f"seq-mask-tis, or {prefix}level), or remove {prefix}{key}",
+            )
 
 
 def _check_teacher(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:

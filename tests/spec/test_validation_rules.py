@@ -120,3 +120,10 @@ def test_vllm_on_cpu_needs_a_cpu_build(monkeypatch):
     assert "rollout.backend" in error_keys(CPU_RL + ["rollout=vllm"])
     monkeypatch.setattr(v, "vllm_cpu_available", lambda: True)
     assert "rollout.backend" not in error_keys(CPU_RL + ["rollout=vllm"])
+
+
+@pytest.mark.parametrize("key", ["batch_normalize=true", "seq_ratio=product"])
+def test_a_key_shaping_the_is_weights_is_refused_while_the_correction_is_off(key):
+    assert error_keys(CPU_RL + [f"algorithm.is_correction.{key}"]) == [f"algorithm.is_correction.{key.split('=')[0]}"]
+    on = ["level=seq", "mode=clip", "gating=ratio"] if "seq_ratio" in key else ["type=tis"]
+    assert error_keys(CPU_RL + [f"algorithm.is_correction.{k}" for k in (*on, key)]) == []
