@@ -20,7 +20,7 @@ core; the node's figures are the one-thread ones times the cores):
     ray call          round trips of a Ray actor call with a small argument   -> call_s
     sharded           the training engine's fixed cost per gathered module: model=tiny at micro-batch 1 x 8 tokens
                       trained and run forward (no grad) on one rank through the project's own engines
-                      (rlhf.engines.backends: DeepSpeed ZeRO-2, ZeRO-3, FSDP2), so no collective moves a byte: the
+                      (rlhf.spec.registry: DeepSpeed ZeRO-2, ZeRO-3, FSDP2), so no collective moves a byte: the
                       time ZeRO-3 (FSDP2) adds over ZeRO-2, per gathered module (rlhf.planning.cost.gathered_units),
                       in a training micro-batch (the marginal cost of one more in a step of 8), in a no-grad
                       forward, in the optimizer step and in the weight sync's read of the weights
@@ -198,8 +198,8 @@ def _sharded_worker(engine: str, out: str) -> None:
     no-grad forward, and the weight sync's read of the weights (gathered under ZeRO-3 and FSDP2)."""
     import torch
 
-    from rlhf.engines.backends import train_backend
     from rlhf.spec.build import load_spec
+    from rlhf.spec.registry import train_backend
 
     torch.set_num_threads(1)
     spec = load_spec(["+recipe=grpo_tiny_cpu", "trainer.micro_batch_per_device=1", *SHARDED_ENGINES[engine]])

@@ -83,8 +83,8 @@ def save_tiny_reward_model(out: Path) -> Path:
 def serve_openai(max_tokens: int) -> None:
     """Child mode: the OpenAI-compatible server over the hf engine on the tiny policy, until killed."""
     from rlhf.agents import OpenAIServer
+    from rlhf.backends.contract.rollout import SamplingSpec
     from rlhf.backends.rollout.hf.engine import HFEngine
-    from rlhf.engines.protocol import SamplingSpec
     from rlhf.models.loading import load_causal_lm, resolve_model_path, tokenizer_for
 
     spec = tiny_model_spec()

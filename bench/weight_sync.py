@@ -112,11 +112,11 @@ def _floor_gloo(nbytes: int, bucket: int, repeats: int) -> float:
 def _measure(size: str, backend: str, routes: list[str], repeats: int, threads: int, bucket_mb: float) -> dict:
     from dataclasses import replace
 
-    from rlhf.engines.weight_sync.memory import PeakRSS
+    from rlhf.backends.weight_sync.driver import WeightSync
+    from rlhf.backends.weight_sync.memory import PeakRSS
     from rlhf.launch.realize import realize
     from rlhf.models.loading import resolve_model_path
     from rlhf.pipelines.rollout_engines import RolloutEngines
-    from rlhf.pipelines.weight_sync import WeightSync
     from rlhf.planning.plan import plan
     from rlhf.spec.build import load_spec
     from rlhf.workers import TrainerWorker

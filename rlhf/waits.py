@@ -1,6 +1,6 @@
 """Waiting for remote calls with a deadline, and what a failure says: one helper for every layer that waits on Ray
 (the role groups' calls in rlhf.launch.realize, the engines' start-up in rlhf.launch.rollout, generation in
-rlhf.pipelines.rollout_engines, the weight sync in rlhf.pipelines.weight_sync). Here, beside rlhf.errors, because
+rlhf.pipelines.rollout_engines, the weight sync in rlhf.backends.weight_sync.driver). Here, beside rlhf.errors, because
 launch and pipelines both use it and neither may import the other's modules from below.
 
 Every failure names who (``Call.label``: role and rank, or the engine), what it was waiting for (``what``), and,
@@ -15,7 +15,8 @@ when there is one, the hint the caller attached (its log, what it needs and what
                                                                last answer, A s ago, said it was doing X (for S s)"
 
 The heartbeat: with ``heartbeat_s`` set, while calls are pending the actors behind them (``Call.actor``) are asked
-``heartbeat()`` every few seconds; the actor answers it in a concurrency group of its own (rlhf.engines.protocol
+``heartbeat()`` every few seconds; the actor answers it in a concurrency group of its own
+(rlhf.backends.contract.rollout
 LIVENESS), so a busy actor answers at once and only a process that no longer runs (SIGSTOP, a wedged kernel, a host
 swapping) leaves it unanswered. An actor is held to it once it has answered one heartbeat (a process still starting
 is bounded by the wait's deadline instead); a stalled actor is killed (Ray ends its process), which frees its bundle

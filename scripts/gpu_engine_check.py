@@ -79,9 +79,9 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from rlhf.backends.contract.rollout import SamplingSpec
     from rlhf.backends.rollout.vllm.engine import VLLMEngine
-    from rlhf.engines.protocol import SamplingSpec
-    from rlhf.engines.weight_sync.wire import pack_weights
+    from rlhf.backends.weight_sync.wire import pack_weights
 
     tmp = Path(tempfile.mkdtemp(prefix="rlhf-gpu-check-"))
     path = tiny_tied_qwen2(tmp)

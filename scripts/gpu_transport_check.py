@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Part of scripts/gpu_check.sh: the weight-sync transport on a GPU with torch alone (no vllm, deepspeed, ray).
 
-Two processes, a sender and a receiver, run rlhf.engines.weight_sync exactly as the policy's rank 0 and an engine
+Two processes, a sender and a receiver, run rlhf.backends.weight_sync exactly as the policy's rank 0 and an engine
 worker do: CUDA IPC (the shared_memory route) on one GPU, and the broadcast route over nccl between two GPUs (NCCL
 refuses two ranks on one device; with one GPU the broadcast route is shown over gloo with CUDA tensors instead).
 Buckets of random bf16 weights (a Llama-8B-like layer mix), checksums verified by the receiver on every tensor, the
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from rlhf.engines.weight_sync import GroupConfig, WeightReceiver, WeightSender, listen_socket  # noqa: E402
+from rlhf.backends.weight_sync import GroupConfig, WeightReceiver, WeightSender, listen_socket  # noqa: E402
 
 
 def weights(total_mb: int, device: str, seed: int) -> list[tuple[str, torch.Tensor]]:

@@ -70,7 +70,7 @@ HEAVIEST_FIRST = (
     "tests/pipelines/test_weight_sync_stress.py",
     "tests/pipelines/test_rl_pipeline.py",
     "tests/launch/test_ray_cluster_launcher.py",
-    "tests/engines/test_train_backends.py",
+    "tests/backends/test_train_backends.py",
     # the default tier (pytest -q)
     "tests/pipelines/test_grpo_learns.py",
     "tests/cli/test_sweeps.py",
@@ -80,7 +80,7 @@ HEAVIEST_FIRST = (
     "tests/pipelines/test_kill_resume.py",
     "tests/tracking/test_trackers_in_runs.py",
     "tests/serve/test_serve_load_bench.py",
-    "tests/engines/test_weight_sync_transport.py",
+    "tests/backends/test_weight_sync_transport.py",
     "tests/cli/test_cli.py",
     "tests/pipelines/test_rl_kill_resume.py",
 )

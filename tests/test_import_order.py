@@ -3,7 +3,7 @@ too; nothing is imported): cli -> launch -> pipelines -> workers -> backends/rew
 all of them; planning imported by cli and launch alone; importers by cli alone; no cycle between packages.
 
 A package is a folder of rlhf/ or one of its top-level modules; a package imports only those on a lower floor (or
-its own). Backends reached by their registry lines (``module:attr`` strings, rlhf.spec.backends) are not imports: that
+its own). Backends reached by their registry lines (``module:attr`` strings, rlhf.spec.registry) are not imports: that
 is how spec asks a backend's descriptor for its rules without naming it."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ FLOORS: list[set[str]] = [
     {"pipelines"},  # the run lifecycle and the loops
     {"workers"},  # the role actors that are not a backend's
     # the backends (one folder each, and what engines share), rewards, data, models, and their neighbours
-    {"backends", "engines", "rewards", "data", "models", "agents", "tracking", "serve", "compat", "run_files"},
+    {"backends", "rewards", "data", "models", "agents", "tracking", "serve", "compat", "run_files"},
     {"algo"},  # pure tensor math
     {"spec"},  # the typed spec, imported by all
     {"errors", "faults", "waits", "futures", "atomic_save", "filescan"},  # the shared standard-library helpers
@@ -35,10 +35,8 @@ FLOORS: list[set[str]] = [
 ONLY_FROM = {"importers": {"cli"}, "planning": {"cli", "api", "launch"}}
 # Sibling imports on one floor that the layout wants (each one way; a cycle fails the cycle check).
 SIBLINGS = {
-    ("backends", "engines"),  # a backend implements what the engines share
     ("backends", "models"),
-    ("engines", "models"),
-    ("agents", "engines"),  # an agent's sampling speaks the rollout contract's types
+    ("agents", "backends"),  # an agent's sampling speaks the rollout contract's types
     ("agents", "serve"),  # the agent server's request limits
     ("agents", "compat"),
     ("rewards", "compat"),  # OpenRLHF's stand-ins for a user's file

@@ -31,7 +31,7 @@ from rlhf.agents.batching import LockstepBatcher
 from rlhf.agents.errors import AgentError, AgentProblem, RolloutEngineError
 from rlhf.agents.results import rollout_from_result
 from rlhf.agents.sampling import SamplingParams, coerce_sampling_params
-from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.backends.contract.rollout import Rollout, SamplingSpec
 
 DEFAULT_STEP_TIMEOUT_S = 300.0
 

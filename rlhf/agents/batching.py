@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlhf.agents.errors import RolloutEngineError
-from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.backends.contract.rollout import Rollout, SamplingSpec
 
 
 @dataclass

@@ -33,7 +33,7 @@ from rlhf.agents.openai_server import SESSION_HEADER, OpenAIServer
 from rlhf.agents.results import result_from_rollout, scalar_logs, to_scalar
 from rlhf.agents.sampling import SamplingParams
 from rlhf.agents.sessions import stitch
-from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.backends.contract.rollout import Rollout, SamplingSpec
 
 RunAgent = Callable[[str, Any, "AgentSession"], Awaitable[dict]]
 

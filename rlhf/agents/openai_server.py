@@ -48,7 +48,7 @@ from fastapi.responses import JSONResponse
 from rlhf.agents.batching import WindowBatcher
 from rlhf.agents.errors import RolloutEngineError
 from rlhf.agents.sessions import CallTrace, PrefixError, Session, SessionError, SessionStore
-from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.backends.contract.rollout import Rollout, SamplingSpec
 from rlhf.serve.limits import CLOSE, Admission, BodyTimeout, BodyTooLarge, read_body
 
 SESSION_HEADER = "x-session-id"

@@ -24,7 +24,7 @@ from typing import Any
 
 from rlhf.agents.errors import AgentProblem
 from rlhf.agents.sampling import SamplingParams, coerce_sampling_params
-from rlhf.engines.protocol import Rollout
+from rlhf.backends.contract.rollout import Rollout
 
 REQUIRED_STEP_KEYS = ("rewards", "environment_feedback", "done")
 

@@ -3,7 +3,7 @@
 OpenRLHF hands agent code a vLLM ``SamplingParams`` (``states["sampling_params"]``, the ``sampling_params``
 argument of ``AgentExecutor.execute``) and accepts one back from ``step()``. :class:`SamplingParams` keeps those names
 (``max_tokens``, ``logprobs``, ...) so such code runs unchanged, and converts to and from the engines'
-:class:`~rlhf.engines.protocol.SamplingSpec`. ``step()`` may also return a ``SamplingSpec``, a dict of either
+:class:`~rlhf.backends.contract.rollout.SamplingSpec`. ``step()`` may also return a ``SamplingSpec``, a dict of either
 naming, or any object with vLLM's attribute names (a real ``vllm.SamplingParams``).
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlhf.agents.errors import AgentProblem
-from rlhf.engines.protocol import SamplingSpec
+from rlhf.backends.contract.rollout import SamplingSpec
 
 # vLLM name -> SamplingSpec name, where they differ.
 _RENAMES = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens"}

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlhf.engines.protocol import Rollout
+from rlhf.backends.contract.rollout import Rollout
 
 
 class PrefixError(ValueError):

@@ -11,7 +11,7 @@ from typing import Any
 from rlhf.agents.base import AgentExecutorBase, current_episode
 from rlhf.agents.multi_turn import encode
 from rlhf.agents.sampling import SamplingParams
-from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.backends.contract.rollout import Rollout, SamplingSpec
 
 
 def fit_prompt(ids: list[int], max_length: int, max_new_tokens: int) -> list[int]:

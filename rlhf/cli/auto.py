@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlhf.cli.common import fail
-from rlhf.engines.backends import train_backend
-from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.planning.auto import TIE_PER_CHANGE, Candidate, SearchResult, search
 from rlhf.planning.cost import PHASES
 from rlhf.planning.memory import sleeps
+from rlhf.spec.registry import rollout_backend, train_backend
 from rlhf.spec.schema import ExperimentSpec
 
 _SHORT = {"policy": "pol", "reference": "ref", "teacher": "tea", "critic": "cri", "reward": "rm", "rollout": "gen"}

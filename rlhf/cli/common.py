@@ -166,7 +166,7 @@ def report_invalid_jobs(bad: list[tuple[list[str], str]], total: int) -> NoRetur
 
 
 def _moved(key: str) -> str:
-    from rlhf.spec.rollout_backends import moved_keys
+    from rlhf.spec.rollout_backend_rules import moved_keys
 
     moved = moved_keys()[key]
     return f"{key}: no such config key; it moved to {moved} (the {moved.split('.')[1]} backend's own keys)"
@@ -177,7 +177,7 @@ def _no_such_key(key: str, section_type: Any) -> str:
     import dataclasses
 
     from rlhf.spec.keys import close_matches
-    from rlhf.spec.rollout_backends import moved_keys
+    from rlhf.spec.rollout_backend_rules import moved_keys
     from rlhf.spec.schema import ExperimentSpec
     from rlhf.spec.suggest import did_you_mean
 

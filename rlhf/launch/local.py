@@ -244,11 +244,11 @@ class LocalRealized:
         return group
 
     def start_rollout(self, model_path: str, env: dict[str, str] | None = None, *, start: bool = True) -> Any:
-        """The rollout engine on a lane of its own, as its backend describes it (rlhf.engines.protocol
+        """The rollout engine on a lane of its own, as its backend describes it (rlhf.backends.contract.rollout
         RolloutBackend.launch: the actor class and its arguments; its interpreter is this one)."""
-        from rlhf.engines.protocol import EnginePlacement
-        from rlhf.engines.rollout_backends import rollout_backend
+        from rlhf.backends.contract.rollout import EnginePlacement
         from rlhf.launch.rollout import RolloutEngineGroup, wait_ready
+        from rlhf.spec.registry import rollout_backend
 
         backend = rollout_backend(self.spec.rollout.backend)
         placement = self.placement("rollout")
@@ -322,7 +322,7 @@ def realize(spec: ExperimentSpec, plan: Plan) -> LocalRealized:
     rlhf.backends.train.deepspeed.deepspeed_import before any other import of it can reach the original)."""
     import sys
 
-    from rlhf.engines.weight_sync.group import NODE_IP_ENV
+    from rlhf.backends.weight_sync.group import NODE_IP_ENV
     from rlhf.launch.cluster import start_reaper
     from rlhf.launch.realize import preload_modules
     from rlhf.launch.worker_preload import import_modules

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlhf import faults
-from rlhf.engines.backends import train_backend
 from rlhf.errors import UserError
 from rlhf.launch import actor_env
 from rlhf.launch.cluster import Cluster, bundle_free, start_or_attach, worker_start_env
@@ -23,8 +22,8 @@ from rlhf.launch.ports import free_port
 from rlhf.launch.reservation import adopt_reserved
 from rlhf.launch.role_calls import RoleCalls, WorkerError  # noqa: F401 - WorkerError: re-exported
 from rlhf.planning.plan import DeviceGroup, Plan, RolePlacement
-from rlhf.spec.backends import ROLLOUT_BACKENDS
 from rlhf.spec.executor import heartbeat_s
+from rlhf.spec.registry import ROLLOUT_BACKENDS, train_backend
 from rlhf.spec.schema import ExperimentSpec
 
 log = logging.getLogger(__name__)
@@ -67,9 +66,9 @@ class GroupSlots:
 
 def _remote(actor_cls: type) -> Any:
     """``actor_cls`` as a Ray actor class; with the liveness concurrency group when it answers a heartbeat (the
-    training ranks' rlhf.engines.worker_base.BaseWorker does; rlhf.waits asks it)."""
+    training ranks' rlhf.backends.shared.worker_base.BaseWorker does; rlhf.waits asks it)."""
     if hasattr(actor_cls, "heartbeat"):
-        from rlhf.engines.liveness import remote_class
+        from rlhf.backends.shared.liveness import remote_class
 
         return remote_class(actor_cls)
     import ray
@@ -442,7 +441,7 @@ def warm_count(spec: ExperimentSpec, plan: Plan) -> int:
     """How many of the job's actors surely take an idle, preloaded worker: the trained roles' ranks (policy,
     critic) and the in-interpreter rollout engines. Roles that may run inside another's processes (reference,
     reward, teacher: rlhf.pipelines.role_set) are left out: an idle worker nobody takes costs its imports."""
-    from rlhf.spec.rollout_backends import generates_in_policy
+    from rlhf.spec.rollout_backend_rules import generates_in_policy
 
     count = sum(plan.roles[r].ranks for r in ("policy", "critic") if r in plan.roles)
     if "rollout" in plan.roles and ROLLOUT_BACKENDS[spec.rollout.backend].in_process and not generates_in_policy(spec):

@@ -5,9 +5,10 @@ What runs is the run's own launch code: the cluster declares ``hardware.nodes`` 
 simulate several on this host) of ``hardware.devices_per_node`` GPUs; rlhf.launch.realize creates the placement
 groups; rlhf.pipelines.role_set.start_role_actors starts every training-side role's real worker class in its bundles;
 rlhf.launch.rollout starts every engine's real actor class with its real runtime environment (the vLLM interpreter,
-the variables it sets for vLLM's Ray executor); rlhf.pipelines.weight_sync.choose_routes and sync_ranks form the
+the variables it sets for vLLM's Ray executor); rlhf.backends.weight_sync.driver.choose_routes and sync_ranks form the
 weight-sync group; rlhf.pipelines.rl_roles.HybridSchedule drives the engines' sleep and wake. Each trainer is then
-asked where it would compute (rlhf.engines.worker_base.BaseWorker.placement) instead of loading its model; each engine
+asked where it would compute (rlhf.backends.shared.worker_base.BaseWorker.placement) instead of loading its model; each
+engine
 runs its version check and, for tensor parallelism, places one stand-in per worker in the bundle with the GPU share
 vLLM's Ray executor would use (rlhf.backends.rollout.vllm.placement, vLLM's rule) instead of building vLLM.
 
@@ -228,7 +229,7 @@ def rehearse(spec: ExperimentSpec, plan: Plan, *, timeout_s: float = 300.0) -> R
     from rlhf.launch.realize import realize
     from rlhf.pipelines.rl_roles import HybridSchedule, takes_turns
     from rlhf.pipelines.role_set import start_role_actors
-    from rlhf.spec.rollout_backends import generates_in_policy
+    from rlhf.spec.rollout_backend_rules import generates_in_policy
 
     t0 = time.monotonic()
     check_cluster_shape(spec)
@@ -317,7 +318,8 @@ def _node_index() -> dict[str, int]:
 
 
 def _engine_reports(started: Any, timeout_s: float) -> list[dict[str, Any]]:
-    """Each engine's :meth:`rlhf.engines.protocol.RolloutEngine.rehearse`, the wait bounded; a failure is reported,
+    """Each engine's :meth:`rlhf.backends.contract.rollout.RolloutEngine.rehearse`, the wait bounded; a failure is
+    reported,
     not raised, so the device map shows every engine."""
     import ray
 
@@ -458,7 +460,7 @@ def _sync_group(
     out: Rehearsal, spec: ExperimentSpec, places: dict[str, list[dict[str, Any]]], engines: list[dict], nodes: dict
 ) -> None:
     """The weight-sync group exactly as WeightSync.connect forms it, from each member's own device."""
-    from rlhf.pipelines.weight_sync import choose_routes, sync_ranks
+    from rlhf.backends.weight_sync.driver import choose_routes, sync_ranks
 
     if any("error" in e for e in engines) or "policy" not in places:
         return

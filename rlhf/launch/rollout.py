@@ -1,5 +1,5 @@
 """Starting the rollout engines of a run in the plan's bundles, for every backend alike: the backend of
-``rollout.backend`` says how one engine starts (rlhf.engines.protocol.RolloutBackend.launch: its actor class,
+``rollout.backend`` says how one engine starts (rlhf.backends.contract.rollout.RolloutBackend.launch: its actor class,
 interpreter, runtime environment and arguments); this module places each engine's actor in its bundle, claims its
 shares (and its TP workers') in the plan's ledger before anything starts, and waits for it with a bound, naming what
 it needs and what its bundles have free. The pipeline gets back a typed handle and never builds scheduling
@@ -19,12 +19,12 @@ from functools import partial
 from typing import Any
 
 from rlhf import faults
-from rlhf.engines.protocol import EngineLaunch, EnginePlacement
-from rlhf.engines.rollout_backends import rollout_backend
+from rlhf.backends.contract.rollout import EngineLaunch, EnginePlacement
 from rlhf.errors import WorkerFailure
 from rlhf.launch import actor_env
 from rlhf.launch.cluster import bundle_free, worker_start_env
 from rlhf.spec.executor import heartbeat_s
+from rlhf.spec.registry import rollout_backend
 from rlhf.spec.schema import ExperimentSpec
 
 __all__ = [
@@ -185,7 +185,7 @@ def _start(launch: EngineLaunch, p: EnginePlacement, pg: Any) -> Any:
     group declared)."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from rlhf.engines.liveness import remote_class
+    from rlhf.backends.shared.liveness import remote_class
 
     module, name = launch.actor.split(":")
     at_start, in_process = actor_env.split(launch.runtime_env, worker_start_env())

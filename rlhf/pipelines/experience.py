@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rlhf.engines.protocol import Rollout
+from rlhf.backends.contract.rollout import Rollout
 from rlhf.pipelines.batching import chunks, token_budget_plan
 
 TENSOR_FIELDS = (

@@ -36,7 +36,7 @@ from rlhf.algo import (
     reverse_kl_rewards,
 )
 from rlhf.algo.shaping import overlong_penalty, stop_properly_penalty
-from rlhf.engines.protocol import Rollout
+from rlhf.backends.contract.rollout import Rollout
 from rlhf.errors import WorkerFailure
 from rlhf.pipelines.experience import ExperienceBatch, from_rollouts
 from rlhf.pipelines.rl_generation import GREEDY_BASELINE_LOG, Generator, PromptStream, Scored, Scorer

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlhf.algo.shaping import keep_group
-from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.backends.contract.rollout import Rollout, SamplingSpec
 from rlhf.errors import UserError
 from rlhf.pipelines.experience import from_rollouts
 from rlhf.spec import names

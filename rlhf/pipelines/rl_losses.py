@@ -123,7 +123,7 @@ def policy_loss_params(pl) -> PolicyLossParams:
 def policy_logprobs_fn(model, batch: dict[str, Tensor], *, temperature: float, packing: bool = False) -> Tensor:
     """``[B, T-1]`` log-probs of the sequence under the policy (old log-probs) or the reference: log-softmax(logits /
     temperature) over the full vocabulary, no top-k/top-p (OpenRLHF), which is what the rollout engines report
-    (rlhf.engines.logprob_meaning)."""
+    (rlhf.backends.contract.logprob_meaning)."""
     return causal_lm_log_probs(
         model, batch["sequences"], batch["attention_mask"], temperature=temperature, packing=packing
     )

@@ -3,7 +3,8 @@ turns. The training-side roles (policy, reference, teacher, critic, reward) are 
 every pipeline's are; the rollout engines (HFRolloutWorker for hf, VLLMRolloutActor in the vllm venv for vllm) by
 rlhf.pipelines.rollout_engines, started while the models load.
 
-Weights go from the policy's rank 0 to the engines over the route rlhf.pipelines.weight_sync chose (a process group
+Weights go from the policy's rank 0 to the engines over the route rlhf.backends.weight_sync.driver chose (a process
+group
 or shared memory; the driver sees only reports). Experience tensors travel as Ray object references.
 """
 
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
+from rlhf.backends.weight_sync.driver import WeightSync
 from rlhf.errors import UserError
 from rlhf.pipelines.batching import throughput
 from rlhf.pipelines.experience import ExperienceBatch, micro_batch_plan, rank_micro_batches
@@ -29,9 +31,8 @@ from rlhf.pipelines.rl_losses import (
 )
 from rlhf.pipelines.role_set import RoleModels, load_models, start_role_actors
 from rlhf.pipelines.rollout_engines import PolicyEngines, RolloutEngines
-from rlhf.pipelines.weight_sync import WeightSync
 from rlhf.spec import names
-from rlhf.spec.rollout_backends import generates_in_policy
+from rlhf.spec.rollout_backend_rules import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec
 
 

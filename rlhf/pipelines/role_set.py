@@ -50,7 +50,7 @@ class RoleSet:
 def start_role_actors(spec: ExperimentSpec, realized: Any, env: dict[str, str] | None) -> RoleSet:
     """Create every training-side role's actors in its bundles (nothing loaded yet: constructing a worker touches
     no device). Every pipeline and ``rlhf-plan --rehearse`` start them here."""
-    from rlhf.spec.rollout_backends import generates_in_policy
+    from rlhf.spec.rollout_backend_rules import generates_in_policy
     from rlhf.workers import ModelWorker, TrainerWorker
 
     roles = set(realized.plan.roles)

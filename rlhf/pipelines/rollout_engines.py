@@ -1,9 +1,9 @@
 """The rollout engines of a run as one object on the driver: spread prompts over them, sleep and wake them, restart
-one (the weight sync is rlhf.pipelines.weight_sync's).
+one (the weight sync is rlhf.backends.weight_sync.driver's).
 
 Starting them in the plan's bundles is the launch layer's job (``realized.start_rollout``, which returns a
 rlhf.launch.rollout.RolloutEngineGroup); this module only talks to the actors, through the contract every backend
-keeps (rlhf.engines.protocol.RolloutEngine), so nothing here depends on the backend.
+keeps (rlhf.backends.contract.rollout.RolloutEngine), so nothing here depends on the backend.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.backends.contract.rollout import Rollout, SamplingSpec
 from rlhf.errors import WorkerFailure
 from rlhf.spec.executor import heartbeat_s
 from rlhf.spec.schema import ExperimentSpec

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlhf.backends.contract.rollout import Rollout
 from rlhf.data.rollout_records import (
     LOG_PREFIX,
     drop_steps_after,
@@ -24,7 +25,6 @@ from rlhf.data.rollout_records import (
     write_manifest,
     write_step,
 )
-from rlhf.engines.protocol import Rollout
 from rlhf.errors import UserError
 from rlhf.pipelines.rl_generation import Scored
 from rlhf.spec.recording import read_manifest, recorded_steps, spec_fields, tokenizer_mismatch

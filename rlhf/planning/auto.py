@@ -50,13 +50,11 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from functools import cache, lru_cache
 from typing import Any
 
-from rlhf.engines.backends import train_backend
-from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.planning.cost import StepEstimate, estimate
 from rlhf.planning.memory import activation_bytes, sleeps
 from rlhf.planning.plan import Plan, plan
-from rlhf.spec.backends import ROLLOUT_BACKENDS, TRAIN_BACKENDS
 from rlhf.spec.derive import derive, device_groups, roles
+from rlhf.spec.registry import ROLLOUT_BACKENDS, TRAIN_BACKENDS, rollout_backend, train_backend
 from rlhf.spec.schema import ExperimentSpec
 
 Overrides = dict[str, Any]
@@ -200,7 +198,8 @@ def _placements(spec: ExperimentSpec) -> list[Overrides]:
 
 def _engines(spec: ExperimentSpec) -> list[Overrides]:
     """Training engine configurations the spec's hardware and placement allow: each registered backend's own
-    options (rlhf.engines.training.TrainBackend.auto_options, none it would refuse), with the other backends' keys
+    options (rlhf.backends.contract.training.TrainBackend.auto_options, none it would refuse), with the other backends'
+    keys
     reset to their defaults."""
     gpu = spec.hardware.accelerator == "gpu"
     turns = gpu and any(sleeps(spec, g) for g in device_groups(spec, roles(spec)))

@@ -16,11 +16,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rlhf.engines.backends import train_backend
-from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.planning.auto import Candidate, placement_options
-from rlhf.spec.backends import ROLLOUT_BACKENDS
 from rlhf.spec.build import build, compose
+from rlhf.spec.registry import ROLLOUT_BACKENDS, rollout_backend, train_backend
 
 # Groups of the composed config the recipe names in its defaults list; nested ones (trainer/backend) and Hydra's own
 # are carried as values (trainer.backend: fsdp2 is the same choice).

@@ -77,8 +77,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from rlhf.engines.backends import train_backend
-from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.planning.memory import (
     GB,
     kv_bytes_per_token,
@@ -89,6 +87,7 @@ from rlhf.planning.memory import (
     teacher_params,
 )
 from rlhf.planning.plan import Plan
+from rlhf.spec.registry import rollout_backend, train_backend
 from rlhf.spec.schema import ExperimentSpec, ModelSpec
 
 # Lengths the model assumes (no data is read): every prompt as long as the plan allows and every response run to

@@ -5,7 +5,7 @@ Parameter count (from the model card's dimensions)
     for qwen2), MLP 3*h*I, two norms 2*h; final norm h.    (V vocab, h hidden, a heads, k kv heads, d head dim, I MLP)
 
 Model states of the trained roles (policy, critic) and frozen roles (reference, reward, teacher) come from the
-    training backend of trainer.backend (rlhf.engines.backends): DeepSpeed ZeRO's accounting in
+    training backend of trainer.backend (rlhf.spec.registry): DeepSpeed ZeRO's accounting in
     rlhf.backends.train.deepspeed.descriptor, FSDP2's in rlhf.backends.train.fsdp2.memory. LoRA: the adapters are the
     trained
     parameters. The teacher of on-policy distillation has teacher.params_b billion parameters, or the student's count
@@ -16,7 +16,8 @@ Activations (trained roles, per device, one micro-batch of T tokens = micro_batc
     no checkpointing: 34*T*h bytes per layer (Korthikanti et al. with flash/sdpa attention), x2 in fp32;
     checkpointing:    2*T*h per layer + one layer's 34*T*h; plus the fp32 logits T*V*4 (log-probs need them).
     trainer.activation_mb_per_token overrides this with a measured figure.
-Rollout: the estimate of the rollout backend of rollout.backend (rlhf.engines.protocol.RolloutBackend.memory): vLLM
+Rollout: the estimate of the rollout backend of rollout.backend (rlhf.backends.contract.rollout.RolloutBackend.memory):
+vLLM
     on GPUs rollout.vllm.gpu_memory_utilization x device memory, holding its weights (2P/TP) and the KV cache (the
     rest; 2*layers*k*d*2 bytes per token), on CPU weights + rollout.vllm.cpu_kv_cache_gb
     (rlhf.backends.rollout.vllm.descriptor);
@@ -51,12 +52,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlhf.engines.backends import train_backend
-from rlhf.engines.protocol import kv_cache_bytes_per_token
-from rlhf.engines.rollout_backends import rollout_backend
-from rlhf.engines.training import ModelStates
+from rlhf.backends.contract.rollout import kv_cache_bytes_per_token
+from rlhf.backends.contract.training import ModelStates
 from rlhf.spec.derive import Derived
-from rlhf.spec.rollout_backends import generates_in_policy
+from rlhf.spec.registry import rollout_backend, train_backend
+from rlhf.spec.rollout_backend_rules import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec, ModelSpec
 
 GB = 1024**3
@@ -188,7 +188,7 @@ def sync_bytes(spec: ExperimentSpec, derived: Derived, params: int) -> SyncBytes
         # rank 0's packed copy, the object store's, and what the engines copy of it
         host_node = full * (2 + rollout_backend(ro.backend).memory(spec, params).packed_copies)
     elif route in ("shared_memory", "auto") and hw.accelerator == "cpu":
-        # the /dev/shm segment beside the sender: two chunks (rlhf.engines.weight_sync.sender.SHARED_CHUNK)
+        # the /dev/shm segment beside the sender: two chunks (rlhf.backends.weight_sync.sender.SHARED_CHUNK)
         host_node = 2 * min(max(min(256 * 2**20, bucket), largest_tensor(spec.model) * wbytes), full)
     return SyncBytes(route=route, bucket=bucket, device=device, host_per_rank=host_rank, host_per_node=host_node)
 

@@ -12,11 +12,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rlhf.engines.backends import train_backend
-from rlhf.engines.rollout_backends import rollout_backend
 from rlhf.planning.memory import GB, GroupMemory, SyncBytes, estimate, param_count, phases, sync_bytes
 from rlhf.spec.derive import Derived, derive
 from rlhf.spec.executor import choose
+from rlhf.spec.registry import rollout_backend, train_backend
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -69,8 +68,10 @@ class Plan:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     sync: SyncBytes | None = None
     hosts: tuple[NodeHost, ...] = ()
-    training_engine: str = ""  # the training backend's own description (rlhf.engines.training.TrainBackend.describe)
-    rollout_engine: str = ""  # the rollout backend's (rlhf.engines.protocol.RolloutBackend.describe); "": no engines
+    # the training backend's own description (rlhf.backends.contract.training.TrainBackend.describe)
+    training_engine: str = ""
+    # the rollout backend's (rlhf.backends.contract.rollout.RolloutBackend.describe); "": no engines
+    rollout_engine: str = ""
     # per device group: phase -> {"trained": parts, "rollout": parts} in device memory (rlhf.planning.memory.phases)
     phases: tuple[dict[str, dict[str, tuple[str, ...]]], ...] = ()
     executor: str = "ray"  # launch.executor resolved: ray | local (rlhf.spec.executor)

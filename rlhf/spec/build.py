@@ -71,7 +71,7 @@ def unknown_keys(cfg: DictConfig, prefix: str = "") -> list[SpecError]:
     section's valid keys)."""
     import dataclasses
 
-    from rlhf.spec.rollout_backends import moved_keys
+    from rlhf.spec.rollout_backend_rules import moved_keys
     from rlhf.spec.suggest import did_you_mean, nearest
 
     out: list[SpecError] = []

@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlhf.spec.backends import ROLLOUT_BACKENDS
 from rlhf.spec.derive import Derived, derive
-from rlhf.spec.rollout_backends import generates_in_policy
+from rlhf.spec.registry import ROLLOUT_BACKENDS
+from rlhf.spec.rollout_backend_rules import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec
-from rlhf.spec.trainer_backends import beside_an_engine
+from rlhf.spec.train_backend_rules import beside_an_engine
 
 EXECUTORS = ("auto", "ray", "local")
 RAY_MAX_RESTARTS = 3  # trainer.max_restarts=null on the ray executor

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlhf.spec import backends
+from rlhf.spec import registry
 
 FAMILIES = ("rl", "sft", "rm", "dpo")
 
@@ -177,12 +177,12 @@ PREFERENCE_LOSSES = ("dpo", "cdpo", "ipo", "kto", "simpo", "orpo")
 # Preference losses without a reference model (SimPO, ORPO): no reference role, no reference log-probs.
 REFERENCE_FREE_PREFERENCE_LOSSES = ("simpo", "orpo")
 RM_LOSSES = ("sigmoid", "logexp")
-ROLLOUT_BACKENDS = backends.Names(backends.ROLLOUT_BACKENDS)  # live: a line added later is valid
+ROLLOUT_BACKENDS = registry.Names(registry.ROLLOUT_BACKENDS)  # live: a line added later is valid
 # rollout.weight_sync: auto picks shared_memory beside the policy's rank 0 and broadcast elsewhere.
 WEIGHT_SYNC_ROUTES = ("auto", "broadcast", "shared_memory", "object_store")
 WEIGHT_SYNC_LORA = ("merged", "adapter")  # rollout.weight_sync_lora
-# trainer.backend: the registry lines of rlhf.spec.backends
-TRAIN_BACKENDS = backends.Names(backends.TRAIN_BACKENDS)  # live, as ROLLOUT_BACKENDS
+# trainer.backend: the registry lines of rlhf.spec.registry
+TRAIN_BACKENDS = registry.Names(registry.TRAIN_BACKENDS)  # live, as ROLLOUT_BACKENDS
 PRECISIONS = ("bf16", "fp32", "fp16")
 # model.architecture: what the tiny-model factory makes and the plan counts.
 MODEL_ARCHITECTURES = ("llama", "qwen2", "qwen3")

@@ -94,7 +94,7 @@ def observes(key: str) -> bool:
 
 def sharded_optimizer(flat: dict[str, Any]) -> bool:
     """Whether the optimizer state is split across ranks in a layout its checkpoint cannot reshard."""
-    from rlhf.spec.trainer_backends import optimizer_bound_to_ranks
+    from rlhf.spec.train_backend_rules import optimizer_bound_to_ranks
 
     return optimizer_bound_to_ranks(str(flat.get("trainer.backend")), flat)
 

@@ -437,7 +437,7 @@ class HFRolloutSpec:
 class RolloutSpec:
     """conf/rollout/*.yaml: the generation engine and sampling.
 
-    ``backend`` picks the engine (rlhf.engines.rollout_backends; its contract rlhf.engines.protocol). Keys every
+    ``backend`` picks the engine (rlhf.spec.registry; its contract rlhf.backends.contract.rollout). Keys every
     engine reads sit here; a backend's own keys live in its sub-section (``rollout.vllm.*``, ``rollout.hf.*``),
     which must stay at its defaults when another backend is selected (validation says so)."""
 
@@ -451,7 +451,8 @@ class RolloutSpec:
     prompts_per_step: int = key(128, "prompts per RL step (OpenRLHF rollout.batch_size)", ge=1)
     samples_per_prompt: int = key(1, "completions per prompt (group size n)", ge=1)
     max_new_tokens: int = key(1024, "generated tokens per sample at most", ge=1)
-    # Log-probs, in both engines and the trainer (rlhf.engines.logprob_meaning): log-softmax(logits / temperature)
+    # Log-probs, in both engines and the trainer (rlhf.backends.contract.logprob_meaning): log-softmax(logits /
+    # temperature)
     # over the full vocabulary at the sampled token. top_k, top_p and min_new_tokens choose what is sampled and
     # never enter that number, so rollout and trainer log-probs differ only by numerics whatever they are set to.
     min_new_tokens: int = key(
@@ -606,7 +607,7 @@ class FSDP2Spec:
 class TrainerSpec:
     """Optimizer, schedule, batches and the training engine, shared by every trained role.
 
-    ``backend`` picks the engine (rlhf.engines.backends). Keys every engine reads sit here; DeepSpeed's ZeRO keys
+    ``backend`` picks the engine (rlhf.spec.registry). Keys every engine reads sit here; DeepSpeed's ZeRO keys
     (zero_stage, offload_optimizer, offload_params) stay here too, where OpenRLHF users look for them
     (``rlhf-run +recipe=grpo_llama3_8b trainer.zero_stage=3``); any other backend's own keys live in its sub-section
     (``trainer.fsdp2.*``). Keys of a backend not selected must stay at their defaults (validation says so)."""

@@ -12,16 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlhf.spec import backends, names, paths, reasoning_gym_source, recording
+from rlhf.spec import names, paths, reasoning_gym_source, recording, registry
 from rlhf.spec.derive import REWARD_SOURCE_KEYS_TEXT, Derived, derive, reward_source
 from rlhf.spec.executor import local_problems
 from rlhf.spec.hub_source import FORM as HUB_FORM
 from rlhf.spec.hub_source import parse_hub_source
 from rlhf.spec.keys import domain_violations
-from rlhf.spec.rollout_backends import backend_problems as rollout_backend_problems
+from rlhf.spec.rollout_backend_rules import backend_problems as rollout_backend_problems
 from rlhf.spec.schema import ROLES, ExperimentSpec, ISCorrectionSpec
 from rlhf.spec.tokenizer_files import tokenizer_difference
-from rlhf.spec.trainer_backends import backend_problems
+from rlhf.spec.train_backend_rules import backend_problems
 
 
 @dataclass(frozen=True)
@@ -679,13 +679,13 @@ def _check_logging(spec: ExperimentSpec, c: _Collector) -> None:
     trackers = list(spec.logging.trackers)
     for i, name in enumerate(trackers):
         key = f"logging.trackers[{i}]"
-        if name not in backends.TRACKERS:
-            c.one_of(key, name, tuple(backends.TRACKERS))
+        if name not in registry.TRACKERS:
+            c.one_of(key, name, tuple(registry.TRACKERS))
         elif name in trackers[:i]:
             c.require(False, key, name, "already listed earlier in logging.trackers")
     for name in spec.logging.active_trackers:
-        if name in backends.TRACKERS:
-            why = backends.missing_package("tracker", backends.TRACKERS, name)
+        if name in registry.TRACKERS:
+            why = registry.missing_package("tracker", registry.TRACKERS, name)
             c.require(why is None, "logging.trackers", trackers, why or "")
 
 

@@ -1,13 +1,13 @@
 """The trackers ``logging.trackers`` accepts, keyed by their config string. Their registry line lives in
-rlhf.spec.backends.TRACKERS (the only place a new tracker is named, beside its module and its
+rlhf.spec.registry.TRACKERS (the only place a new tracker is named, beside its module and its
 ``conf/logging/<name>.yaml``), so validation checks names and packages without importing any tracking library."""
 
 from __future__ import annotations
 
 import importlib
 
-from rlhf.spec.backends import TRACKERS
-from rlhf.spec.backends import missing_package as _missing
+from rlhf.spec.registry import TRACKERS
+from rlhf.spec.registry import missing_package as _missing
 from rlhf.tracking.protocol import Tracker, TrackerUnavailable
 
 

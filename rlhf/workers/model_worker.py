@@ -1,7 +1,7 @@
 """The Ray actor that hosts the training backend's engines for one rank (``trainer.backend``: DeepSpeed or FSDP2,
-through rlhf.engines.backends): at most one trained model and any number of frozen ones. Colocated roles (policy +
+through rlhf.spec.registry): at most one trained model and any number of frozen ones. Colocated roles (policy +
 reference) can be fused into one process this way, which saves a process, a framework import and a copy of the CUDA
-context per rank. Everything here goes through the rlhf.engines.training contract, never a backend's own API.
+context per rank. Everything here goes through the rlhf.backends.contract.training contract, never a backend's own API.
 
 Thin by design: building models and engines, moving batches in and results out. What a step computes is the
 ``loss_fn`` / ``fn`` the pipeline sends (module-level functions or ``functools.partial`` of them, pickled by name).
@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from rlhf.engines.worker_base import BaseWorker
+from rlhf.backends.shared.worker_base import BaseWorker
 from rlhf.spec.schema import ExperimentSpec
 
 MODEL_KINDS = ("causal_lm", "reward", "critic")
@@ -22,8 +22,8 @@ MODEL_KINDS = ("causal_lm", "reward", "critic")
 class EngineWorker(BaseWorker):
     def __init__(self, spec: ExperimentSpec, role: str) -> None:
         super().__init__(spec, role)
-        self.trained = None  # rlhf.engines.training.TrainEngine
-        self.frozen: dict[str, Any] = {}  # name -> rlhf.engines.training.FrozenEngine
+        self.trained = None  # rlhf.backends.contract.training.TrainEngine
+        self.frozen: dict[str, Any] = {}  # name -> rlhf.backends.contract.training.FrozenEngine
         self.tokenizer = None
         self.in_policy = None  # rollout.hf.in_policy: the engine over the trained module, built on first use
 
@@ -139,7 +139,7 @@ class EngineWorker(BaseWorker):
         mask_key: str | None = "action_mask",
         norm_constant: float | None = None,
     ) -> dict[str, float]:
-        """One optimizer step (rlhf.engines.training.TrainEngine.step)."""
+        """One optimizer step (rlhf.backends.contract.training.TrainEngine.step)."""
         from rlhf import faults
 
         if faults.count_hits("rank.exit_on_train_step"):
@@ -162,11 +162,11 @@ class EngineWorker(BaseWorker):
         run = engine.forward if name else engine.forward_no_grad
         return [_to_cpu(run(fn, b)) for b in batches]
 
-    # -- generation in the policy's ranks (rlhf.spec.rollout_backends.generates_in_policy): the rollout backend's
+    # -- generation in the policy's ranks (rlhf.spec.rollout_backend_rules.generates_in_policy): the rollout backend's
     # in-policy engine over the module this rank trains
     def _in_policy(self):
         if self.in_policy is None:
-            from rlhf.engines.rollout_backends import rollout_backend
+            from rlhf.spec.registry import rollout_backend
 
             backend = rollout_backend(self.spec.rollout.backend)
             self.in_policy = backend.in_policy_engine(self._trained().module, self.tokenizer)
@@ -188,7 +188,7 @@ class EngineWorker(BaseWorker):
         returns its sender report with the object's ref (inside a list, so Ray passes the ref on instead of the
         weights; the local executor hands the object itself on); other ranks take part in the gathers when the
         backend shards and return None."""
-        from rlhf.engines.weight_sync.wire import pack_weights
+        from rlhf.backends.weight_sync.wire import pack_weights
         from rlhf.futures import put
 
         keep = self.rank == 0
@@ -201,13 +201,13 @@ class EngineWorker(BaseWorker):
 
     # -- weight sync: the policy's rank 0 sends; every rank gathers when the backend shards ----------------------
     def sync_location(self) -> dict[str, Any]:
-        from rlhf.engines.weight_sync import member_location
+        from rlhf.backends.weight_sync import member_location
 
         return member_location()
 
     def sync_reserve(self, host: str) -> int:
         """Rank 0: bind the sync group's store socket on ``host``; returns its port."""
-        from rlhf.engines.weight_sync import listen_socket
+        from rlhf.backends.weight_sync import listen_socket
 
         self._sync_listen = listen_socket(host)
         return int(self._sync_listen.getsockname()[1])
@@ -223,7 +223,7 @@ class EngineWorker(BaseWorker):
     ) -> dict[str, Any]:
         """Rank 0 joins the sync group as its sender (``cfg``); every rank keeps the bucket size and what a sync
         sends (``adapter``: the LoRA adapters alone). Blocks until every engine worker has joined."""
-        from rlhf.engines.weight_sync import GroupConfig, WeightSender
+        from rlhf.backends.weight_sync import GroupConfig, WeightSender
 
         engine = self._trained()
         self._sync_bucket_bytes = max(int(bucket_mb * 2**20), 1)
@@ -248,7 +248,7 @@ class EngineWorker(BaseWorker):
         """Stream the current weights to the engines (rank 0), bucket by bucket; when the backend shards (ZeRO-3,
         FSDP2) every rank takes part in each bucket's gather. Returns rank 0's report (other ranks: their memory
         growth only)."""
-        from rlhf.engines.weight_sync.memory import PeakRSS
+        from rlhf.backends.weight_sync.memory import PeakRSS
 
         engine = self._trained()
         if self.rank != 0 and not engine.gathers_on_every_rank:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rlhf.engines.protocol import Rollout, SamplingSpec
+from rlhf.backends.contract.rollout import Rollout, SamplingSpec
 
 END, USER, ASSISTANT, PAD = "<|end|>", "<|user|>", "<|assistant|>", "<|pad|>"
 CHAT_TEMPLATE = (

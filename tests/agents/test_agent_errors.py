@@ -8,7 +8,7 @@ import pytest
 from agent_helpers import FakeEngine
 
 from rlhf.agents import AgentError, RolloutEngineError, load_agent
-from rlhf.engines.protocol import SamplingSpec
+from rlhf.backends.contract.rollout import SamplingSpec
 
 SPEC = SamplingSpec(max_new_tokens=2)
 

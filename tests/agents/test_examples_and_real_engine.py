@@ -10,7 +10,7 @@ import pytest
 from agent_helpers import FakeEngine, recomputed_logprobs
 
 from rlhf.agents import load_agent
-from rlhf.engines.protocol import SamplingSpec
+from rlhf.backends.contract.rollout import SamplingSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "agents"
 ARITH = str(EXAMPLES / "arith_env.py")

@@ -13,7 +13,7 @@ from rlhf.agents import (
     build_executor,
     load_agent,
 )
-from rlhf.engines.protocol import SamplingSpec
+from rlhf.backends.contract.rollout import SamplingSpec
 from rlhf.spec.schema import AgentSpec
 
 # OpenRLHF's examples/python/agent_func.py (current API) with the import changed and randomness removed.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agent_helpers import FakeEngine
 
 from rlhf.agents import AgentInstanceBase, MultiTurnAgentExecutor
-from rlhf.engines.protocol import SamplingSpec
+from rlhf.backends.contract.rollout import SamplingSpec
 
 
 def ids(tokenizer, *tokens: str) -> list[int]:

@@ -13,7 +13,7 @@ from agent_helpers import FakeEngine
 from ceilings import ceiling, wait_until
 
 from rlhf.agents import AgentError, OpenAIAgentExecutor, OpenAIServer
-from rlhf.engines.protocol import SamplingSpec
+from rlhf.backends.contract.rollout import SamplingSpec
 
 
 def toks(tokenizer, *tokens: str) -> list[int]:

@@ -124,7 +124,7 @@ def test_a_long_prompt_gets_an_engine_call_of_its_own_after_the_short_ones(token
     import asyncio
 
     from rlhf.agents.batching import WindowBatcher
-    from rlhf.engines.protocol import SamplingSpec
+    from rlhf.backends.contract.rollout import SamplingSpec
 
     engine = FakeEngine(end_token(tokenizer))
     batcher = WindowBatcher(engine, max_wait_s=0.01)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agent_helpers import FakeEngine
 
 from rlhf.agents import SingleTurnAgentExecutor
-from rlhf.engines.protocol import SamplingSpec
+from rlhf.backends.contract.rollout import SamplingSpec
 
 
 def test_one_engine_call_for_the_batch_with_prompts_left_truncated_to_leave_room(tokenizer):

@@ -91,7 +91,7 @@ def test_registry_names_are_the_config_strings(registry: Registry[object], names
 def test_algo_imports_only_torch_the_standard_library_and_the_config_vocabulary() -> None:
     # rlhf.spec.names is the one rlhf module outside algo it may read: the config's names and the estimators'
     # traits are declared there once (validation reads them without torch). Its own imports are the standard library
-    # and rlhf.spec.backends (pinned below); loading it runs rlhf/spec/__init__ (omegaconf), as every rlhf process does.
+    # and rlhf.spec.registry (pinned below); loading it runs rlhf/spec/__init__ (omegaconf), as every rlhf process does.
     allowed = set(sys.stdlib_module_names) | {"torch", "rlhf", "__future__"}
     for path in Path(algo.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -188,7 +188,8 @@ def _our_step(spec, batch: Batch, trl: TRLStep, model_path: str, pad_id: int) ->
         if ref is not None:
             mb["ref_logprobs"] = ref[idx]
         micro_batches.append(mb)
-    # rlhf.pipelines.rl_roles._train and rlhf.engines.step_window.step_inputs, then the engine's loss / n, backward.
+    # rlhf.pipelines.rl_roles._train and rlhf.backends.shared.step_window.step_inputs, then the engine's loss / n,
+    # backward.
     pl = a.policy_loss
     constant = (
         float(pl.aggregation_norm or spec.rollout.max_new_tokens)

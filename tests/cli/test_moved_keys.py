@@ -11,7 +11,7 @@ from ceilings import ceiling
 
 from rlhf.cli.common import explain_compose_error
 from rlhf.spec.build import compose, load_spec
-from rlhf.spec.rollout_backends import moved_keys
+from rlhf.spec.rollout_backend_rules import moved_keys
 from rlhf.spec.validate import SpecInvalid
 
 MOVED_KEYS = moved_keys()

@@ -41,7 +41,7 @@ class _Member:
         raise UserError("reward.function: line 3 is not valid Python")
 
     def checksum(self):
-        from rlhf.engines.weight_sync.wire import ChecksumMismatch
+        from rlhf.backends.weight_sync.wire import ChecksumMismatch
 
         raise ChecksumMismatch("weight sync v1: tensor embed.weight differs")
 

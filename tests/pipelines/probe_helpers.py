@@ -40,9 +40,9 @@ def sft_step(policy, vocab, lr, seed):
 def policy_and_sync(spec, realized):
     """The policy group (initialised), its rollout engines and their WeightSync on ``realized``, with the
     tokenizer's pad id: ``(policy, ws, pad)``."""
+    from rlhf.backends.weight_sync.driver import WeightSync
     from rlhf.models.loading import resolve_model_path, tokenizer_for
     from rlhf.pipelines.rollout_engines import RolloutEngines
-    from rlhf.pipelines.weight_sync import WeightSync
     from rlhf.workers import TrainerWorker
 
     path = resolve_model_path(spec.model)

@@ -6,7 +6,7 @@
 
 The commands are the README's (``rlhf-run +recipe=NAME trainer.backend=fsdp2``), attached to the session's Ray
 cluster. Tolerances: FSDP2 and ZeRO-3 compute the same sums in a different order only in the gradient norm (hence the
-clipping factor), so the step losses agree to about 1e-7 relative (tests/engines/test_train_backends.py measures it
+clipping factor), so the step losses agree to about 1e-7 relative (tests/backends/test_train_backends.py measures it
 on the engines alone); a run adds its own fp32 rounding over a few steps, hence 1e-5 here.
 """
 

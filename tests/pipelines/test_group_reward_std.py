@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rlhf.engines.protocol import Rollout
+from rlhf.backends.contract.rollout import Rollout
 from rlhf.pipelines.rl import Scored, make_experience
 from rlhf.pipelines.rl_metrics import group_reward_std
 from rlhf.spec.build import load_spec

@@ -16,8 +16,8 @@ import pytest
 import ray
 from ceilings import ceiling
 
-from rlhf.engines import liveness
-from rlhf.engines.protocol import LIVENESS
+from rlhf.backends.contract.rollout import LIVENESS
+from rlhf.backends.shared import liveness
 from rlhf.errors import WorkerFailure
 from rlhf.waits import Call, last_heartbeat, wait
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlhf.engines.protocol import SamplingSpec
+from rlhf.backends.contract.rollout import SamplingSpec
 from rlhf.launch.realize import realize
 from rlhf.models.loading import resolve_model_path
 from rlhf.planning.plan import plan

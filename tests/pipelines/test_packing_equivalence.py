@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from rlhf.data import collate_preference, collate_sft
-from rlhf.engines.backends import train_backend
 from rlhf.models.loading import load_causal_lm, resolve_model_path
 from rlhf.models.value_head import load_value_model
 from rlhf.pipelines.batching import count_plan, per_rank_micro_batches, token_budget_plan
@@ -26,6 +25,7 @@ from rlhf.pipelines.rm import rm_loss_fn
 from rlhf.pipelines.sft import row_tokens, sft_loss_fn
 from rlhf.pipelines.supervised import PAIR_KEY, pair_tokens
 from rlhf.spec.build import load_spec
+from rlhf.spec.registry import train_backend
 
 N, MICRO = 8, 2  # samples per step; the fixed micro-batch size (4 micro-batches, the engines' grad_accum)
 BUDGET = 64  # tokens per packed micro-batch (samples of 6 to 40 tokens: 5 to 7 micro-batches)
@@ -53,7 +53,7 @@ def process_group():
         groups._WORLD_GROUP = None
         train_backend("deepspeed").init_distributed("cpu")  # gloo, adopted by DeepSpeed; FSDP2 meshes over it
         yield
-        from rlhf.engines.distributed import shutdown_distributed
+        from rlhf.backends.shared.distributed import shutdown_distributed
 
         shutdown_distributed()  # through DeepSpeed, which drops the groups it cached over this one
 

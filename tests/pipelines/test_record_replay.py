@@ -145,7 +145,7 @@ def test_rollout_only_starts_no_training_role(tmp_path):
 def small_recording(tmp_path) -> Path:
     """Two steps of made-up samples recorded by the recorder of a grpo_tiny_cpu spec (its manifest and tokenizer
     digest are the real ones); no Ray, no model."""
-    from rlhf.engines.protocol import Rollout
+    from rlhf.backends.contract.rollout import Rollout
     from rlhf.models.loading import resolve_model_path, tokenizer_for
     from rlhf.pipelines.rollout_record import Recorder
 
@@ -229,7 +229,7 @@ def test_rollouts_show_names_a_folder_without_a_recording(tmp_path, capsys):
 
 
 def test_a_step_reads_back_exactly_as_written(tmp_path):
-    from rlhf.engines.protocol import Rollout
+    from rlhf.backends.contract.rollout import Rollout
     from rlhf.pipelines.rollout_record import read_step, scored_from, step_columns, write_step
 
     rollouts = [

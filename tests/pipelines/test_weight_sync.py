@@ -13,15 +13,15 @@ from dataclasses import replace
 import pytest
 import torch
 
+from rlhf.backends.contract.rollout import SamplingSpec
 from rlhf.backends.rollout.vllm.interpreter import vllm_cpu_available
-from rlhf.engines.protocol import SamplingSpec
+from rlhf.backends.weight_sync.driver import WeightSync
 from rlhf.launch.realize import realize
 from rlhf.models.loading import resolve_model_path
 from rlhf.pipelines.experience import from_rollouts
 from rlhf.pipelines.rl_losses import policy_logprobs_fn
 from rlhf.pipelines.rollout_engines import RolloutEngines
 from rlhf.pipelines.sft import sft_loss_fn
-from rlhf.pipelines.weight_sync import WeightSync
 from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 

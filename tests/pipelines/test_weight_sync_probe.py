@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from probe_helpers import PROMPTS, policy_and_sync, sft_step, trainer_score  # shared by name, like tiny_shapes
 
+from rlhf.backends.weight_sync.driver import WeightSyncError
 from rlhf.launch.realize import realize
-from rlhf.pipelines.weight_sync import WeightSyncError
 from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 

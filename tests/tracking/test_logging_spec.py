@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf.spec import backends, validate
+from rlhf.spec import registry as spec_registry
+from rlhf.spec import validate
 from rlhf.spec.build import load_spec
 from rlhf.tracking import registry
 
@@ -40,7 +41,7 @@ def test_an_unknown_or_repeated_tracker_is_named_with_its_index():
 
 
 def test_a_tracker_whose_package_is_missing_names_its_extra(monkeypatch):
-    monkeypatch.setitem(backends.TRACKERS, "wandb", backends.Backend("x:Y", "no_such_package_here", "wandb"))
+    monkeypatch.setitem(spec_registry.TRACKERS, "wandb", spec_registry.Backend("x:Y", "no_such_package_here", "wandb"))
     spec = load_spec(["+recipe=grpo_tiny_cpu", "logging.trackers=[mlflow,wandb]"])
     (error,) = _errors(spec)
     assert "the wandb tracker needs the no_such_package_here package: pip install 'rlhf[wandb]'" in error

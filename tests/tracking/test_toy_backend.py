@@ -10,7 +10,7 @@ import json
 import pytest
 import test_conformance as conformance
 
-from rlhf.spec import backends
+from rlhf.spec import registry
 from rlhf.spec.build import load_spec
 from rlhf.spec.validate import validate
 from rlhf.tracking.tracker import Tracking
@@ -20,8 +20,8 @@ TOY = ["+recipe=grpo_tiny_cpu", "logging.trackers=[toy]", "logging.mlflow=false"
 
 @pytest.fixture
 def toy_registered(monkeypatch):
-    """The one line a new tracker adds to rlhf/spec/backends.py, for this test only."""
-    monkeypatch.setitem(backends.TRACKERS, "toy", backends.Backend("toy_tracker:ToyTracker"))
+    """The one line a new tracker adds to rlhf/spec/registry.py, for this test only."""
+    monkeypatch.setitem(registry.TRACKERS, "toy", registry.Backend("toy_tracker:ToyTracker"))
 
 
 def _points(run_dir):

@@ -1,5 +1,5 @@
 """A tracker written outside rlhf, as a user's plug-in would be: one module implementing rlhf.tracking.protocol.Tracker
-(a JSON-lines file per run under <run dir>/toy/), registered by one line in rlhf.spec.backends.TRACKERS. It holds
+(a JSON-lines file per run under <run dir>/toy/), registered by one line in rlhf.spec.registry.TRACKERS. It holds
 only what the Protocol asks; tests/tracking/test_toy_backend.py checks that nothing else is needed."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The rollout engines' own start-up conditions, before the cluster starts: what the backend of ``rollout.backend``
-says would stop them (rlhf.engines.protocol.RolloutBackend.preflight; vLLM: its interpreter and a supported
+says would stop them (rlhf.backends.contract.rollout.RolloutBackend.preflight; vLLM: its interpreter and a supported
 version), named here instead of failing as the engines start (issue 17, finding 1)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from rlhf.spec.schema import ExperimentSpec
 def check_rollout_engine(spec: ExperimentSpec) -> list[Finding]:
     """The rollout backend's preflight, for a run with engines; other backends' keys that were changed, as
     warnings (the run ignores them)."""
-    from rlhf.engines.rollout_backends import rollout_backend
     from rlhf.spec.derive import derive
-    from rlhf.spec.rollout_backends import ignored_keys
+    from rlhf.spec.registry import rollout_backend
+    from rlhf.spec.rollout_backend_rules import ignored_keys
 
     if "rollout" not in derive(spec).roles:
         return []

@@ -1,6 +1,6 @@
 """``rollout.backend=hf``: transformers generate.
 
-descriptor.py  this backend as rlhf.engines.protocol.RolloutBackend (no torch import)
+descriptor.py  this backend as rlhf.backends.contract.rollout.RolloutBackend (no torch import)
 engine.py      HFEngine, the engine
 actor.py       HFRolloutWorker, the Ray actor hosting it in the trainer's venv
 in_policy.py   ``rollout.hf.in_policy``: a policy rank generating with the module it trains

@@ -1,5 +1,6 @@
 """The Ray actor hosting an ``hf`` rollout engine (transformers generate), in the trainer's venv. The contract it
-keeps is rlhf.engines.protocol.RolloutEngine (rlhf.engines.rollout_actor has the common part); vLLM's actor is
+keeps is rlhf.backends.contract.rollout.RolloutEngine (rlhf.backends.shared.rollout_actor has the common part); vLLM's
+actor is
 rlhf.backends.rollout.vllm.actor.VLLMRolloutActor."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rlhf.engines.rollout_actor import RolloutActor
+from rlhf.backends.shared.rollout_actor import RolloutActor
 
 
 def engine_device(accelerator: str, gpu_ids: list[int], noset: bool) -> str:
@@ -39,7 +40,7 @@ class HFRolloutWorker(RolloutActor):
         import torch
 
         from rlhf.backends.rollout.hf.engine import HFEngine
-        from rlhf.engines.worker_base import _quiet
+        from rlhf.backends.shared.worker_base import _quiet
         from rlhf.futures import ray_actor
 
         _quiet()

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf.engines.lora_sync import adapter_sync, lora_settings
-from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutMemory, kv_cache_bytes_per_token
-from rlhf.spec.rollout_backends import generates_in_policy
+from rlhf.backends.contract.rollout import EngineLaunch, EnginePlacement, RolloutMemory, kv_cache_bytes_per_token
+from rlhf.backends.weight_sync.lora import adapter_sync, lora_settings
+from rlhf.spec.rollout_backend_rules import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec, HFRolloutSpec
-from rlhf.spec.trainer_backends import weights_split
+from rlhf.spec.train_backend_rules import weights_split
 
 Problem = tuple[str, Any, str]
 
@@ -73,7 +73,7 @@ def _in_policy(spec: ExperimentSpec, d: Any) -> list[Problem]:
 
 
 class HFBackend:
-    """rlhf.engines.protocol.RolloutBackend for transformers generate."""
+    """rlhf.backends.contract.rollout.RolloutBackend for transformers generate."""
 
     name = "hf"
     section = HFRolloutSpec  # rollout.hf.*

@@ -1,12 +1,13 @@
 """The ``hf`` rollout engine: transformers ``generate`` with a KV cache, in the process of its actor
-(rlhf.backends.rollout.hf.actor.HFRolloutWorker, which keeps rlhf.engines.protocol.RolloutEngine).
+(rlhf.backends.rollout.hf.actor.HFRolloutWorker, which keeps rlhf.backends.contract.rollout.RolloutEngine).
 
 No extra dependency and no separate process: the CPU default, and a fallback wherever vLLM is missing. It receives a
-weight sync itself (one worker: this process) on every route, in the one wire format of rlhf.engines.weight_sync.
+weight sync itself (one worker: this process) on every route, in the one wire format of rlhf.backends.weight_sync.
 
 What it returns (one :class:`Rollout` per sample, the ``n`` samples of a prompt contiguous):
     output_ids      the sampled tokens, cut after the first eos / stop token (kept) or stop string (kept)
-    logprobs        rlhf.engines.logprob_meaning, as the vllm engine and the trainer's recomputation: log-softmax
+    logprobs        rlhf.backends.contract.logprob_meaning, as the vllm engine and the trainer's recomputation:
+    log-softmax
                     (logits / temperature) over the full vocabulary at each sampled token, from the raw logits of
                     the forward that sampled it. top-k/top-p (transformers' warpers, after the recorder) and the
                     min_new_tokens mask (ours, after it too) decide what is sampled, not the number; temperature 0
@@ -24,7 +25,7 @@ import torch
 from torch import Tensor, nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from rlhf.engines.protocol import MEMORY_TAGS, Rollout, SamplingSpec
+from rlhf.backends.contract.rollout import MEMORY_TAGS, Rollout, SamplingSpec
 
 _DTYPES = {
     "fp32": torch.float32,
@@ -339,9 +340,9 @@ class HFEngine:
         return out
 
     def load_packed(self, packed: Any) -> list[dict[str, Any]]:
-        """One packed sync (the object-store route, rlhf.engines.weight_sync.wire), each tensor checked before it is
+        """One packed sync (the object-store route, rlhf.backends.weight_sync.wire), each tensor checked before it is
         copied in; returns this engine's receiver report."""
-        from rlhf.engines.weight_sync.wire import SyncReport, unpack_weights
+        from rlhf.backends.weight_sync.wire import SyncReport, unpack_weights
 
         self.wake(["weights"])
         report = SyncReport(version=-1, side="receiver", route="object_store")
@@ -364,12 +365,12 @@ class HFEngine:
 
     # -- weight sync: this engine is its own (one) worker ---------------------------------------------------------
     def sync_locations(self) -> list[dict[str, Any]]:
-        from rlhf.engines.weight_sync import member_location
+        from rlhf.backends.weight_sync import member_location
 
         return [member_location()]
 
     def sync_connect(self, cfg: dict[str, Any], routes: list[str]) -> list[dict[str, Any]]:
-        from rlhf.engines.weight_sync import GroupConfig, WeightReceiver
+        from rlhf.backends.weight_sync import GroupConfig, WeightReceiver
 
         self.sync_close()
         self._receiver = WeightReceiver(GroupConfig.from_dict(cfg), device=self.device, route=routes[0])

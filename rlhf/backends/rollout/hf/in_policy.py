@@ -5,7 +5,8 @@ processes and no weight sync: after each optimizer step the next samples come fr
 The engine is rlhf.backends.rollout.hf.engine.HFEngine over the training engine's module (``TrainEngine.module``: the
 HF or
 peft model DeepSpeed wraps), switched to eval mode for each call and back after, so training keeps its own mode.
-Validation (rlhf.spec.rollout_backends) allows it only where every rank holds the whole weights (DeepSpeed ZeRO 0-2).
+Validation (rlhf.spec.rollout_backend_rules) allows it only where every rank holds the whole weights (DeepSpeed ZeRO
+0-2).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from rlhf.engines.protocol import MEMORY_TAGS, Rollout, SamplingSpec
+from rlhf.backends.contract.rollout import MEMORY_TAGS, Rollout, SamplingSpec
 
 
 @contextmanager

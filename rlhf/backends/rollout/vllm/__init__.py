@@ -1,6 +1,6 @@
 """``rollout.backend=vllm``: vLLM engines in an interpreter of their own.
 
-    descriptor.py  this backend as rlhf.engines.protocol.RolloutBackend (no torch, no vllm import)
+    descriptor.py  this backend as rlhf.backends.contract.rollout.RolloutBackend (no torch, no vllm import)
     engine.py      VLLMEngine over vLLM's LLM
     actor.py       VLLMRolloutActor, the Ray actor hosting it (started with the vLLM interpreter)
     worker.py      the worker extension that receives weights inside vLLM's workers

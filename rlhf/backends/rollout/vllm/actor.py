@@ -2,7 +2,7 @@
 (rlhf.backends.rollout.vllm.descriptor says
 which and how it is started), so everything crossing its boundary is plain data (lists of ints/floats, str, our own
 ``Rollout``/``SamplingSpec`` dataclasses, the weight-sync wire format, report dicts), never an HF or vLLM object: the
-two venvs may carry different transformers/numpy versions. The contract: rlhf.engines.protocol.RolloutEngine.
+two venvs may carry different transformers/numpy versions. The contract: rlhf.backends.contract.rollout.RolloutEngine.
 
 Constructing the actor touches no device (the engine is built by ``ready()``), so the launcher can place every
 engine, and ``rlhf-plan --rehearse`` can stop it where it would first touch a device (``rehearse()``: vLLM's
@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from rlhf.backends.rollout.vllm.placement import configure_device_env
-from rlhf.engines.rollout_actor import RolloutActor
+from rlhf.backends.shared.rollout_actor import RolloutActor
 
 
 class VLLMRolloutActor(RolloutActor):

@@ -19,10 +19,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rlhf.backends.contract.rollout import EngineLaunch, EnginePlacement, RolloutMemory
 from rlhf.backends.rollout.vllm import interpreter
 from rlhf.backends.rollout.vllm.interpreter import VLLM_CPU_SETUP, VLLM_PYTHON_ENV, vllm_python_candidates
-from rlhf.engines.lora_sync import adapter_sync, lora_settings
-from rlhf.engines.protocol import EngineLaunch, EnginePlacement, RolloutMemory
+from rlhf.backends.weight_sync.lora import adapter_sync, lora_settings
 from rlhf.spec.paths import source_root
 from rlhf.spec.schema import ExperimentSpec, VLLMSpec
 
@@ -170,7 +170,7 @@ def _vllm(spec: ExperimentSpec, d: Any) -> list[Problem]:
 
 
 class VLLMBackend:
-    """rlhf.engines.protocol.RolloutBackend for vLLM."""
+    """rlhf.backends.contract.rollout.RolloutBackend for vLLM."""
 
     section = VLLMSpec  # rollout.vllm.*
     # spelled rollout.<name> before they moved into rollout.vllm (the old spelling fails naming the new one)

@@ -2,10 +2,11 @@
 
 ``VLLMEngine`` is ``vllm.LLM`` in the current process (token ids in, token ids and log-probs out; in-place weight
 reload and weight-sync receiving; sleep/wake where the platform has it). The Ray actor hosting it is
-rlhf.backends.rollout.vllm.actor.VLLMRolloutActor (rlhf.engines.protocol.RolloutEngine); how that actor is started
+rlhf.backends.rollout.vllm.actor.VLLMRolloutActor (rlhf.backends.contract.rollout.RolloutEngine); how that actor is
+started
 with the vLLM venv's interpreter is rlhf.backends.rollout.vllm.descriptor's.
 
-Log-probs: those of rlhf.engines.logprob_meaning, the same as the hf engine's and the trainer's recomputation:
+Log-probs: those of rlhf.backends.contract.logprob_meaning, the same as the hf engine's and the trainer's recomputation:
 log-softmax(logits / temperature) over the full vocabulary at the sampled token; top-k/top-p and min_new_tokens
 decide what is sampled, not the number (OpenRLHF starts vLLM with ``processed_logprobs`` instead, which renormalises
 over the nucleus). vLLM has no mode for this, so the engine reads ``processed_logits`` off rows that
@@ -26,10 +27,10 @@ import os
 import time
 from typing import Any
 
+from rlhf.backends.contract.logprob_meaning import FORCE_TOKENS_ARG, MIN_NEW_TOKENS_ARG
+from rlhf.backends.contract.rollout import Rollout, SamplingSpec
 from rlhf.backends.rollout.vllm.version import VLLM_SUPPORTED, check_vllm_version
-from rlhf.engines.logprob_meaning import FORCE_TOKENS_ARG, MIN_NEW_TOKENS_ARG
-from rlhf.engines.protocol import Rollout, SamplingSpec
-from rlhf.engines.weight_sync.wire import PackedWeights
+from rlhf.backends.weight_sync.wire import PackedWeights
 
 __all__ = ["VLLM_SUPPORTED", "VLLMEngine"]
 
@@ -196,7 +197,7 @@ class VLLMEngine:
         self.start_seconds = time.perf_counter() - t0
 
     def _adapter_folder(self) -> str:
-        """rollout.weight_sync_lora=adapter (rlhf.engines.lora_sync): vLLM's own LoRA path. A sync writes the
+        """rollout.weight_sync_lora=adapter (rlhf.backends.weight_sync.lora): vLLM's own LoRA path. A sync writes the
         adapters it received into this folder in peft's format and the next requests name it (a LoRARequest with a
         new id per sync, so vLLM's adapter cache never serves an older one); before the first sync the base alone
         runs. In /dev/shm where there is one, removed with the engine (a process killed outright leaves its few MB
@@ -314,7 +315,7 @@ class VLLMEngine:
         return list(self.llm.collective_rpc("rlhf_sync_location"))
 
     def sync_connect(self, cfg: dict[str, Any], routes: list[str]) -> list[dict[str, Any]]:
-        """Every worker of this engine joins the weight-sync group (rlhf.engines.weight_sync); worker k takes
+        """Every worker of this engine joins the weight-sync group (rlhf.backends.weight_sync); worker k takes
         ``routes[k]``."""
         return list(self.llm.collective_rpc("rlhf_sync_connect", args=(cfg, list(routes))))
 

@@ -1,4 +1,4 @@
-"""The vLLM logits processor that gives vLLM's log-probs the meaning of rlhf.engines.logprob_meaning.
+"""The vLLM logits processor that gives vLLM's log-probs the meaning of rlhf.backends.contract.logprob_meaning.
 
 vLLM 0.32 has no log-prob mode for the tempered full distribution: ``raw_logprobs`` is untempered, and
 ``processed_logprobs`` is renormalised after min-tokens masking and top-k/top-p. So VLLMEngine asks for
@@ -35,7 +35,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 # again would mean depending on BatchUpdate's move semantics ourselves. Pinned by VLLM_SUPPORTED.
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from rlhf.engines.logprob_meaning import FORCE_TOKENS_ARG, MIN_NEW_TOKENS_ARG, shift_to_tempered_logprobs_
+from rlhf.backends.contract.logprob_meaning import FORCE_TOKENS_ARG, MIN_NEW_TOKENS_ARG, shift_to_tempered_logprobs_
 
 
 class TemperedLogprobs(LogitsProcessor):

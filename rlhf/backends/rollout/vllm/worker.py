@@ -1,7 +1,7 @@
 """The vLLM worker extension that receives weights: mixed into every vLLM worker (tensor-parallel ranks included),
 it loads what a weight sync brings -- streamed buckets (``rlhf_sync_*``, the broadcast and shared-memory routes) or
 one packed object (``rlhf_load_weights``, the object-store route) -- in the one wire format of
-rlhf.engines.weight_sync.wire, checking every tensor's checksum on the bytes this worker received.
+rlhf.backends.weight_sync.wire, checking every tensor's checksum on the bytes this worker received.
 
 Why a wire format of our own: the trainer (main venv) and the vLLM engine (its own venv, another transformers and
 numpy) must never exchange pickled library objects. This module imports torch and rlhf's weight sync (never vllm
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rlhf.engines.weight_sync.wire import SyncReport, unpack_weights
+from rlhf.backends.weight_sync.wire import SyncReport, unpack_weights
 
 
 class WeightSyncWorkerExtension:
@@ -27,7 +27,7 @@ class WeightSyncWorkerExtension:
     """
 
     def rlhf_load_weights(self, weights: Any, adapter: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Load a whole packed set of HF-named weights in place (rlhf.engines.weight_sync.wire.PackedWeights, or
+        """Load a whole packed set of HF-named weights in place (rlhf.backends.weight_sync.wire.PackedWeights, or
         its (header, payload) bytes), each tensor checked on arrival; returns this worker's receiver report.
         ``adapter`` (rollout.weight_sync_lora=adapter): the sync holds LoRA adapters, written to its folder."""
         report = SyncReport(version=-1, side="receiver", route="object_store")
@@ -42,7 +42,7 @@ class WeightSyncWorkerExtension:
             self.reload_weights(weights_iterator=stream, is_checkpoint_format=True)  # type: ignore[attr-defined]
             self.rlhf_refresh_tied_head()
             return
-        from rlhf.engines.lora_sync import write_adapter_folder
+        from rlhf.backends.weight_sync.lora import write_adapter_folder
 
         received = [(name, t.clone()) for name, t in stream]
         # Nothing arrives only when the stream delivered nothing it checked (the sync.drop fault; a real sender always
@@ -68,7 +68,7 @@ class WeightSyncWorkerExtension:
 
     def rlhf_sync_location(self) -> dict[str, Any]:
         """Where this worker runs (its own GPU, which for TP > 1 is not the engine actor's)."""
-        from rlhf.engines.weight_sync import member_location
+        from rlhf.backends.weight_sync import member_location
 
         return member_location()
 
@@ -76,7 +76,7 @@ class WeightSyncWorkerExtension:
         """Join the weight-sync group: ``cfg["rank"]`` is this engine's first worker, tensor-parallel worker k takes
         the rank after it and the route ``routes[k]`` chosen from its own device (every TP worker receives the full
         weights; vLLM's loader keeps its own shard)."""
-        from rlhf.engines.weight_sync import GroupConfig, WeightReceiver
+        from rlhf.backends.weight_sync import GroupConfig, WeightReceiver
 
         old = getattr(self, "_rlhf_receiver", None)
         if old is not None:

@@ -1,7 +1,7 @@
-"""``trainer.backend=deepspeed``: the :class:`rlhf.engines.training.TrainBackend` of DeepSpeed ZeRO 0-3.
+"""``trainer.backend=deepspeed``: the :class:`rlhf.backends.contract.training.TrainBackend` of DeepSpeed ZeRO 0-3.
 
 Its keys are the trainer section's own (``trainer.zero_stage``, ``offload_optimizer``, ``offload_params``); the
-engines are in ``deepspeed_engine`` and their configs in ``ds_config`` (imported when an engine is built: this module
+engines are in ``engine`` and their configs in ``ds_config`` (imported when an engine is built: this module
 imports no torch, the plan uses it).
 
 Memory per device, DeepSpeed's own accounting (P parameters, N data-parallel ranks):
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf.engines.training import ModelLoader, ModelStates, Network, TrainTraffic
+from rlhf.backends.contract.training import ModelLoader, ModelStates, Network, TrainTraffic
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -174,7 +174,7 @@ class DeepSpeedBackend:
 
             unset_hf_deepspeed_config()
             _HF_DS_CONFIG = None
-        from rlhf.engines.distributed import shutdown_distributed
+        from rlhf.backends.shared.distributed import shutdown_distributed
 
         shutdown_distributed()
 
@@ -190,9 +190,9 @@ class DeepSpeedBackend:
     def build_trained(
         self, load: ModelLoader, spec: ExperimentSpec, *, lr: float, total_steps: int, grad_accum: int
     ) -> Any:
+        from rlhf.backends.shared.distributed import world_size
         from rlhf.backends.train.deepspeed.ds_config import train_ds_config
         from rlhf.backends.train.deepspeed.engine import DeepSpeedTrainEngine
-        from rlhf.engines.distributed import world_size
 
         t = spec.trainer
         cfg = train_ds_config(
@@ -206,9 +206,9 @@ class DeepSpeedBackend:
         return DeepSpeedTrainEngine(load(t.precision), cfg, trainer=t, lr=lr, total_steps=total_steps)
 
     def build_frozen(self, load: ModelLoader, spec: ExperimentSpec, *, offload: bool) -> Any:
+        from rlhf.backends.shared.distributed import world_size
         from rlhf.backends.train.deepspeed.ds_config import eval_ds_config
         from rlhf.backends.train.deepspeed.engine import DeepSpeedEvalEngine
-        from rlhf.engines.distributed import world_size
 
         t = spec.trainer
         cfg = eval_ds_config(
@@ -317,7 +317,7 @@ class DeepSpeedBackend:
     def layout_keys(self, values: dict[str, Any]) -> list[str]:
         return [k for k in ("trainer.zero_stage", "trainer.offload_optimizer", "trainer.offload_params") if k in values]
 
-    # -- its rules (rlhf.spec.trainer_backends asks them) --
+    # -- its rules (rlhf.spec.train_backend_rules asks them) --
     def problems(self, spec: ExperimentSpec, d: Any) -> list[Problem]:
         """What DeepSpeed refuses of this config, before anything starts."""
         return _rules(spec) + _gpu_problems(spec, d)

@@ -2,7 +2,8 @@
 :class:`DeepSpeedEvalEngine` for a frozen one (reference, reward model).
 
 Both run inside one rank of a data-parallel group whose process group already exists (``init_distributed``). The
-train engine implements the :class:`rlhf.engines.training.TrainEngine` protocol: ``step`` runs exactly one optimizer
+train engine implements the :class:`rlhf.backends.contract.training.TrainEngine` protocol: ``step`` runs exactly one
+optimizer
 step over the micro-batches it is given, normalising the loss over the whole step window (all micro-batches, all
 ranks) as OpenRLHF does, so the gradient is that of one token mean no matter how tokens fall into micro-batches.
 """
@@ -19,9 +20,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from rlhf.backends.train.deepspeed.ds_config import optimizer_name
-from rlhf.engines import weights
-from rlhf.engines.distributed import (
+from rlhf.backends.contract.training import LossFn
+from rlhf.backends.shared import weights
+from rlhf.backends.shared.distributed import (
     init_process_group,
     rng_file,
     rng_state,
@@ -29,9 +30,9 @@ from rlhf.engines.distributed import (
     shutdown_distributed,
     to_device,
 )
-from rlhf.engines.optim import build_optimizer, build_scheduler, set_peak_lr
-from rlhf.engines.step_window import MetricSums, step_inputs
-from rlhf.engines.training import LossFn
+from rlhf.backends.shared.optim import build_optimizer, build_scheduler, set_peak_lr
+from rlhf.backends.shared.step_window import MetricSums, step_inputs
+from rlhf.backends.train.deepspeed.ds_config import optimizer_name
 from rlhf.spec.schema import TrainerSpec
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,8 @@ __all__ = ["DeepSpeedEvalEngine", "DeepSpeedTrainEngine", "current_device", "ini
 
 
 def init_distributed(accelerator: str = "cpu", timeout_s: float = 600.0) -> None:
-    """Join the role group's process group (rlhf.engines.distributed: gloo on CPU, since DeepSpeed's CPU accelerator
+    """Join the role group's process group (rlhf.backends.shared.distributed: gloo on CPU, since DeepSpeed's CPU
+    accelerator
     has no nccl; nccl on GPUs); DeepSpeed then adopts it."""
     from rlhf.backends.train.deepspeed.deepspeed_import import import_deepspeed
 
@@ -95,7 +97,7 @@ class _EngineBase:
     def weight_buckets(
         self, bucket_bytes: int, keep: bool = True, adapter: bool = False
     ) -> Iterator[list[tuple[str, Tensor]] | None]:
-        """:func:`rlhf.engines.weights.hf_weight_buckets` of this model (ZeRO-3: one bucket gathered at a time).
+        """:func:`rlhf.backends.shared.weights.hf_weight_buckets` of this model (ZeRO-3: one bucket gathered at a time).
         Collective under ZeRO-3: every rank iterates; only ranks with ``keep`` get tensors."""
         return weights.hf_weight_buckets(self.module, self.zero_stage == 3, bucket_bytes, keep, adapter=adapter)
 

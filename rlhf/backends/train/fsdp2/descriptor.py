@@ -1,11 +1,12 @@
-"""``trainer.backend=fsdp2`` as rlhf.engines.training.TrainBackend: no torch import (plan and validation use it)."""
+"""``trainer.backend=fsdp2`` as rlhf.backends.contract.training.TrainBackend: no torch import (plan and validation use
+it)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rlhf.backends.contract.training import ModelLoader, ModelStates, Network, TrainTraffic
 from rlhf.backends.train.fsdp2 import memory
-from rlhf.engines.training import ModelLoader, ModelStates, Network, TrainTraffic
 from rlhf.spec.schema import ExperimentSpec, FSDP2Spec
 
 Problem = tuple[str, Any, str]
@@ -23,13 +24,13 @@ class FSDP2Backend:
         return f"fsdp2 (fully_shard per decoder layer), {compute}, units {reshard}{offload}; frozen models sharded"
 
     def init_distributed(self, accelerator: str, timeout_s: float = 600.0) -> None:
-        from rlhf.engines.distributed import init_process_group
+        from rlhf.backends.shared.distributed import init_process_group
 
         # On GPUs, gloo beside nccl: CPU-offloaded shards (their gradient norm, checkpoint metadata) reduce on the host.
         init_process_group("cuda:nccl,cpu:gloo" if accelerator == "gpu" else "gloo", accelerator, timeout_s)
 
     def leave(self) -> None:
-        from rlhf.engines.distributed import shutdown_distributed
+        from rlhf.backends.shared.distributed import shutdown_distributed
 
         shutdown_distributed()
 
@@ -136,7 +137,7 @@ class FSDP2Backend:
     def layout_keys(self, values: dict[str, Any]) -> list[str]:
         return [k for k in values if k.startswith("trainer.fsdp2.")]
 
-    # -- its rules (rlhf.spec.trainer_backends asks them) --
+    # -- its rules (rlhf.spec.train_backend_rules asks them) --
     def problems(self, spec: ExperimentSpec, d: Any) -> list[Problem]:
         t, out = spec.trainer, []
         if t.precision == "fp16":

@@ -28,8 +28,9 @@ from torch import Tensor, nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from rlhf.engines import weights
-from rlhf.engines.distributed import (
+from rlhf.backends.contract.training import LossFn
+from rlhf.backends.shared import weights
+from rlhf.backends.shared.distributed import (
     accelerator_device,
     barrier,
     rank,
@@ -39,9 +40,8 @@ from rlhf.engines.distributed import (
     to_device,
     world_size,
 )
-from rlhf.engines.optim import build_optimizer, build_scheduler, set_peak_lr
-from rlhf.engines.step_window import MetricSums, step_inputs
-from rlhf.engines.training import LossFn
+from rlhf.backends.shared.optim import build_optimizer, build_scheduler, set_peak_lr
+from rlhf.backends.shared.step_window import MetricSums, step_inputs
 from rlhf.models.loading import torch_dtype
 from rlhf.spec.schema import TrainerSpec
 
@@ -109,7 +109,7 @@ def _optimizer_to(optimizer: torch.optim.Optimizer, device: torch.device) -> Non
 
 class FSDP2TrainEngine:
     """A trained model under FSDP2 with its optimizer and LR schedule, one optimizer step per :meth:`step` call
-    (implements rlhf.engines.training.TrainEngine)."""
+    (implements rlhf.backends.contract.training.TrainEngine)."""
 
     gathers_on_every_rank = True
 
@@ -324,7 +324,8 @@ class FSDP2TrainEngine:
 
 class FSDP2FrozenEngine:
     """A frozen model sharded like a trained one, in the training precision; ``offload`` keeps its shards in host
-    memory (each unit gathered to the device for its forward). Implements rlhf.engines.training.FrozenEngine."""
+    memory (each unit gathered to the device for its forward). Implements
+    rlhf.backends.contract.training.FrozenEngine."""
 
     gathers_on_every_rank = True
 

@@ -22,7 +22,7 @@ Activations are the plan's own formula (rlhf.planning.memory.activation_bytes): 
 
 from __future__ import annotations
 
-from rlhf.engines.training import ModelStates
+from rlhf.backends.contract.training import ModelStates
 
 
 def _bytes(precision: str) -> int:

@@ -1,0 +1,81 @@
+"""A rollout backend written outside rlhf, as a user's plug-in would be (``rollout.backend=toy``): one folder
+(toy_rollout/: this descriptor implementing rlhf.backends.contract.rollout.RolloutBackend by delegating to the hf
+backend,
+and an engine actor of its own, actor.py), its conf file (conf/rollout/toy.yaml) and its registry line
+(toy_registry.py). Its launch puts the folder's parent on the engine process's import path: the environment a
+backend's engine needs is the backend's to say (RolloutBackend.launch). No torch at import, as the contract asks."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+from rlhf.backends.contract.rollout import EngineLaunch, EnginePlacement, RolloutMemory
+from rlhf.backends.rollout.hf.descriptor import BACKEND as HF
+from rlhf.spec.schema import ExperimentSpec
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding toy_rollout/
+
+
+class ToyRolloutBackend:
+    name = "toy"
+
+    def describe(self, spec: ExperimentSpec) -> str:
+        return f"toy (a plug-in over {HF.describe(spec)})"
+
+    def memory(self, spec: ExperimentSpec, params: int) -> RolloutMemory:
+        return HF.memory(spec, params)
+
+    def preflight(self, spec: ExperimentSpec) -> list[str]:
+        return HF.preflight(spec)
+
+    def launch(
+        self,
+        spec: ExperimentSpec,
+        placement: EnginePlacement,
+        model_path: str,
+        *,
+        role_env: dict[str, str] | None,
+        base_env: dict[str, str],
+    ) -> EngineLaunch:
+        hf = HF.launch(spec, placement, model_path, role_env=role_env, base_env=base_env)
+        env: dict[str, Any] = dict(hf.runtime_env.get("env_vars", {}))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH", "")) if p)
+        return replace(hf, actor="toy_rollout.actor:ToyRolloutWorker", runtime_env={**hf.runtime_env, "env_vars": env})
+
+    # what the planner asks: the hf engine's answers
+
+    def tensor_parallel(self, spec: ExperimentSpec) -> bool:
+        return HF.tensor_parallel(spec)
+
+    def kv_bounds_batch(self, spec: ExperimentSpec) -> bool:
+        return HF.kv_bounds_batch(spec)
+
+    def generation_batch(self, spec: ExperimentSpec, sequences: int, kv_tokens: float | None, seq: float) -> int:
+        return HF.generation_batch(spec, sequences, kv_tokens, seq)
+
+    def loads_synced_weights(self, spec: ExperimentSpec) -> bool:
+        return HF.loads_synced_weights(spec)
+
+    def auto_options(self, spec: ExperimentSpec) -> list[dict[str, Any]]:
+        return HF.auto_options(spec)
+
+    def label(self, spec: ExperimentSpec) -> str:
+        return " toy"
+
+    scan_keys = HF.scan_keys
+    section = None  # no keys of its own
+    moved_keys: dict[str, str] = {}
+
+    def decode_overhead_s(self, spec: ExperimentSpec, constants: Any) -> float:
+        return HF.decode_overhead_s(spec, constants)
+
+    def problems(self, spec: ExperimentSpec, d: Any) -> list[tuple[str, Any, str]]:
+        return HF.problems(spec, d)
+
+    def in_policy_engine(self, module: Any, tokenizer: Any) -> Any:
+        return HF.in_policy_engine(module, tokenizer)
+
+
+BACKEND = ToyRolloutBackend()
