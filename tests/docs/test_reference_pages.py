@@ -113,15 +113,67 @@ def test_check_names_a_stale_page_and_the_command(gen, tmp_path, generated, monk
     assert "stale: README.md (its recipe table); regenerate with" in capsys.readouterr().err
 
 
+def test_the_algorithm_lists_are_generated_from_conf_algorithm(gen):
+    options = sorted(p.stem for p in (ROOT / "conf" / "algorithm").glob("*.yaml"))
+    readme = (ROOT / "README.md").read_text()
+    assert gen.with_readme_blocks(readme) == readme, f"stale: README.md; regenerate with: {gen.REGENERATE}"
+    for name, markers, make, what in gen.DOC_BLOCKS:
+        page = (ROOT / "docs" / name).read_text()
+        assert gen.with_block(page, markers, make(), name) == page, f"stale: docs/{name} ({what})"
+    for text, markers in (
+        (readme, gen.ALGORITHM_LIST),
+        ((ROOT / "docs" / "index.md").read_text(), gen.ALGORITHM_LIST),
+        ((ROOT / "docs" / "algorithms.md").read_text(), gen.PRESET_TABLE),
+    ):
+        block = text[text.index(markers[0]) : text.index(markers[1])]
+        assert [o for o in options if f"`{o}`" not in block] == [], "presets the list leaves out"
+    assert f"{len(options)} algorithms are presets" in readme
+    # each preset's name is its file's first comment line, up to the colon and any aside
+    titles = {p.option: p.title for p in gen.algorithm_presets()}
+    assert titles["grpo"] == "GRPO" and titles["cispo"] == "CISPO" and titles["grpo_passk"] == "Pass@k GRPO"
+
+
+def test_check_names_a_lagging_algorithm_list(gen, tmp_path, generated, monkeypatch, capsys):
+    monkeypatch.setattr(gen, "generate", lambda folder: [shutil.copy(p, folder / p.name) for p in generated.iterdir()])
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, *_ in gen.DOC_BLOCKS:
+        shutil.copy(ROOT / "docs" / name, docs / name)
+    readme = tmp_path / "README.md"
+    readme.write_text((ROOT / "README.md").read_text())
+    check = ["--check", "--out", str(generated), "--readme", str(readme), "--docs", str(docs)]
+    assert gen.main(check) == 0
+    index = docs / "index.md"
+    index.write_text(index.read_text().replace(", SAPO (`sapo`)", ""))  # a preset the home page forgot
+    readme.write_text(readme.read_text().replace("GMPO (`geo_mean`), ", ""))
+    assert gen.main(check) == 1
+    err = capsys.readouterr().err
+    assert "stale: docs/index.md (its algorithm list); regenerate with: python scripts/gen_reference.py" in err
+    assert "stale: README.md (its algorithm list)" in err and "algorithms.md" not in err
+
+
+def test_a_preset_the_registries_do_not_know_or_without_a_name_is_refused(gen):
+    where = Path("conf/algorithm/mine.yaml")
+    fields = {"family": "rl", "advantage": {"estimator": "group_nrom"}, "policy_loss": {"type": "ppo"}}
+    (problem,) = gen._registry_problems(fields, where)
+    assert problem.startswith("conf/algorithm/mine.yaml: advantage.estimator='group_nrom' is not registered (one of ")
+    assert "group_norm" in problem
+    with pytest.raises(SystemExit, match="first line must be a comment '# Name: what it does'"):
+        gen._title("no colon here", where)
+
+
 def test_the_site_builds_strict(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
+    # no -q: it lowers MkDocs' log level to ERROR, so --strict never sees the warnings it should count (a page left
+    # out of the nav passed that way)
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
         capture_output=True,
         text=True,
         cwd=ROOT,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert done.returncode == 0, done.stderr
+    assert "WARNING" not in done.stderr, done.stderr
     assert (tmp_path / "site" / "reference" / "config" / "index.html").is_file()
