@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 from rlhf.importers import common
 from rlhf.importers import report as rep
+from rlhf.importers.outcomes import Outcome
 from rlhf.importers.placeholders import Placeholder, describe
 from rlhf.importers.recipe import Recipe, build_recipe, render_yaml
-from rlhf.importers.verl.mapping import COMING, Mapping, Outcome, map_command
+from rlhf.importers.verl.mapping import COMING, Mapping, map_command
 from rlhf.importers.verl.overrides import Command, Override, find_entry, split_command
 
 WHAT = "veRL"

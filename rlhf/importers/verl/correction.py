@@ -1,0 +1,81 @@
+"""veRL's rollout correction (``algorithm.rollout_correction.*``: IS weights per token or sequence, TIS or IcePop,
+batch-normalised; rejection sampling and bypass mode reported) -> ``algorithm.is_correction.*``."""
+
+from __future__ import annotations
+
+from rlhf.importers.verl.mapper import UNSUPPORTED, VerlMapper
+
+
+def map_correction(m: VerlMapper) -> None:
+    """veRL's rollout IS weights (rollout_corr_helper.compute_rollout_correction_weights): per token (the token
+    ratio) or per sequence (the product of its token ratios), truncated at a number (TIS: clip into [0, HIGH])
+    or zeroed outside a "LOW_HIGH" band (IcePop: mask), optionally divided by their batch mean."""
+    p = "algorithm.rollout_correction"
+    k, thr_k, norm_k = f"{p}.rollout_is", f"{p}.rollout_is_threshold", f"{p}.rollout_is_batch_normalize"
+    level = m.eff(k, (str, type(None)))
+    m.handled.update((k, thr_k, norm_k))
+    if level in ("token", "sequence"):
+        mode, band = _is_band(m, thr_k)
+        if level == "token":
+            m.put("algorithm.is_correction.type", "tis" if mode == "clip" else "icepop", k)
+        else:
+            m.put("algorithm.is_correction.level", "seq", k)
+            m.put("algorithm.is_correction.mode", mode, k, thr_k)
+            m.put("algorithm.is_correction.gating", "ratio", k)
+            m.put("algorithm.is_correction.seq_ratio", "product", k)
+        m.put("algorithm.is_correction.threshold", list(band), thr_k)
+        unit = "token weights" if level == "token" else "each sequence's weight (the product of its token ratios)"
+        how = "capped at the threshold (TIS)" if mode == "clip" else "zeroed outside the band (IcePop)"
+        m.explain(k, f"{unit} {how}")
+        if m.eff(norm_k, bool):
+            m.put("algorithm.is_correction.batch_normalize", True, norm_k)
+            m.explain(norm_k, "mean 1 over the rollout batch")
+        elif m.given(norm_k):
+            m.explain(norm_k, "off, as here")
+    else:
+        if level is not None:
+            m.none(k, UNSUPPORTED, f"{level!r}: veRL's levels are token and sequence")
+        if m.given(norm_k) and m.eff(norm_k, bool):
+            m.explain(norm_k, "no IS weights to normalise (rollout_is unset), in veRL as here")
+        elif m.given(norm_k):
+            m.explain(norm_k, "off, as here")
+    why = {
+        "rollout_rs": "veRL's rejection sampling: drops tokens or sequences from the response mask by its own "
+        "divergence statistics (k1/k3 bounds); the nearest here is algorithm.is_correction mode=mask",
+        "rollout_rs_threshold": "the bounds of veRL's rejection sampling (rollout_rs), not carried",
+        "bypass_mode": "veRL's bypass mode: the rollout engine's log-probs stand in for the old policy's (no "
+        "recomputation); here the trainer always recomputes them (or reuses its own on one step per rollout)",
+        "loss_type": "the policy loss of veRL's bypass mode (ppo_clip against the rollout log-probs, or an "
+        "IS-weighted REINFORCE), which is not carried",
+    }
+    bypass = bool(m.eff(f"{p}.bypass_mode", bool))
+    for rest, reason in why.items():
+        rk = f"{p}.{rest}"
+        m.handled.add(rk)
+        if not m.given(rk):
+            continue
+        if rest == "loss_type":  # read by bypass mode only
+            if bypass:
+                m.none(rk, UNSUPPORTED, reason)
+            else:
+                m.explain(rk, "read by veRL's bypass mode only, which is off")
+        elif m.eff(rk) not in (None, False):
+            m.none(rk, UNSUPPORTED, reason)
+        else:
+            m.explain(rk, "off, as here")
+
+
+def _is_band(m: VerlMapper, thr_k: str) -> tuple[str, tuple[float, float]]:
+    """Our mode and ``(low, high)`` of veRL's rollout_is_threshold: a number HIGH (TIS: clip, low 0) or a string
+    "LOW_HIGH" (IcePop: mask); veRL's default (TIS at 2) when it is neither."""
+    raw = m.eff(thr_k, (float, str))
+    text = str(raw).strip()
+    try:
+        low, high = (float(x) for x in text.split("_", 1)) if "_" in text else (0.0, float(text))
+    except ValueError:
+        m.none(thr_k, UNSUPPORTED, f"{raw!r}: a number HIGH (TIS) or LOW_HIGH (IcePop); veRL's 2.0 used")
+        return "clip", (0.0, 2.0)
+    if not 0 <= low < high:
+        m.none(thr_k, UNSUPPORTED, f"{raw!r}: need 0 <= LOW < HIGH; veRL's 2.0 used")
+        return "clip", (0.0, 2.0)
+    return ("mask" if "_" in text else "clip"), (low, high)
