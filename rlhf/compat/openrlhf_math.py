@@ -2,9 +2,10 @@
 
 OpenRLHF grades in two ways and accepts an answer when either agrees:
 
-1. *MATH normalisation* (Hendrycks et al.): strip LaTeX noise (``\\left``, ``\\!``, degrees, ``\\$``, a trailing
-   ``\\text{ unit}``, ``\\%``), write ``\\frac12`` as ``\\frac{1}{2}``, ``\\sqrt2`` as ``\\sqrt{2}``, ``1/2`` and
-   ``0.5`` as ``\\frac{1}{2}``, drop a short ``x =`` prefix and all spaces, then compare strings;
+1. *MATH normalisation* (Hendrycks et al.; rlhf.compat.hendrycks_math, shared with veRL's scorer): strip LaTeX
+   noise (``\\left``, ``\\!``, degrees, ``\\$``, a trailing ``\\text{ unit}``, ``\\%``), write ``\\frac12`` as
+   ``\\frac{1}{2}``, ``\\sqrt2`` as ``\\sqrt{2}``, ``1/2`` and ``0.5`` as ``\\frac{1}{2}``, drop a short ``x =``
+   prefix and all spaces, then compare strings;
 2. *sympy*: normalise further (units and words removed, LaTeX turned into text, thousands separators, lower case),
    compare strings, then compare tuples element by element: integers against integers, ``a/b`` fractions as
    strings, anything else by ``sympy.simplify(truth - given) == 0`` when the expression has at most two unknown
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import logging
 import re
+
+from rlhf.compat.hendrycks_math import PERCENT_OPENRLHF, Unparsable, last_boxed_only_string, strip_string
 
 _UNITS = (
     "degree",
@@ -47,115 +50,21 @@ _BRACKETS = "()[]"
 # -- extraction ------------------------------------------------------------------------------------------------------
 
 
-def _last_boxed(text: str) -> str | None:
-    """``\\boxed{...}`` (or, failing that, ``\\fbox{...}``) last in ``text``, braces included, or None."""
-    start = text.rfind("\\boxed")
-    if start < 0:
-        start = text.rfind("\\fbox")
-        if start < 0:
-            return None
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start : i + 1]
-    return None
-
-
 def extract_boxed_answer(solution: str) -> str | None:
     """What the last ``\\boxed{...}`` holds, or None (no box, unbalanced braces, or an ``\\fbox``)."""
-    boxed = _last_boxed(solution)
+    boxed = last_boxed_only_string(solution)
     if boxed is None or not boxed.startswith("\\boxed{") or not boxed.endswith("}"):
         return None
     return boxed[len("\\boxed{") : -1]
 
 
-# -- 1. MATH normalisation -------------------------------------------------------------------------------------------
-
-
-class _Unparsable(Exception):
-    """The MATH normaliser gave up; the answer is then compared as it was."""
-
-
-def _braced_fracs(s: str) -> str:
-    parts = s.split("\\frac")
-    out = parts[0]
-    for rest in parts[1:]:
-        out += "\\frac"
-        if not rest:
-            raise _Unparsable
-        if rest[0] == "{":
-            out += rest
-            continue
-        if len(rest) < 2:
-            return s
-        a, b, tail = rest[0], rest[1], rest[2:]
-        out += "{" + a + "}{" + b + "}" + tail if b != "{" else "{" + a + "}" + b + tail
-    return out
-
-
-def _slash_as_frac(s: str) -> str:
-    parts = s.split("/")
-    if len(parts) != 2:
-        return s
-    try:
-        a, b = int(parts[0]), int(parts[1])
-    except ValueError:
-        return s
-    return f"\\frac{{{a}}}{{{b}}}" if s == f"{a}/{b}" else s
-
-
-def _braced_sqrt(s: str) -> str:
-    if "\\sqrt" not in s:
-        return s
-    parts = s.split("\\sqrt")
-    out = parts[0]
-    for rest in parts[1:]:
-        if not rest:
-            raise _Unparsable
-        out += "\\sqrt" + (rest if rest[0] == "{" else "{" + rest[0] + "}" + rest[1:])
-    return out
-
-
-def _math_strip(s: str) -> str:
-    for old, new in (
-        ("\n", ""),
-        ("\\!", ""),
-        ("\\\\", "\\"),
-        ("tfrac", "frac"),
-        ("dfrac", "frac"),
-        ("\\left", ""),
-        ("\\right", ""),
-        ("^{\\circ}", ""),
-        ("^\\circ", ""),
-        ("\\$", ""),
-    ):
-        s = s.replace(old, new)
-    if "\\text{ " in s:  # a unit after the value: keep the value
-        pieces = s.split("\\text{ ")
-        if len(pieces) != 2:
-            raise _Unparsable
-        s = pieces[0]
-    s = s.replace("\\%", "").replace(" .", " 0.").replace("{.", "{0.")
-    if not s:
-        return s
-    if s[0] == ".":
-        s = "0" + s
-    sides = s.split("=")
-    if len(sides) == 2 and len(sides[0]) <= 2:  # "x = 5", "k=3"
-        s = sides[1]
-    s = _braced_sqrt(s).replace(" ", "")
-    s = _braced_fracs(s)
-    if s == "0.5":
-        s = "\\frac{1}{2}"
-    return _slash_as_frac(s)
+# -- 1. MATH normalisation (rlhf.compat.hendrycks_math, with OpenRLHF's percent step) ------------------------------
 
 
 def math_normalize(answer: str | None) -> str | None:
-    """The MATH dataset's normal form of an answer (None stays None)."""
+    """The MATH dataset's normal form of an answer as OpenRLHF computes it: stripped, a whole ``\\text{...}``
+    unwrapped, then normalised; an answer the normalisation cannot read is compared as it stands after the first
+    two steps (None stays None)."""
     if answer is None:
         return None
     answer = answer.strip()
@@ -163,8 +72,8 @@ def math_normalize(answer: str | None) -> str | None:
     if m is not None:
         answer = m.group("text").strip()
     try:
-        return _math_strip(answer)
-    except _Unparsable:
+        return strip_string(answer, percent=PERCENT_OPENRLHF)
+    except Unparsable:
         return answer
 
 
