@@ -127,8 +127,7 @@ class Constants:
     engine_load_eff: float  # the engines' load of synced weights, fraction of memory bandwidth
     micro_batch_s: float  # fixed cost of one training micro-batch (framework, kernel launches, Python)
     forward_s: float  # fixed cost of one no-grad forward micro-batch
-    decode_step_s: float  # fixed cost of one decode step (scheduler, sampling, Python)
-    decode_step_eager_s: float  # the same with rollout.vllm.enforce_eager (no CUDA graphs)
+    decode_step_s: float  # fixed cost of one decode step (scheduler, sampling, Python), unless the backend says
     decode_seq_s: float  # the engine's own cost per sequence per decode step (scheduling, sampling)
     tp_allreduce_s: float  # latency of one small all-reduce between the TP workers of an engine
     collective_s: float  # fixed cost of one collective call of the training engine (NCCL or gloo)
@@ -154,7 +153,6 @@ GPU = Constants(
     micro_batch_s=0.010,
     forward_s=0.005,
     decode_step_s=0.004,
-    decode_step_eager_s=0.020,
     decode_seq_s=10e-6,
     tp_allreduce_s=15e-6,
     collective_s=25e-6,
@@ -181,7 +179,6 @@ GPU = Constants(
         "micro_batch_s": "assumed: a decoder forward + backward launches ~100 kernels per layer at ~5 us each",
         "forward_s": "assumed: half of micro_batch_s",
         "decode_step_s": "assumed: vLLM V1's scheduler and sampler per step with CUDA graphs, a few ms",
-        "decode_step_eager_s": "assumed: eager decode launches every kernel from Python, ~5x the graph step",
         "decode_seq_s": "assumed: vLLM's CPU-side scheduling and sampling per running sequence, ~10 us per step "
         "(why one engine of 1024 sequences decodes slower than four of 256 on the same devices)",
         "tp_allreduce_s": "NCCL small-message all-reduce latency within an NVLink node, ~10-20 us",
@@ -214,7 +211,6 @@ CPU = Constants(
     micro_batch_s=0.0021,  # model=tiny forward + backward at micro-batch 1 x 8 tokens
     forward_s=0.0007,  # the same without gradients
     decode_step_s=0.0013,  # model=tiny, generate at batch 1, per new token
-    decode_step_eager_s=0.0013,
     decode_seq_s=0.0,
     tp_allreduce_s=2.1e-4,  # = collective_s
     collective_s=2.1e-4,  # a 1 KB gloo all-reduce between two processes over loopback (median of 50)

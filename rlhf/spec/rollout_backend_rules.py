@@ -1,9 +1,9 @@
 """Validation of the rollout backend's keys (``rollout.backend``), asked of the backend itself.
 
 Each backend's rules live in its own folder, on its descriptor (rlhf.backends.rollout.<name>.descriptor:
-``problems``, ``section``, ``moved_keys``); this module reaches the descriptor through its registry line
-(rlhf.spec.registry), never by name. Each rule returns ``(full key, value given, fix)`` triples;
-rlhf.spec.validate reports them with every other problem.
+``problems``, ``moved_keys``); this module reaches the descriptor through its registry line (rlhf.spec.registry),
+never by name, and its own keys' dataclass through the line's ``section``. Each rule returns ``(full key, value
+given, fix)`` triples; rlhf.spec.validate reports them with every other problem.
 
 A backend's sub-section (``rollout.<name>``) changed while another backend is selected is reported as a warning by
 the preflight (:func:`ignored_keys`), not refused: the GPU recipes set vLLM's memory fraction, and
@@ -17,6 +17,7 @@ from typing import Any
 from rlhf.spec.derive import Derived
 from rlhf.spec.registry import ROLLOUT_BACKENDS, rollout_backend, unused_sections
 from rlhf.spec.schema import ExperimentSpec
+from rlhf.spec.sections import backends
 
 Problem = tuple[str, Any, str]
 
@@ -27,13 +28,10 @@ def _selected(name: str) -> Any:
 
 
 def sections() -> dict[str, type]:
-    """Backend name -> the dataclass of its own sub-section ``rollout.<name>`` (backends without keys have none)."""
-    out = {}
-    for name in ROLLOUT_BACKENDS:
-        section = getattr(rollout_backend(name), "section", None)
-        if section is not None:
-            out[name] = section
-    return out
+    """Backend name -> the dataclass of its own sub-section ``rollout.<name>`` (the registry lines' ``section``;
+    backends without keys have none). rlhf.spec.sections.backends.SectionNotBuilt for a line with keys registered
+    after the schema was built."""
+    return backends.sections("rollout")
 
 
 def moved_keys() -> dict[str, str]:
@@ -69,7 +67,7 @@ def lora_sync_problems(spec: ExperimentSpec) -> list[Problem]:
     entry = ROLLOUT_BACKENDS.get(ro.backend)
     if entry is None or entry.lora_adapter:
         return []
-    able = ", ".join(f"rollout={n}" for n, b in ROLLOUT_BACKENDS.items() if b.lora_adapter)
+    able = ", ".join(f"rollout={n}" for n, b in sorted(ROLLOUT_BACKENDS.items()) if b.lora_adapter)
     return [
         (
             "rollout.weight_sync_lora",
@@ -83,6 +81,7 @@ def lora_sync_problems(spec: ExperimentSpec) -> list[Problem]:
 def backend_problems(spec: ExperimentSpec, d: Derived) -> list[Problem]:
     """The selected backend's rules and the LoRA sync's, when the run has engines (unknown backends are reported
     by the key's own domain check)."""
+    sections()  # a backend's keys missing from the schema fail whether or not the run has engines
     if "rollout" not in d.roles:
         return []
     backend = _selected(spec.rollout.backend)

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlhf.spec.paths import examples_dir, recipe_dirs
 from rlhf.spec.required import as_markers, unconverted_marker
 from rlhf.spec.schema import ExperimentSpec
+from rlhf.spec.sections.backends import check_built
 
 SCHEMA_NAME = "rlhf_schema"
 RECIPE_GROUP = "recipe"
@@ -148,6 +149,7 @@ def _store_shared_by_copies() -> None:
 def register() -> None:
     """Idempotent: the schema plus every recipe (and rlhf's Hydra plugins made discoverable)."""
     global _registered
+    check_built()  # a backend registered too late to have its keys in the schema is named, with how to register it
     if _registered:
         return
     expose_hydra_plugins()

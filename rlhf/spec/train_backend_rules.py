@@ -1,11 +1,11 @@
 """Validation of the training backend's keys (``trainer.backend``), asked of the backend itself.
 
 Each backend's rules live in its own folder, on its descriptor (rlhf.backends.train.<name>.descriptor:
-``problems``, ``weights_split``, ``beside_an_engine``, ``optimizer_bound_to_ranks``, ``section``); this module
-reaches the descriptor through its registry line (rlhf.spec.registry), never by name. Each rule returns ``(full key,
-value given, fix)`` triples; rlhf.spec.validate reports them with every other problem. Besides its own rules, a
-backend's sub-section (``trainer.<name>``) must keep its defaults when another backend is selected, so a key that
-would be ignored is never silently accepted.
+``problems``, ``weights_split``, ``beside_an_engine``, ``optimizer_bound_to_ranks``); this module reaches the
+descriptor through its registry line (rlhf.spec.registry), never by name, and its own keys' dataclass through the
+line's ``section``. Each rule returns ``(full key, value given, fix)`` triples; rlhf.spec.validate reports them with
+every other problem. Besides its own rules, a backend's sub-section (``trainer.<name>``) must keep its defaults when
+another backend is selected, so a key that would be ignored is never silently accepted.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from rlhf.spec.derive import Derived
 from rlhf.spec.registry import TRAIN_BACKENDS, train_backend, unused_sections
 from rlhf.spec.schema import ExperimentSpec
+from rlhf.spec.sections import backends
 
 Problem = tuple[str, Any, str]
 
@@ -25,13 +26,10 @@ def _selected(name: str) -> Any:
 
 
 def sections() -> dict[str, type]:
-    """Backend name -> the dataclass of its own sub-section ``trainer.<name>`` (backends without keys have none)."""
-    out = {}
-    for name in TRAIN_BACKENDS:
-        section = getattr(train_backend(name), "section", None)
-        if section is not None:
-            out[name] = section
-    return out
+    """Backend name -> the dataclass of its own sub-section ``trainer.<name>`` (the registry lines' ``section``;
+    backends without keys have none). rlhf.spec.sections.backends.SectionNotBuilt for a line with keys registered
+    after the schema was built."""
+    return backends.sections("trainer")
 
 
 def weights_split(spec: ExperimentSpec) -> Problem | None:

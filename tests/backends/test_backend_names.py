@@ -11,22 +11,30 @@ import ast
 from pathlib import Path
 
 import rlhf
-from rlhf.spec.registry import ROLLOUT_BACKENDS, TRAIN_BACKENDS
+from rlhf.spec.registry import ROLLOUT_BACKENDS, TRAIN_BACKENDS, Backend
 
 PACKAGE = Path(rlhf.__file__).parent
-NAMES = set(TRAIN_BACKENDS) | set(ROLLOUT_BACKENDS)
+# The backends of rlhf itself (a plug-in's lines, registered through entry points, name modules outside the package).
+AXES = {
+    "train": {n: b for n, b in TRAIN_BACKENDS.items() if b.target.startswith("rlhf.")},
+    "rollout": {n: b for n, b in ROLLOUT_BACKENDS.items() if b.target.startswith("rlhf.")},
+}
+NAMES = set(AXES["train"]) | set(AXES["rollout"])
 
 
-def _owner(name: str) -> str:
-    """The folder that holds backend ``name`` (its descriptor's), relative to the package (e.g.
-    backends/rollout/hf)."""
-    entry = TRAIN_BACKENDS.get(name) or ROLLOUT_BACKENDS[name]
-    module = entry.target.split(":")[0].removeprefix("rlhf.")
+def _folder(reference: str) -> str:
+    """The folder of the module a registry line names (``module:attr``), relative to the package."""
+    module = reference.split(":")[0].removeprefix("rlhf.")
     return str((PACKAGE / module.replace(".", "/")).parent.relative_to(PACKAGE))
 
 
+def _owner(line: Backend) -> str:
+    """The folder that holds a backend (its descriptor's), relative to the package (e.g. backends/rollout/hf)."""
+    return _folder(line.target)
+
+
 # A backend's own files: its folder, all of it.
-OWN = {_owner(n) for n in NAMES}
+OWN = {_owner(line) for table in AXES.values() for line in table.values()}
 # Peers' commands name peers' backends (veRL's rollout.name=vllm, TRL's distributed type), not ours.
 PEERS = ("importers/",)
 
@@ -85,14 +93,19 @@ def test_the_check_finds_a_comparison_where_there_is_one(tmp_path):
     assert hits == ["spec.rollout.backend == 'vllm'", "t.backend in ('fsdp2',)"]
 
 
-def test_every_backend_is_one_folder_of_its_own():
-    assert OWN == {"backends/train/deepspeed", "backends/train/fsdp2", "backends/rollout/hf", "backends/rollout/vllm"}
-    for own in OWN:
-        assert (PACKAGE / own / "descriptor.py").is_file() and (PACKAGE / own / "__init__.py").is_file()
+def test_every_backend_is_one_folder_of_its_own_holding_its_keys():
+    for axis, table in AXES.items():
+        for name, line in table.items():
+            own = _owner(line)
+            assert own == f"backends/{axis}/{name}", f"{name}: its descriptor is not in its folder ({line.target})"
+            assert (PACKAGE / own / "descriptor.py").is_file() and (PACKAGE / own / "__init__.py").is_file()
+            # its own keys: a module of its folder, which the schema reads through the registry line
+            assert not line.section or _folder(line.section) == own, f"{name}: {line.section} is outside {own}"
+    assert len(OWN) == sum(len(table) for table in AXES.values())  # no two backends share a folder
 
 
-# The registry itself (its tables are keyed by the names) and hardware facts that share a name with a backend.
-REGISTRY = ("spec/backends.py",)
+# The registry itself: its tables are keyed by the names.
+REGISTRY = ("spec/registry.py",)
 
 
 def test_no_table_outside_a_backends_folder_is_keyed_by_its_name():

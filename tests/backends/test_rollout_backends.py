@@ -18,7 +18,6 @@ import torch
 from ceilings import ceiling
 
 from rlhf.backends.contract.rollout import EngineLaunch, EnginePlacement, RolloutBackend, RolloutEngine, SamplingSpec
-from rlhf.backends.rollout.vllm.interpreter import vllm_cpu_available
 from rlhf.spec import names
 from rlhf.spec.build import load_spec
 from rlhf.spec.paths import conf_dir
@@ -30,6 +29,16 @@ BACKENDS = sorted(ROLLOUT_BACKENDS)
 TINY = ["+recipe=grpo_tiny_cpu", "algorithm.kl.coef=0", "logging.mlflow=false", "logging.progress=false"]
 PROMPTS = [[1, 74, 71, 78, 78, 81], [1, 5, 6, 9], [1, 40, 41, 42, 43]]
 CONTRACT = [m for m in dir(RolloutEngine) if not m.startswith("_")]
+
+
+def _skip_without_its_interpreter(name: str) -> None:
+    """Skip when backend ``name``'s engine runs in an interpreter of its own (its registry line's ``in_process`` is
+    false: vLLM's venv) and its preflight, on CPU hardware, says that interpreter is not set up here."""
+    if ROLLOUT_BACKENDS[name].in_process:
+        return
+    missing = rollout_backend(name).preflight(load_spec([*TINY, f"rollout={name}"]))
+    if missing:
+        pytest.skip(f"the {name} engine's own interpreter is not set up here: {missing[0]}")
 
 
 def test_the_config_names_every_registered_backend_and_each_has_its_parts():
@@ -81,7 +90,7 @@ def test_memory_grows_with_the_model_and_tensor_parallelism_splits_the_weights(n
     small, big = backend.memory(spec, 1_000_000_000), backend.memory(spec, 8_000_000_000)
     assert 0 < small.weights < big.weights and big.device >= big.weights + big.kv_cache - 1
     assert backend.describe(spec)
-    if name == "vllm":
+    if backend.tensor_parallel(spec):  # the backend says it splits an engine over devices (on this GPU recipe)
         tp2 = backend.memory(replace(spec, rollout=replace(spec.rollout, tensor_parallel_size=2)), 8_000_000_000)
         assert tp2.weights == big.weights / 2
 
@@ -90,8 +99,7 @@ def test_memory_grows_with_the_model_and_tensor_parallelism_splits_the_weights(n
 def test_launch_names_an_actor_class_with_every_method_of_the_engine_contract(name):
     import importlib
 
-    if name == "vllm" and not vllm_cpu_available():
-        pytest.skip("no vllm-cpu venv (scripts/setup_vllm_cpu.sh)")
+    _skip_without_its_interpreter(name)
     spec = load_spec([*TINY, f"rollout={name}"])
     p = EnginePlacement(2, (3,), 1.0, 0.0, None)
     launch = rollout_backend(name).launch(spec, p, "/models/x", role_env={"OMP_NUM_THREADS": "2"}, base_env={"A": "1"})
@@ -110,8 +118,7 @@ def test_an_hf_engine_beside_trainers_computes_on_the_gpu_ray_reserved_for_it():
 
 
 def test_vllm_tells_its_tp_workers_their_bundles_and_shares():
-    if not vllm_cpu_available():
-        pytest.skip("no vllm-cpu venv (scripts/setup_vllm_cpu.sh)")
+    _skip_without_its_interpreter("vllm")
     spec = load_spec(["+recipe=grpo_llama3_8b"])
     p = EnginePlacement(1, (2, 3), 0.5, 0.0, 0.25)
     launch = rollout_backend("vllm").launch(spec, p, "/m", role_env=None, base_env={})
@@ -130,8 +137,7 @@ def engine(request, ray_cluster):
     from rlhf.models.loading import resolve_model_path
     from rlhf.planning.plan import plan
 
-    if request.param == "vllm" and not vllm_cpu_available():
-        pytest.skip("no vllm-cpu venv (scripts/setup_vllm_cpu.sh)")
+    _skip_without_its_interpreter(request.param)
     spec = load_spec([*TINY, f"rollout={request.param}", "rollout.vllm.cpu_kv_cache_gb=1"])
     realized = realize(spec, plan(spec))
     path = resolve_model_path(spec.model)

@@ -224,8 +224,6 @@ class RolloutBackend(Protocol):
         ...
 
     # -- its rules, asked by rlhf.spec through the registry line --
-    #: the dataclass of its own sub-section ``rollout.<name>`` (None: no keys of its own)
-    section: type | None
     #: keys that moved into its sub-section, old spelling -> new (the old one fails at compose naming the new)
     moved_keys: dict[str, str]
 

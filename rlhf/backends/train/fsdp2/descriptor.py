@@ -7,14 +7,13 @@ from typing import Any
 
 from rlhf.backends.contract.training import ModelLoader, ModelStates, Network, TrainTraffic
 from rlhf.backends.train.fsdp2 import memory
-from rlhf.spec.schema import ExperimentSpec, FSDP2Spec
+from rlhf.spec.schema import ExperimentSpec
 
 Problem = tuple[str, Any, str]
 
 
 class FSDP2Backend:
     name = "fsdp2"
-    section = FSDP2Spec  # trainer.fsdp2.*
 
     def describe(self, spec: ExperimentSpec) -> str:
         t, f = spec.trainer, spec.trainer.fsdp2

@@ -1,9 +1,9 @@
 """A rollout backend written outside rlhf, as a user's plug-in would be (``rollout.backend=toy``): one folder
 (toy_rollout/: this descriptor implementing rlhf.backends.contract.rollout.RolloutBackend by delegating to the hf
-backend,
-and an engine actor of its own, actor.py), its conf file (conf/rollout/toy.yaml) and its registry line
-(toy_registry.py). Its launch puts the folder's parent on the engine process's import path: the environment a
-backend's engine needs is the backend's to say (RolloutBackend.launch). No torch at import, as the contract asks."""
+backend, an engine actor of its own, actor.py, and its own keys ``rollout.toy.*``, config.py), its conf file
+(conf/rollout/toy.yaml) and its registry line (toy_registry.py, declared as an entry point). Its launch puts the
+folder's parent on the engine process's import path: the environment a backend's engine needs is the backend's to say
+(RolloutBackend.launch). No torch at import, as the contract asks."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class ToyRolloutBackend:
     name = "toy"
 
     def describe(self, spec: ExperimentSpec) -> str:
-        return f"toy (a plug-in over {HF.describe(spec)})"
+        return f"toy (a plug-in over {HF.describe(spec)}), {spec.rollout.toy.max_batch} sequences per generate call"
 
     def memory(self, spec: ExperimentSpec, params: int) -> RolloutMemory:
         return HF.memory(spec, params)
@@ -42,7 +42,13 @@ class ToyRolloutBackend:
         hf = HF.launch(spec, placement, model_path, role_env=role_env, base_env=base_env)
         env: dict[str, Any] = dict(hf.runtime_env.get("env_vars", {}))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH", "")) if p)
-        return replace(hf, actor="toy_rollout.actor:ToyRolloutWorker", runtime_env={**hf.runtime_env, "env_vars": env})
+        kwargs = {**hf.kwargs, "max_batch": spec.rollout.toy.max_batch}  # its own key, rollout.toy.max_batch
+        return replace(
+            hf,
+            actor="toy_rollout.actor:ToyRolloutWorker",
+            kwargs=kwargs,
+            runtime_env={**hf.runtime_env, "env_vars": env},
+        )
 
     # what the planner asks: the hf engine's answers
 
@@ -53,7 +59,7 @@ class ToyRolloutBackend:
         return HF.kv_bounds_batch(spec)
 
     def generation_batch(self, spec: ExperimentSpec, sequences: int, kv_tokens: float | None, seq: float) -> int:
-        return HF.generation_batch(spec, sequences, kv_tokens, seq)
+        return min(sequences, spec.rollout.toy.max_batch)  # what its engine generates at once (actor.py)
 
     def loads_synced_weights(self, spec: ExperimentSpec) -> bool:
         return HF.loads_synced_weights(spec)
@@ -65,7 +71,6 @@ class ToyRolloutBackend:
         return " toy"
 
     scan_keys = HF.scan_keys
-    section = None  # no keys of its own
     moved_keys: dict[str, str] = {}
 
     def decode_overhead_s(self, spec: ExperimentSpec, constants: Any) -> float:

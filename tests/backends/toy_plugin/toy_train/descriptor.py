@@ -1,6 +1,7 @@
 """A training backend written outside rlhf, as a user's plug-in would be (``trainer.backend=toy``): one folder
-(toy_train/, this descriptor implementing rlhf.backends.contract.training.TrainBackend by delegating every call to the
-DeepSpeed backend), its conf file (conf/trainer/backend/toy.yaml) and its registry line (toy_registry.py).
+(toy_train/: this descriptor implementing rlhf.backends.contract.training.TrainBackend by delegating every call to the
+DeepSpeed backend, and config.py, its own keys ``trainer.toy.*``), its conf file (conf/trainer/backend/toy.yaml) and
+its registry line (toy_registry.py, declared as an entry point).
 tests/backends/test_toy_backends.py checks that nothing else in rlhf has to change for it to validate, plan, be an
 option of --auto, pass the axis's conformance checks and train a real job. No torch at import, as the contract
 asks."""
@@ -18,7 +19,7 @@ class ToyTrainBackend:
     name = "toy"
 
     def describe(self, spec: ExperimentSpec) -> str:
-        return f"toy (a plug-in over {DEEPSPEED.describe(spec)})"
+        return f"{spec.trainer.toy.label} (a plug-in over {DEEPSPEED.describe(spec)})"  # its own key, trainer.toy.label
 
     def init_distributed(self, accelerator: str, timeout_s: float = 600.0) -> None:
         DEEPSPEED.init_distributed(accelerator, timeout_s)
@@ -69,7 +70,7 @@ class ToyTrainBackend:
         return DEEPSPEED.auto_options(spec, gpu=gpu, turns=turns, lora=lora)
 
     def label(self, spec: ExperimentSpec) -> str:
-        return "toy " + DEEPSPEED.label(spec)
+        return f"{spec.trainer.toy.label} {DEEPSPEED.label(spec)}"
 
     def layout_keys(self, values: dict[str, Any]) -> list[str]:
         return DEEPSPEED.layout_keys(values)
@@ -77,9 +78,7 @@ class ToyTrainBackend:
     def preload_modules(self) -> tuple[str, ...]:
         return DEEPSPEED.preload_modules()
 
-    # its rules: DeepSpeed's
-    section = None  # no keys of its own
-
+    # its rules: DeepSpeed's (its own keys, trainer.toy.*, are config.py's, named by its registry line)
     def problems(self, spec: ExperimentSpec, d: Any) -> list[tuple[str, Any, str]]:
         return DEEPSPEED.problems(spec, d)
 
