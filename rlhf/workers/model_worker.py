@@ -201,13 +201,13 @@ class EngineWorker(BaseWorker):
 
     # -- weight sync: the policy's rank 0 sends; every rank gathers when the backend shards ----------------------
     def sync_location(self) -> dict[str, Any]:
-        from rlhf.backends.weight_sync import member_location
+        from rlhf.backends.weight_sync.group import member_location
 
         return member_location()
 
     def sync_reserve(self, host: str) -> int:
         """Rank 0: bind the sync group's store socket on ``host``; returns its port."""
-        from rlhf.backends.weight_sync import listen_socket
+        from rlhf.backends.weight_sync.group import listen_socket
 
         self._sync_listen = listen_socket(host)
         return int(self._sync_listen.getsockname()[1])
@@ -223,7 +223,8 @@ class EngineWorker(BaseWorker):
     ) -> dict[str, Any]:
         """Rank 0 joins the sync group as its sender (``cfg``); every rank keeps the bucket size and what a sync
         sends (``adapter``: the LoRA adapters alone). Blocks until every engine worker has joined."""
-        from rlhf.backends.weight_sync import GroupConfig, WeightSender
+        from rlhf.backends.weight_sync.group import GroupConfig
+        from rlhf.backends.weight_sync.sender import WeightSender
 
         engine = self._trained()
         self._sync_bucket_bytes = max(int(bucket_mb * 2**20), 1)

@@ -169,8 +169,9 @@ def _diff(a: list[list[float]], b: list[list[float]]) -> float:
 def test_an_engine_keeps_the_contract(engine):
     import ray
 
-    from rlhf.backends.weight_sync import GroupConfig, WeightSender, listen_socket, member_location
     from rlhf.backends.weight_sync.driver import choose_routes, sync_ranks
+    from rlhf.backends.weight_sync.group import GroupConfig, listen_socket, member_location
+    from rlhf.backends.weight_sync.sender import WeightSender
     from rlhf.backends.weight_sync.wire import pack_weights
     from rlhf.launch.rollout import wait_ready
 

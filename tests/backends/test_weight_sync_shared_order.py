@@ -10,7 +10,9 @@ import threading
 import torch
 from ceilings import ceiling
 
-from rlhf.backends.weight_sync import GroupConfig, WeightReceiver, WeightSender, listen_socket
+from rlhf.backends.weight_sync.group import GroupConfig, listen_socket
+from rlhf.backends.weight_sync.receiver import WeightReceiver
+from rlhf.backends.weight_sync.sender import WeightSender
 
 
 def _weights(v: int) -> list[tuple[str, torch.Tensor]]:

@@ -187,7 +187,7 @@ class WeightSync:
 
     def connect(self) -> None:
         """Choose routes and form the group: the policy's rank 0 plus every worker of every engine."""
-        from rlhf.backends.weight_sync import GroupConfig
+        from rlhf.backends.weight_sync.group import GroupConfig
 
         ro, hw = self.spec.rollout, self.spec.hardware
         sender = self.policy.actors[0]

@@ -365,12 +365,13 @@ class HFEngine:
 
     # -- weight sync: this engine is its own (one) worker ---------------------------------------------------------
     def sync_locations(self) -> list[dict[str, Any]]:
-        from rlhf.backends.weight_sync import member_location
+        from rlhf.backends.weight_sync.group import member_location
 
         return [member_location()]
 
     def sync_connect(self, cfg: dict[str, Any], routes: list[str]) -> list[dict[str, Any]]:
-        from rlhf.backends.weight_sync import GroupConfig, WeightReceiver
+        from rlhf.backends.weight_sync.group import GroupConfig
+        from rlhf.backends.weight_sync.receiver import WeightReceiver
 
         self.sync_close()
         self._receiver = WeightReceiver(GroupConfig.from_dict(cfg), device=self.device, route=routes[0])

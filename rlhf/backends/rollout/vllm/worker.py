@@ -68,7 +68,7 @@ class WeightSyncWorkerExtension:
 
     def rlhf_sync_location(self) -> dict[str, Any]:
         """Where this worker runs (its own GPU, which for TP > 1 is not the engine actor's)."""
-        from rlhf.backends.weight_sync import member_location
+        from rlhf.backends.weight_sync.group import member_location
 
         return member_location()
 
@@ -76,7 +76,8 @@ class WeightSyncWorkerExtension:
         """Join the weight-sync group: ``cfg["rank"]`` is this engine's first worker, tensor-parallel worker k takes
         the rank after it and the route ``routes[k]`` chosen from its own device (every TP worker receives the full
         weights; vLLM's loader keeps its own shard)."""
-        from rlhf.backends.weight_sync import GroupConfig, WeightReceiver
+        from rlhf.backends.weight_sync.group import GroupConfig
+        from rlhf.backends.weight_sync.receiver import WeightReceiver
 
         old = getattr(self, "_rlhf_receiver", None)
         if old is not None:
