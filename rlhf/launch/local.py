@@ -37,6 +37,7 @@ from rlhf.errors import UserError
 from rlhf.futures import LocalRef
 from rlhf.launch import actor_env
 from rlhf.launch.ports import free_port
+from rlhf.launch.realized import Realized
 from rlhf.launch.role_calls import RoleCalls
 from rlhf.planning.plan import Plan, RolePlacement
 from rlhf.spec.schema import ExperimentSpec
@@ -188,37 +189,20 @@ def _stop(actors: list[Any]) -> None:
 
 
 @dataclass
-class LocalRealized:
-    """A plan realized in this process: the same questions as rlhf.launch.realize.Realized answers for Ray."""
+class LocalExecutor:
+    """This process's side of a realized plan (rlhf.launch.realized.Realized): the rank's lane, an engine's lane,
+    and the variables and thread count the job changed here (given back at shutdown)."""
 
-    spec: ExperimentSpec
-    plan: Plan
     saved_env: dict[str, str | None] = field(default_factory=dict)
     saved_threads: int = 0
     rank_lane: Lane = field(default_factory=lambda: Lane("rlhf-local-rank"))
     engine_lanes: list[Lane] = field(default_factory=list)
-    role_groups: list[LocalRoleGroup] = field(default_factory=list)
-    rollout_groups: list[Any] = field(default_factory=list)  # rlhf.launch.rollout.RolloutEngineGroup
-    executor: str = "local"
-
-    def placement(self, role: str) -> RolePlacement:
-        try:
-            return self.plan.roles[role]
-        except KeyError:
-            raise UserError(f"role {role} is not in the plan (roles: {', '.join(self.plan.roles)})") from None
-
-    def colocated(self, a: str, b: str) -> bool:
-        """As the plan groups them (the same answer Ray's placement gives, so both run the same schedule)."""
-        return self.placement(a).group == self.placement(b).group
-
-    def can_fuse(self, role: str, other: str) -> bool:
-        a, b = self.placement(role), self.placement(other)
-        return a.group == b.group and a.ranks == b.ranks and b.bundles_per_rank == 1
+    name: str = "local"
 
     def worker_env(self) -> dict[str, str]:
         return {}
 
-    def _set_env(self, env: dict[str, str]) -> None:
+    def set_env(self, env: dict[str, str]) -> None:
         """``env`` in this process for the job's duration (the previous values come back at shutdown)."""
         for k in env:
             self.saved_env.setdefault(k, os.environ.get(k))
@@ -226,57 +210,52 @@ class LocalRealized:
 
     def create_group(
         self,
+        realized: Realized,
         role: str,
+        placement: RolePlacement,
         actor_cls: type,
-        *args: Any,
-        fused: Sequence[str] = (),
-        env: dict[str, str] | None = None,
-        **kwargs: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        env: dict[str, str],
     ) -> LocalRoleGroup:
-        """The role's one rank, built on the rank's lane (``fused`` roles live in it as on Ray)."""
-        self.placement(role)
-        for other in fused:
-            if not self.can_fuse(role, other):
-                raise UserError(f"role {other} cannot share {role}'s process (different devices or ranks)")
-        self._set_env(env or {})
-        group = LocalRoleGroup(role, LocalActor(self.rank_lane, actor_cls, args, kwargs, f"role {role}"), self.spec)
-        self.role_groups.append(group)
-        return group
+        """The role's one rank, built on the rank's lane (fused roles live in it as on Ray)."""
+        self.set_env(env)
+        return LocalRoleGroup(role, LocalActor(self.rank_lane, actor_cls, args, kwargs, f"role {role}"), realized.spec)
 
-    def start_rollout(self, model_path: str, env: dict[str, str] | None = None, *, start: bool = True) -> Any:
+    def start_rollout(self, realized: Realized, model_path: str, env: dict[str, str] | None, start: bool) -> Any:
         """The rollout engine on a lane of its own, as its backend describes it (rlhf.backends.contract.rollout
         RolloutBackend.launch: the actor class and its arguments; its interpreter is this one)."""
         from rlhf.backends.contract.rollout import EnginePlacement
         from rlhf.launch.rollout import RolloutEngineGroup, wait_ready
         from rlhf.spec.registry import rollout_backend
 
-        backend = rollout_backend(self.spec.rollout.backend)
-        placement = self.placement("rollout")
-        cpus = float(self.spec.hardware.cpus_per_node) / max(self.spec.hardware.devices_per_node, 1)
+        spec = realized.spec
+        backend = rollout_backend(spec.rollout.backend)
+        placement = realized.placement("rollout")
+        cpus = float(spec.hardware.cpus_per_node) / max(spec.hardware.devices_per_node, 1)
         where = EnginePlacement(0, (0,), cpus * placement.fraction, 0.0, None)
-        launch = backend.launch(self.spec, where, model_path, role_env=env, base_env=faults.env())
+        launch = backend.launch(spec, where, model_path, role_env=env, base_env=faults.env())
         module, name = launch.actor.split(":")
         actor_cls = getattr(importlib.import_module(module), name)
         lane = Lane("rlhf-local-rollout-0")
         self.engine_lanes.append(lane)
         # built on the rank's lane, after the trainer's own start-up and without moving its generators (LocalActor)
-        start = (self.rank_lane, ("ready",))
-        actor = LocalActor(lane, actor_cls, launch.args, dict(launch.kwargs), "rollout engine 0", start=start)
+        starts_on = (self.rank_lane, ("ready",))
+        actor = LocalActor(lane, actor_cls, launch.args, dict(launch.kwargs), "rollout engine 0", start=starts_on)
         started = RolloutEngineGroup(
-            self.spec.rollout.backend,
+            spec.rollout.backend,
             [actor],
             [],
             1,
             placements=[where],
-            timeout_s=self.spec.trainer.remote_timeout_s,
-            startup_timeout_s=self.spec.trainer.startup_s,
+            timeout_s=spec.trainer.remote_timeout_s,
+            startup_timeout_s=spec.trainer.startup_s,
             heartbeat_s=None,
             needs=[lambda: f"in the driver's process (pid {os.getpid()}, launch.executor=local)"],
             stop=_stop,
         )
         if start:
             started.info = wait_ready(started, [0])
-        self.rollout_groups.append(started)
         return started
 
     def restart_rollout_engine(self, started: Any, engine: int) -> Any:
@@ -285,37 +264,28 @@ class LocalRealized:
             "--resume, or use launch.executor=ray for in-run restarts"
         )
 
-    def kill_actors(self) -> None:
-        """End every role and engine (each leaves its process group) and their lanes."""
-        for r in self.rollout_groups:
-            r.kill()
-        self.rollout_groups.clear()
-        for g in self.role_groups:
-            g.kill()
-        self.role_groups.clear()
+    def actors_ended(self) -> None:
+        """Nothing is held per actor here (the lanes end with the job)."""
 
     def shutdown(self) -> None:
-        """End the roles, close the lanes and give this process its variables and thread count back."""
-        try:
-            self.kill_actors()
-        finally:
-            for lane in [self.rank_lane, *self.engine_lanes]:
-                lane.close()
-            for k, v in self.saved_env.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            self.saved_env.clear()
-            if self.saved_threads:
-                import sys
+        """Close the lanes and give this process its variables and thread count back."""
+        for lane in [self.rank_lane, *self.engine_lanes]:
+            lane.close()
+        for k, v in self.saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self.saved_env.clear()
+        if self.saved_threads:
+            import sys
 
-                torch = sys.modules.get("torch")
-                if torch is not None:
-                    torch.set_num_threads(self.saved_threads)
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                torch.set_num_threads(self.saved_threads)
 
 
-def realize(spec: ExperimentSpec, plan: Plan) -> LocalRealized:
+def realize(spec: ExperimentSpec, plan: Plan) -> Realized:
     """The plan in this process: the rank's variables set (restored at shutdown), no cluster. The run lifecycle
     calls it on a thread of its own while the data builds, so the modules the roles need (torch, transformers, the
     model's code, DeepSpeed) are imported here, as a Ray cluster's idle workers import them (and DeepSpeed through
@@ -333,10 +303,10 @@ def realize(spec: ExperimentSpec, plan: Plan) -> LocalRealized:
     first = ("mlflow",) if "mlflow" in spec.logging.active_trackers else ()
     import_modules((*first, *preload_modules(spec, own_process=True)))
 
-    realized = LocalRealized(spec, plan)
+    executor = LocalExecutor()
     torch = sys.modules.get("torch")
-    realized.saved_threads = torch.get_num_threads() if torch is not None else 0
-    realized._set_env(
+    executor.saved_threads = torch.get_num_threads() if torch is not None else 0
+    executor.set_env(
         {
             "RANK": "0",
             "WORLD_SIZE": "1",
@@ -348,4 +318,4 @@ def realize(spec: ExperimentSpec, plan: Plan) -> LocalRealized:
             **dict(spec.ray.runtime_env),
         }
     )
-    return realized
+    return Realized(spec, plan, executor)

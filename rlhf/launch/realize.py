@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlhf import faults
-from rlhf.errors import UserError
 from rlhf.launch import actor_env
 from rlhf.launch.cluster import Cluster, bundle_free, start_or_attach, worker_start_env
 from rlhf.launch.ledger import BundleLedger
 from rlhf.launch.ports import free_port
+from rlhf.launch.realized import PlacementError, Realized
 from rlhf.launch.reservation import adopt_reserved
 from rlhf.launch.role_calls import RoleCalls, WorkerError  # noqa: F401 - WorkerError: re-exported
 from rlhf.planning.plan import DeviceGroup, Plan, RolePlacement
@@ -30,10 +30,6 @@ log = logging.getLogger(__name__)
 
 LOCAL_PG_TIMEOUT_S = 30.0  # a private cluster has its resources at once, or never
 ATTACHED_PG_TIMEOUT_S = 300.0  # an existing cluster may autoscale
-
-
-class PlacementError(UserError):
-    """The cluster cannot hold a device group's bundles."""
 
 
 @dataclass
@@ -286,105 +282,67 @@ class RoleGroup(RoleCalls):
 
 
 @dataclass
-class Realized:
-    """The cluster and placement groups of a plan; ``create_group`` starts a role's actors."""
+class RayExecutor:
+    """Ray's side of a realized plan (rlhf.launch.realized.Realized): the cluster, one placement group per device
+    group (``slots``, by the group's index) and the ledger of what the actors in each bundle claim."""
 
-    spec: ExperimentSpec
-    plan: Plan
     cluster: Cluster
     slots: dict[int, GroupSlots]
     ledger: BundleLedger | None = None
-    role_groups: list[RoleGroup] = field(default_factory=list)
-    rollout_groups: list[Any] = field(default_factory=list)  # rlhf.launch.rollout.RolloutEngineGroup
-
-    def placement(self, role: str) -> RolePlacement:
-        try:
-            return self.plan.roles[role]
-        except KeyError:
-            raise PlacementError(f"role {role} is not in the plan (roles: {', '.join(self.plan.roles)})") from None
-
-    def colocated(self, a: str, b: str) -> bool:
-        """Whether roles a and b share the same bundles (the same device group)."""
-        return self.placement(a).group == self.placement(b).group
-
-    def can_fuse(self, role: str, other: str) -> bool:
-        """Whether ``other`` can live in ``role``'s processes: same bundles, same number of ranks."""
-        a, b = self.placement(role), self.placement(other)
-        return a.group == b.group and a.ranks == b.ranks and b.bundles_per_rank == 1
+    name: str = "ray"
 
     def worker_env(self) -> dict[str, str]:
-        """Environment every actor of this job gets on top of its role's (the cluster's network settings)."""
+        """The cluster's network settings, for every actor of the job."""
         return self.cluster.actor_env()
-
-    def start_rollout(self, model_path: str, env: dict[str, str] | None = None, *, start: bool = True) -> Any:
-        """Start the rollout engines in the rollout role's bundles; a rlhf.launch.rollout.RolloutEngineGroup
-        (``start=False``: the actors placed, no engine built; the rehearsal)."""
-        from rlhf.launch.rollout import start_rollout_engines
-
-        self.cluster.wait_warm()
-        started = start_rollout_engines(self, self.spec, model_path, env, start=start)
-        self.rollout_groups.append(started)
-        return started
 
     def create_group(
         self,
+        realized: Realized,
         role: str,
+        placement: RolePlacement,
         actor_cls: type,
-        *args: Any,
-        fused: Sequence[str] = (),
-        env: dict[str, str] | None = None,
-        **kwargs: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        env: dict[str, str],
     ) -> RoleGroup:
-        """One actor per rank of ``role`` (``actor_cls(*args, **kwargs)``), in the role's bundles. Roles in
-        ``fused`` run inside the same actors (see :meth:`can_fuse`); their resource shares are added to role's."""
+        """One Ray actor per rank of ``role``, in its device group's bundles."""
         self.cluster.wait_warm()
-        placement = self.placement(role)
-        for other in fused:
-            if not self.can_fuse(role, other):
-                raise PlacementError(f"role {other} cannot share {role}'s processes (different devices or ranks)")
-            placement = replace(placement, fraction=placement.fraction + self.placement(other).fraction)
-        group = RoleGroup(
+        spec = realized.spec
+        return RoleGroup(
             role,
             actor_cls,
             self.slots[placement.group],
             placement,
             *args,
-            env={**self.worker_env(), **(env or {})},
-            accelerator=self.spec.hardware.accelerator,
-            timeout_s=self.spec.trainer.remote_timeout_s,
-            startup_timeout_s=self.spec.trainer.startup_s,
-            heartbeat_s=heartbeat_s(self.spec),
+            env={**self.worker_env(), **env},
+            accelerator=spec.hardware.accelerator,
+            timeout_s=spec.trainer.remote_timeout_s,
+            startup_timeout_s=spec.trainer.startup_s,
+            heartbeat_s=heartbeat_s(spec),
             driver_ip=self.cluster.node_ip,
             ledger=self.ledger,
             **kwargs,
         )
-        self.role_groups.append(group)
-        return group
+
+    def start_rollout(self, realized: Realized, model_path: str, env: dict[str, str] | None, start: bool) -> Any:
+        from rlhf.launch.rollout import start_rollout_engines
+
+        self.cluster.wait_warm()
+        return start_rollout_engines(realized, realized.spec, model_path, env, start=start)
 
     def restart_rollout_engine(self, started: Any, engine: int) -> Any:
-        """Replace rollout engine ``engine`` of ``started`` (a RolloutEngineGroup) by a fresh one in the same
-        bundle; returns the new actor once it is ready."""
         from rlhf.launch.rollout import restart_engine
 
         return restart_engine(started, engine)
 
-    def kill_actors(self) -> None:
-        """End every actor of the job (rollout engines and role groups), keeping the cluster and the placement
-        groups, so the job's actors can be started again (a restart after a training rank died)."""
-        for r in self.rollout_groups:
-            r.kill()
-        self.rollout_groups.clear()
-        for g in self.role_groups:
-            g.kill()
-        self.role_groups.clear()
+    def actors_ended(self) -> None:
         if self.ledger is not None:
             self.ledger.claims.clear()
 
     def shutdown(self) -> None:
-        """Kill the actor groups, remove the placement groups, stop a private cluster."""
+        """Remove the placement groups, stop a private cluster."""
         import ray
 
-        self.kill_actors()
         if ray.is_initialized():
             for s in self.slots.values():
                 try:
@@ -411,10 +369,10 @@ def realize(spec: ExperimentSpec, plan: Plan, *, timeout_s: float | None = None)
         for g in plan.groups:
             slots[g.index] = _create_placement_group(g, timeout)
     except BaseException:
-        Realized(spec, plan, cluster, slots).shutdown()
+        Realized(spec, plan, RayExecutor(cluster, slots)).shutdown()
         raise
     log.info("placement groups ready: %s", ", ".join("+".join(s.group.roles) for s in slots.values()))
-    return Realized(spec, plan, cluster, slots, ledger_of(plan))
+    return Realized(spec, plan, RayExecutor(cluster, slots, ledger_of(plan)))
 
 
 def preload_modules(spec: ExperimentSpec, *, own_process: bool = False) -> tuple[str, ...]:

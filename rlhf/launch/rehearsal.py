@@ -296,7 +296,7 @@ def rehearse(spec: ExperimentSpec, plan: Plan, *, timeout_s: float = 300.0) -> R
             lap("sync group and phases")
     finally:
         realized.kill_actors()
-        for s in realized.slots.values():
+        for s in realized.executor.slots.values():
             try:
                 ray.util.remove_placement_group(s.pg)
             except Exception:  # noqa: BLE001 - gone already

@@ -137,9 +137,9 @@ def start_rollout_engines(
     are placed but no engine is built (nothing touches a device)."""
     backend = rollout_backend(spec.rollout.backend)
     placement = realized.placement("rollout")
-    slots = realized.slots[placement.group]
+    slots = realized.executor.slots[placement.group]
     placements = engine_placements(placement.engine_bundles, slots.bundle_order, slots.group.bundle, placement.fraction)
-    ledger = getattr(realized, "ledger", None)
+    ledger = realized.executor.ledger
     if ledger is not None:  # an over-booked bundle is refused here, before anything starts
         for p in placements:
             for label, b, resources in p.claims():
@@ -209,7 +209,7 @@ def _needs(realized: Any, p: EnginePlacement) -> Callable[[], str]:
     wait's message, computed when it is shown)."""
 
     def text() -> str:
-        slots = realized.slots[realized.placement("rollout").group]
+        slots = realized.executor.slots[realized.placement("rollout").group]
         parts = [f"the engine actor needs CPU {p.actor_cpus:g}, GPU {p.actor_gpus:g} in bundle {p.actor_bundle}"]
         if p.worker_gpus is not None:
             parts.append(f"each of its {len(p.bundles)} TP workers GPU {p.worker_gpus:g} in bundles {list(p.bundles)}")

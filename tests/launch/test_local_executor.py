@@ -153,6 +153,27 @@ def test_the_job_sets_the_ranks_variables_and_gives_them_back(monkeypatch):
     assert "MASTER_PORT" not in os.environ and "RLHF_TEST_VAR" not in os.environ
 
 
+def test_a_one_process_job_is_realized_as_rays_are_only_its_executor_differs():
+    """The pipelines get the same Realized on both executors (rlhf.launch.realized): the plan's questions and their
+    errors are one implementation; only how a role starts is the executor's."""
+    from rlhf.launch.local import realize
+    from rlhf.launch.realized import PlacementError, Realized
+    from rlhf.planning.plan import plan
+
+    spec = load_spec(["+recipe=sft_tiny_cpu"])
+    realized = realize(spec, plan(spec))
+    try:
+        assert type(realized) is Realized and realized.executor.name == "local"
+        assert realized.worker_env() == {} and realized.colocated("policy", "policy")
+        with pytest.raises(PlacementError, match="role critic is not in the plan"):
+            realized.create_group("critic", _Member)
+        with pytest.raises(UserError, match="the local executor restarts nothing"):
+            realized.restart_rollout_engine(None, 0)
+    finally:
+        realized.shutdown()
+    assert realized.role_groups == [] and realized.rollout_groups == []
+
+
 # -- the choice ----------------------------------------------------------------------------------------------------
 
 # Every shipped recipe and the executor auto picks for it: the CPU recipes are one process (one rank; hf generation

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.ray
 
 from rlhf.errors import UserError  # noqa: E402
 from rlhf.launch.realize import PlacementError, WorkerError, realize  # noqa: E402
+from rlhf.launch.realized import Realized  # noqa: E402
 from rlhf.planning.plan import plan  # noqa: E402
 from rlhf.spec.build import load_spec  # noqa: E402
 
@@ -76,7 +77,8 @@ def test_colocated_roles_share_bundles_with_rank_environment(cluster):
     spec = _spec("placement=colocate_actor_ref")
     realized = realize(spec, plan(spec))
     try:
-        assert len(realized.slots) == 1 and realized.colocated("policy", "reference")
+        assert type(realized) is Realized and realized.executor.name == "ray"  # the local executor's too
+        assert len(realized.executor.slots) == 1 and realized.colocated("policy", "reference")
         policy = realized.create_group("policy", Probe, "p")
         reference = realized.create_group("reference", Probe, "r")
         envs = policy.run_all("env")
@@ -134,7 +136,7 @@ def test_split_roles_get_their_own_placement_groups(cluster):
     p = plan(spec)
     realized = realize(spec, p)
     try:
-        assert len(realized.slots) == 2 and not realized.colocated("policy", "reference")
+        assert len(realized.executor.slots) == 2 and not realized.colocated("policy", "reference")
         assert not realized.can_fuse("policy", "reference")
         with pytest.raises(PlacementError, match="cannot share"):
             realized.create_group("policy", Probe, "p", fused=("reference",))

@@ -129,11 +129,11 @@ _SCRIPT = textwrap.dedent(
     spec = load_spec(["+recipe=grpo_tiny_cpu", "trainer.backend=fsdp2", "hardware.devices_per_node=2",
                       "placement=colocate_all", "placement.devices.policy=2", "rollout.num_engines=2"])
     realized = realize(spec, plan(spec))
-    folder = realized.cluster.warm_folder
+    folder = realized.executor.cluster.warm_folder
     group = realized.create_group("policy", Probe)
     reports = group.run_all("report")
     slots = sorted(open(os.path.join(folder, n)).read() for n in os.listdir(folder) if n.startswith("slot-"))
-    print(json.dumps({"reports": reports, "slot_pids": slots, "warm": realized.cluster.warm_count}))
+    print(json.dumps({"reports": reports, "slot_pids": slots, "warm": realized.executor.cluster.warm_count}))
     realized.shutdown()
     """
 )
