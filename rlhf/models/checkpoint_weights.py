@@ -1,8 +1,7 @@
 """Hugging Face model folders from weights that are not one yet (``checkpoint.init_from``, rlhf.pipelines.init_from):
 
-* a DeepSpeed checkpoint of any ZeRO stage and any number of ranks: ZeRO 1-3 consolidated with DeepSpeed's own
-  ``zero_to_fp32`` (the fp32 master weights, gathered from every rank's shard), stage 0 read from its model-states
-  file (which holds the whole module);
+* a full state dict, as the training backend that saved a checkpoint consolidates it from any number of ranks
+  (rlhf.backends.contract.training.TrainBackend.checkpoint_state_dict: the layout is the backend's own);
 * LoRA adapters: merged into their base (a peft state dict from a checkpoint, or an adapter folder), so the folder
   loads with plain transformers.
 
@@ -19,24 +18,6 @@ from typing import Any
 from rlhf.spec.schema import LoraSpec
 
 CAUSAL_LM, VALUE = "causal_lm", "value"
-ZERO3_MODEL_STATES = "zero_pp_rank_0_mp_rank_00_model_states.pt"
-MODEL_STATES = "mp_rank_00_model_states.pt"
-
-
-def deepspeed_state_dict(folder: str | Path, tag: str) -> dict[str, Any]:
-    """The full state dict (the module's own names, CPU tensors) of the DeepSpeed checkpoint ``folder/tag``."""
-    import torch
-
-    ds = Path(folder) / tag
-    if (ds / MODEL_STATES).is_file():
-        states = torch.load(ds / MODEL_STATES, map_location="cpu", weights_only=False, mmap=True)
-        if int((states.get("ds_config") or {}).get("zero_optimization", {}).get("stage", 0)) == 0:
-            return {k: v.clone() for k, v in states["module"].items()}  # no ZeRO: the module is whole here
-    elif not (ds / ZERO3_MODEL_STATES).is_file():
-        raise FileNotFoundError(f"{ds}: no DeepSpeed model states ({MODEL_STATES} or {ZERO3_MODEL_STATES})")
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-
-    return get_fp32_state_dict_from_zero_checkpoint(str(folder), tag=tag)
 
 
 def _empty_model(base: str, kind: str, value_head_prefix: str, trust_remote_code: bool):

@@ -3,14 +3,15 @@ the new seed's data order, a new tracker run); ``rlhf-run --resume`` instead con
 
     spec, params = starting_weights(spec, run_dir)   in each pipeline's prepare, before any process starts
 
-It resolves and checks the source (rlhf.run_files.init_source), makes it loadable where it is not
-(rlhf.models.checkpoint_weights: a DeepSpeed checkpoint of any ZeRO stage and rank count consolidated, LoRA adapters
-MERGED into their base) into ``RUN_DIR/init_from/``, records what it read in ``RUN_DIR/init_from/origin.json`` and
-returns the spec the run's roles load: ``model.path`` names the starting weights (every role and engine resolves
-its folder through rlhf.models.loading.resolve_model_path), so the policy, the rollout engines and the reference
-(unless reference.model_path is set) start from them; an RL critic loads the source's critic when the source has one
-and critic.model_path is empty. A resumed run (``rlhf-run --resume`` of a run started this way) reuses the record,
-so its reference is still the starting weights.
+It resolves and checks the source (rlhf.run_files.init_source), makes it loadable where it is not (a step
+checkpoint's states consolidated by the training backend that saved them, whatever its rank count:
+rlhf.backends.contract.training.TrainBackend.checkpoint_state_dict; LoRA adapters MERGED into their base; the
+Hugging Face folder written by rlhf.models.checkpoint_weights) into ``RUN_DIR/init_from/``, records what it read in
+``RUN_DIR/init_from/origin.json`` and returns the spec the run's roles load: ``model.path`` names the starting
+weights (every role and engine resolves its folder through rlhf.models.loading.resolve_model_path), so the policy,
+the rollout engines and the reference (unless reference.model_path is set) start from them; an RL critic loads the
+source's critic when the source has one and critic.model_path is empty. A resumed run (``rlhf-run --resume`` of a
+run started this way) reuses the record, so its reference is still the starting weights.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def _source_base(source: Source) -> tuple[str, str]:
 
 
 def _lora(source: Source) -> LoraSpec | None:
-    """The LoRA settings the source run trained with (its DeepSpeed states then hold peft's names), else None."""
+    """The LoRA settings the source run trained with (its checkpoint's states then hold peft's names), else None."""
     m = source_model(source)
     return m.lora if m is not None and m.lora.rank > 0 else None
 
@@ -86,11 +87,13 @@ def _loadable(spec: ExperimentSpec, source: Source, w: Weights, dest: Path) -> P
         print(f"{KEY}: merging the LoRA adapters of {w.path} into {base}", file=sys.stderr, flush=True)
         cw.merge_adapter(base, w.path, tmp, kind=w.kind, precision=precision)
     else:
+        from rlhf.spec.registry import train_backend
+
         lora = _lora(source)
         merged = " (LoRA adapters merged)" if lora else ""
-        print(f"{KEY}: consolidating the DeepSpeed checkpoint {w.path}{merged}", file=sys.stderr, flush=True)
+        print(f"{KEY}: consolidating the {w.backend} checkpoint {w.path}{merged}", file=sys.stderr, flush=True)
         prefix = str((source.run_config().get("reward") or {}).get("value_head_prefix") or "score")
-        state = cw.deepspeed_state_dict(w.path, w.tag)
+        state = train_backend(w.backend).checkpoint_state_dict(w.path)
         cw.write_hf_model(
             state,
             tmp,
@@ -133,7 +136,7 @@ def _materialize(spec: ExperimentSpec, source: Source, out: Path) -> dict[str, A
         "policy": str(policy),
         "critic": str(critic) if critic else None,
         "tokenizer": str(tokenizer),
-        "lora_merged": source.policy.form == "adapter" or (source.policy.form == "deepspeed" and bool(_lora(source))),
+        "lora_merged": source.policy.form == "adapter" or (source.policy.form == "checkpoint" and bool(_lora(source))),
     }
     tmp = out / f".{ORIGIN}.tmp"
     tmp.write_text(json.dumps(origin, indent=1))

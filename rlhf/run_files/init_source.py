@@ -11,8 +11,10 @@ Which weights a folder gives:
     run folder        its last complete checkpoint; its final model/ instead when that was written after the last
                       checkpoint (the same weights, already a Hugging Face folder); its final model/ when it has no
                       checkpoint
-    checkpoint        a step folder (driver_state.json): its hf/ when it holds a whole model, else DeepSpeed's states
-                      (an RL checkpoint: policy/ and critic/); a checkpoint root (.../checkpoints): its latest
+    checkpoint        a step folder (driver_state.json): its hf/ when it holds a whole model, else the states the
+                      training backend saved (an RL checkpoint: policy/ and critic/), found by the backend its run's
+                      resolved_config.yaml names (trainer.backend; rlhf.backends.contract.training.TrainBackend:
+                      checkpoint_weights); a checkpoint root (.../checkpoints): its latest
     Hugging Face      config.json with weights (used in place), or adapter_config.json (LoRA adapters: merged into
                       their base)
 """
@@ -26,8 +28,10 @@ from typing import Any
 
 from rlhf.errors import UserError
 from rlhf.models.checkpoint_weights import CAUSAL_LM, VALUE
+from rlhf.run_files import checkpoint_manifest
 from rlhf.run_files.checkpoint import DRIVER_STATE, CheckpointManager
-from rlhf.spec.schema import ExperimentSpec, LoraSpec, ModelSpec
+from rlhf.spec.registry import TRAIN_BACKENDS, train_backend
+from rlhf.spec.schema import ExperimentSpec, LoraSpec, ModelSpec, TrainerSpec
 
 KEY = "checkpoint.init_from"
 RUN_CONFIG = "resolved_config.yaml"  # written into every run folder (the CLI, else rlhf.pipelines.run_files)
@@ -53,10 +57,10 @@ _FIT = (
 class Weights:
     """One model's weights inside a source."""
 
-    form: str  # hf (a Hugging Face folder) | adapter (LoRA adapters) | deepspeed (a checkpoint's DeepSpeed states)
-    path: Path
+    form: str  # hf (a Hugging Face folder) | adapter (LoRA adapters) | checkpoint (a training backend's states)
+    path: Path  # checkpoint: the trained role's folder (policy/, critic/, or the step folder itself)
     kind: str  # causal_lm | value (a reward model or critic: a value head, no language-model head)
-    tag: str = ""  # deepspeed: the sub-folder DeepSpeed wrote its files into
+    backend: str = ""  # checkpoint: the trainer.backend that wrote it ("": unknown, its run folder is gone)
 
 
 @dataclass(frozen=True)
@@ -151,15 +155,34 @@ def hf_weights(folder: Path) -> Weights | None:
     return Weights("hf", folder, VALUE if value and not any("ForCausalLM" in a for a in archs) else CAUSAL_LM)
 
 
-def _deepspeed(folder: Path, kind: str, ck: Path) -> Weights:
-    tags = sorted(p.name for p in folder.iterdir() if p.is_dir() and next(p.glob("*model_states.pt"), None))
-    if not tags:
+_EARLIER = "give an earlier checkpoint of that run, or its final model/"
+
+
+def backend_of(run_dir: Path | None) -> str:
+    """The ``trainer.backend`` that wrote the checkpoints of ``run_dir``, as its resolved config says (a config
+    without the key predates it: the default's); "" when there is no run folder to ask."""
+    if run_dir is None:
+        return ""
+    trainer = _run_config(run_dir).get("trainer") or {}
+    return str((trainer.get("backend") if isinstance(trainer, dict) else None) or TrainerSpec().backend)
+
+
+def _saved(folder: Path, kind: str, ck: Path, backend: str) -> Weights:
+    """One trained role's weights in checkpoint ``ck``, as the backend that wrote them finds them (not judged when
+    nothing says which backend that was: fit_problems refuses such a source, whose model is unknown too)."""
+    if backend and backend not in TRAIN_BACKENDS:
         raise refuse(
             str(ck),
-            f"{folder} holds no DeepSpeed model states (*model_states.pt): the checkpoint is incomplete",
-            "give an earlier checkpoint of that run, or its final model/",
+            f"its run ({RUN_CONFIG}) was trained with trainer.backend={backend}, which is not registered here, so "
+            "nothing here can read its checkpoint",
+            f"install the package that registers the {backend} backend, or give the run's final model/ (a Hugging "
+            "Face folder)",
         )
-    return Weights("deepspeed", folder, kind, tags[0])
+    if backend:
+        found = train_backend(backend).checkpoint_weights(folder)
+        if found.problem:
+            raise refuse(str(ck), found.problem, _EARLIER)
+    return Weights("checkpoint", folder, kind, backend)
 
 
 def _checkpoint(given: str, ck: Path, form: str) -> Source:
@@ -167,14 +190,18 @@ def _checkpoint(given: str, ck: Path, form: str) -> Source:
     step = state.get("step", CheckpointManager.step_of(ck))
     run_dir = run_of(ck)
     family = state.get("family") or ((_run_config(run_dir).get("algorithm") or {}).get("family") if run_dir else None)
+    damaged = checkpoint_manifest.damage(ck, checksums=False)  # sizes only: a file missing or cut short
+    if damaged:
+        raise refuse(str(ck), f"the checkpoint {ck} is damaged: " + "; ".join(damaged), _EARLIER)
+    backend = backend_of(run_dir)
     critic = None
     if (ck / "policy").is_dir():  # an RL checkpoint: one folder per trained role
-        policy = _deepspeed(ck / "policy", CAUSAL_LM, ck)
-        critic = _deepspeed(ck / "critic", VALUE, ck) if (ck / "critic").is_dir() else None
+        policy = _saved(ck / "policy", CAUSAL_LM, ck, backend)
+        critic = _saved(ck / "critic", VALUE, ck, backend) if (ck / "critic").is_dir() else None
     else:
         whole = hf_weights(ck / "hf") if (ck / "hf").is_dir() else None  # checkpoint.save_hf_every_checkpoint
         kind = VALUE if family == "rm" else CAUSAL_LM
-        policy = whole if whole is not None and whole.form == "hf" else _deepspeed(ck, kind, ck)
+        policy = whole if whole is not None and whole.form == "hf" else _saved(ck, kind, ck, backend)
     mlflow = _mlflow_run_id(state) or (_mlflow_run_id(read_json(run_dir / TRACKING)) if run_dir else None)
     return Source(given, form, ck, policy, critic, int(step) if step is not None else None, run_dir, mlflow)
 
@@ -337,8 +364,8 @@ def fit_problems(spec: ExperimentSpec, source: Source) -> list[Problem]:
             Problem(
                 KEY,
                 given,
-                f"{source.path} is a DeepSpeed checkpoint without its run folder ({RUN_CONFIG} two levels up), so "
-                "nothing says which model its weights belong to",
+                f"{source.path} is a checkpoint without its run folder ({RUN_CONFIG} two levels up), so nothing "
+                "says which model its weights belong to nor which trainer.backend saved them",
                 "give the run folder, or a checkpoint saved with checkpoint.save_hf_every_checkpoint=true",
             )
         )

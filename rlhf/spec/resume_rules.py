@@ -4,10 +4,13 @@ Three kinds of key (compared on the flattened resolved config, ``section.key``):
 
 - **what is trained** (refused): the objective (``algorithm.name`` and the estimator, policy loss, preference and RM
   loss it picks), the model and tokenizer (``model.*``, but for the attention kernel), the training data and how its
-  rows become samples (``data.train_*``, the column keys, the template), the optimizer and how its state is sharded
-  (``trainer.backend``, ``trainer.optimizer``, ``trainer.zero_stage``, and a trained role's rank count where
-  DeepSpeed ZeRO shards the optimizer state, which its checkpoints cannot reshard; FSDP2's can). The checkpoint's
-  weights and optimizer state belong to the old values: a new run from its weights is ``checkpoint.init_from``.
+  rows become samples (``data.train_*``, the column keys, the template), the optimizer and the backend that saved
+  it (``trainer.backend``, ``trainer.optimizer``), and what the checkpoint's training backend lays its files out by:
+  the keys its descriptor names (rlhf.backends.contract.training.TrainBackend.checkpoint_bound_keys: DeepSpeed's
+  ``trainer.zero_stage``) and a trained role's rank count where it saves the optimizer state split over the ranks
+  and cannot reshard it (``optimizer_bound_to_ranks``: DeepSpeed ZeRO 1-3; FSDP2's torch.distributed.checkpoint
+  reshards). The checkpoint's weights and optimizer state belong to the old values: a new run from its weights is
+  ``checkpoint.init_from``.
 - **what extends or observes the run** (silent): the length (``trainer.max_steps``, ``num_episodes``, ``epochs``),
   logging and trackers, evaluation, the checkpoint schedule, timeouts and restarts, the executor and Ray.
 - **anything else** (allowed, said in one line): learning rate, sampling, rewards, batch sizes: what HF Trainer and
@@ -30,7 +33,6 @@ TRAINED_KEYS = (
     "algorithm.rm.loss",
     "trainer.backend",
     "trainer.optimizer",
-    "trainer.zero_stage",
     "data.train_files",
     "data.train_probs",
     "data.train_split",
@@ -82,21 +84,38 @@ def changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
     return [Change(k, old[k], new[k]) for k in sorted(old.keys() & new.keys()) if old[k] != new[k]]
 
 
-def trains_differently(key: str) -> bool:
+def trains_differently(key: str, bound: tuple[str, ...] = ()) -> bool:
+    """Whether a resume refuses a change of ``key``; ``bound``: the checkpoint's backend's own such keys."""
     if key in NOT_TRAINED:
         return False
-    return key in TRAINED_KEYS or key.startswith(TRAINED_PREFIXES)
+    return key in TRAINED_KEYS or key in bound or key.startswith(TRAINED_PREFIXES)
 
 
 def observes(key: str) -> bool:
     return key in OBSERVING_KEYS or key.startswith(OBSERVING_PREFIXES) or key.endswith(OBSERVING_SUFFIXES)
 
 
+def _backend(flat: dict[str, Any]) -> str:
+    """The training backend of a flattened config (one written before the key existed: the default's)."""
+    from rlhf.spec.schema import TrainerSpec
+
+    return str(flat.get("trainer.backend") or TrainerSpec().backend)
+
+
 def sharded_optimizer(flat: dict[str, Any]) -> bool:
     """Whether the optimizer state is split across ranks in a layout its checkpoint cannot reshard."""
     from rlhf.spec.train_backend_rules import optimizer_bound_to_ranks
 
-    return optimizer_bound_to_ranks(str(flat.get("trainer.backend")), flat)
+    return optimizer_bound_to_ranks(_backend(flat), flat)
+
+
+def bound_keys(flat: dict[str, Any]) -> tuple[str, ...]:
+    """The keys the checkpoints of a run trained under ``flat`` are laid out by, as their training backend says
+    (none when no line registers it: validation names that backend)."""
+    from rlhf.spec.registry import TRAIN_BACKENDS, train_backend
+
+    name = _backend(flat)
+    return tuple(train_backend(name).checkpoint_bound_keys()) if name in TRAIN_BACKENDS else ()
 
 
 def judge(
@@ -107,15 +126,15 @@ def judge(
 ) -> tuple[list[Change], list[Change]]:
     """(refused, noted): the changes from ``old`` to ``new`` (flattened configs) that a resume refuses, and those it
     makes while saying so. ``*_ranks``: each trained role's rank count in the old and new plan."""
-    found = changes(old, new)
-    refused = [c for c in found if trains_differently(c.key)]
-    noted = [c for c in found if not trains_differently(c.key) and not observes(c.key)]
+    found, bound = changes(old, new), bound_keys(old)  # the checkpoint's backend: the old run's
+    refused = [c for c in found if trains_differently(c.key, bound)]
+    noted = [c for c in found if not trains_differently(c.key, bound) and not observes(c.key)]
     if old_ranks and new_ranks and sharded_optimizer(old) and sharded_optimizer(new):
+        backend = _backend(old)
         for role in sorted(old_ranks.keys() & new_ranks.keys()):
             if old_ranks[role] != new_ranks[role]:
-                refused.append(
-                    Change(f"ranks of {role} (ZeRO-sharded optimizer state)", old_ranks[role], new_ranks[role])
-                )
+                what = f"ranks of {role} (the {backend} optimizer state is split over the ranks that saved it)"
+                refused.append(Change(what, old_ranks[role], new_ranks[role]))
     return refused, noted
 
 

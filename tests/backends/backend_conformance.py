@@ -74,6 +74,20 @@ def token_mean_loss(engine, mbs) -> float:
     return float(stats[0] / stats[1])
 
 
+def saved_checkpoint_reads_back(backend, engine, ckpt: Path, rank: int, lora: bool) -> None:
+    """The backend's own answers about the folder its engine just saved (checkpoint.init_from's reading, in one
+    process without a process group): whole, and the full weights under the module's names, whatever the ranks."""
+    named = dict(engine.named_weights(keep=rank == 0))  # collective when sharded: every rank takes part
+    dist.barrier()  # every rank's files are written
+    if rank == 0:
+        saved = backend.checkpoint_weights(ckpt)
+        assert saved.problem == "" and saved.where.exists(), saved
+        state = backend.checkpoint_state_dict(ckpt)
+        assert set(state) == set(engine.module.state_dict()), "the module's own names (a peft model's for LoRA)"
+        if not lora:  # LoRA: named_weights are merged, the state is not
+            assert all(torch.equal(state[n].to(t.dtype), t) for n, t in named.items())
+
+
 def run_case(backend_name: str, case: str, overrides: list[str], out: Path) -> None:
     rank = dist.get_rank()
     settings = {
@@ -128,6 +142,7 @@ def run_case(backend_name: str, case: str, overrides: list[str], out: Path) -> N
 
     ckpt = out / f"{case}.ckpt"
     engine.save(str(ckpt), {"step": 1})
+    saved_checkpoint_reads_back(backend, engine, ckpt, rank, lora.rank > 0)
     for s in (2, 3):
         m = engine.step(batches(s, rank), loss_fn)
         record["loss"].append(m["loss"])

@@ -1,4 +1,5 @@
-"""--resume with a config that changes what the checkpoints were trained for (algorithm=, model=) is refused before
+"""--resume with a config that changes what the checkpoints were trained for (algorithm=, model=, or a key the
+checkpoint's training backend lays its files out by: DeepSpeed's trainer.zero_stage) is refused before
 torch or Ray is imported, naming each key with its old and new value, and leaves the run's command as it was: a
 plain --resume afterwards continues the run."""
 
@@ -30,6 +31,7 @@ def test_a_resume_that_changes_algorithm_or_model_is_refused_at_once_and_a_plain
     refusals = {
         "algorithm=rloo": ["algorithm.name: 'grpo' -> 'rloo'"],
         "model=small": ["model.name: 'tiny' -> 'small'", "model.hidden_size: 128 -> 512"],
+        "trainer.zero_stage=1": ["trainer.zero_stage: 2 -> 1"],  # the checkpoint's backend lays its files out by it
     }
     for override, keys in refusals.items():
         r = _rlhf_run(["--resume", str(run_dir), "trainer.max_steps=3", override], tmp_path, blocked)

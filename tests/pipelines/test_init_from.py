@@ -8,21 +8,33 @@ run folder evaluates at step 0 exactly as the same weights do when given as mode
 same seed), and not as the untrained model does; a LoRA run's final adapters and its checkpoint (one rank, ZeRO-2)
 merge into the same weights. The rest pins, without Ray, what is refused before anything starts and how adapters and
 critics become Hugging Face folders.
+
+Every registered training backend owns its checkpoint layout (rlhf.backends.contract.training.TrainBackend:
+checkpoint_weights, checkpoint_state_dict): for each one (rlhf.spec.registry.TRAIN_BACKENDS, so a new backend is
+covered without an edit here), one-step runs in this process (the local executor) write an RL checkpoint (policy/ and
+critic/) and a LoRA SFT checkpoint, a new run starts from each, and its weights are those the source run saved. The
+toy plug-in (tests/backends/toy_plugin/toy_train/, its own layout) runs the same tests in a process with the plug-in
+on its path.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
+from ceilings import ceiling
 
 from rlhf.pipelines.init_from import starting_weights, value_head_trained
 from rlhf.run_files.init_source import InitFromError, check
 from rlhf.spec import validate
 from rlhf.spec.build import load_spec
+from rlhf.spec.registry import TRAIN_BACKENDS, train_backend
 
 TWO_RANKS = ["hardware.devices_per_node=2", "trainer.global_batch=32", "trainer.micro_batch_per_device=8"]
 QUIET = ["logging.progress=false"]
@@ -30,6 +42,7 @@ GRPO = ["+recipe=grpo_tiny_cpu", "logging.progress=false", "logging.mlflow=false
 # Seeded evals (the eval's sampling seed is seed x 7919 + 10^6 + step, and the hf engine samples reproducibly given
 # it): the same weights give the same eval exactly, and the mean length of 64 sampled answers tells weights apart.
 SEEDED = ["eval.steps=1", "eval.temperature=1.0", "eval.samples_per_prompt=4", "eval.max_prompts=16"]
+BACKENDS = sorted(TRAIN_BACKENDS)  # every registered training backend (the toy's too, in the plug-in's process)
 
 
 # -- refused before anything starts ---------------------------------------------------------------------------------
@@ -99,6 +112,40 @@ def test_a_run_folder_holding_another_runs_checkpoints_is_refused(tmp_path):
     spec = load_spec(["+recipe=grpo_tiny_cpu", f"checkpoint.init_from={base}"])
     with pytest.raises(InitFromError, match="already holds checkpoints"):
         starting_weights(spec, tmp_path / "run")
+
+
+def _checkpoint_of(tmp_path: Path, backend: str) -> Path:
+    """A run folder whose config says ``backend`` trained it, with a step checkpoint whose policy/ holds nothing."""
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoints" / "step00000003"
+    (checkpoint / "policy").mkdir(parents=True)
+    (run / "resolved_config.yaml").write_text(f"trainer:\n  backend: {backend}\n")
+    (checkpoint / "driver_state.json").write_text(json.dumps({"step": 3, "family": "rl"}))
+    return checkpoint
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_checkpoint_missing_its_weights_is_refused_in_the_words_of_the_backend_that_wrote_it(backend, tmp_path):
+    checkpoint = _checkpoint_of(tmp_path, backend)
+    (problem,) = check(load_spec(["+recipe=grpo_tiny_cpu", f"checkpoint.init_from={checkpoint}"]))
+    said = train_backend(backend).checkpoint_weights(checkpoint / "policy").problem
+    assert problem.key == "checkpoint.init_from" and problem.value == str(checkpoint)
+    assert problem.problem == said and str(checkpoint / "policy") in said
+    assert "earlier checkpoint" in problem.fix and "final model/" in problem.fix
+
+
+def test_a_checkpoint_of_a_backend_not_registered_here_or_damaged_is_refused_naming_the_fix(tmp_path):
+    checkpoint = _checkpoint_of(tmp_path / "a", "megatron")
+    (problem,) = check(load_spec(["+recipe=grpo_tiny_cpu", f"checkpoint.init_from={checkpoint}"]))
+    assert "trainer.backend=megatron, which is not registered here" in problem.problem
+    assert "registers the megatron backend" in problem.fix and "final model/" in problem.fix
+
+    checkpoint = _checkpoint_of(tmp_path / "b", BACKENDS[0])
+    manifest = {"format": 1, "files": {"policy/shard.bin": {"bytes": 10}}}  # what the save wrote, now gone
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+    (problem,) = check(load_spec(["+recipe=grpo_tiny_cpu", f"checkpoint.init_from={checkpoint}"]))
+    assert f"the checkpoint {checkpoint} is damaged: policy/shard.bin: missing" in problem.problem
+    assert "earlier checkpoint" in problem.fix
 
 
 # -- LoRA sources are merged -----------------------------------------------------------------------------------------
@@ -278,3 +325,118 @@ def test_a_lora_run_folder_and_its_checkpoint_merge_to_the_same_weights(tmp_path
     a, b = merged["adapters"], merged["checkpoint"]
     assert a.keys() == b.keys() == base.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert any(not torch.equal(a[k], base[k]) for k in a)  # the adapters trained: merged, not dropped
+
+
+# -- every registered training backend's checkpoint ------------------------------------------------------------------
+# one step at the full learning rate (no warm-up, no decay to its end): the step changes the weights
+ONE_STEP = [
+    "trainer.max_steps=1",
+    "trainer.lr_scheduler=constant",
+    "trainer.warmup_ratio=0.0",
+    "checkpoint.save_steps=1",
+    "logging.mlflow=false",
+    *QUIET,
+]
+PPO = [
+    "+recipe=ppo_tiny_cpu",
+    "rollout.prompts_per_step=8",
+    "rollout.micro_batch_per_device=8",
+    "trainer.global_batch=8",
+    "trainer.micro_batch_per_device=8",
+    "eval.steps=0",
+]
+TOY_PLUGIN = Path(__file__).parents[1] / "backends" / "toy_plugin"
+
+
+def _tensors(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(folder) / "model.safetensors"))
+
+
+def _assert_equal_weights(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == want.keys()
+    differ = [k for k in want if not torch.equal(got[k], want[k])]
+    assert not differ, f"{len(differ)} tensors differ, e.g. {differ[:3]}"
+
+
+def _found_by_its_backend_alone(backend: str, role: Path) -> None:
+    """The role folder is whole by its backend's answer, and no other backend takes it for one of its own (so the
+    weights read back are its backend's reading)."""
+    saved = train_backend(backend).checkpoint_weights(role)
+    assert saved.problem == "" and saved.where.exists() and role in (saved.where, *saved.where.parents), saved
+    for other in TRAIN_BACKENDS:
+        if other != backend:
+            assert train_backend(other).checkpoint_weights(role).problem, f"{other} reads {backend}'s {role}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_new_run_starts_from_an_rl_checkpoint_of_every_backend_with_its_policy_and_critic(backend, tmp_path):
+    """A PPO run on ``backend`` saves a checkpoint (policy/ and critic/) and its final policy and critic; a new PPO
+    run (the default backend) started from the checkpoint holds exactly those weights in both roles."""
+    src = tmp_path / "src"
+    _job(src, *PPO, *ONE_STEP, f"trainer.backend={backend}", "critic.save_value_network=true")
+    checkpoint = src / "checkpoints" / "step00000001"
+    for role in ("policy", "critic"):
+        _found_by_its_backend_alone(backend, checkpoint / role)
+
+    _, rows = _job(tmp_path / "new", *PPO, *ONE_STEP, f"checkpoint.init_from={checkpoint}")
+    origin = json.loads((tmp_path / "new" / "init_from" / "origin.json").read_text())
+    assert (origin["form"], origin["step"], origin["source"]) == ("checkpoint", 1, str(checkpoint))
+    _assert_equal_weights(_tensors(origin["policy"]), _tensors(src / "model"))
+    _assert_equal_weights(_tensors(origin["critic"]), _tensors(src / "model_critic"))
+    assert [r["step"] for r in rows if "train/policy_loss" in r] == [1]  # a new run: its own first step
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_lora_sft_checkpoint_of_every_backend_merges_into_what_its_adapters_give(backend, tmp_path):
+    """A LoRA SFT run on ``backend`` saves a checkpoint (the step folder is the role's) and its final adapters; the
+    weights a new run starts from are those adapters merged into the base, and give the adapted model's log-probs."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from rlhf.models.merge_lora import merge_lora
+
+    src = tmp_path / "src"
+    _job(src, "+recipe=sft_tiny_cpu", *ONE_STEP, f"trainer.backend={backend}", "model.lora.rank=8", "eval.steps=0")
+    checkpoint = src / "checkpoints" / "step00000001"
+    _found_by_its_backend_alone(backend, checkpoint)
+
+    started, params = starting_weights(
+        load_spec(["+recipe=sft_tiny_cpu", f"checkpoint.init_from={checkpoint}"]), tmp_path / "new"
+    )
+    assert (params["init_from.lora_merged"], params["init_from.step"]) == ("true", "1")
+    _, base = _tiny()
+    merge_lora(str(base), str(src / "model"), str(tmp_path / "merged"))
+    _assert_equal_weights(_tensors(started.model.path), _tensors(tmp_path / "merged"))
+
+    ids = torch.tensor([[3, 17, 42, 99, 7, 11]])
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), src / "model").eval()
+    first = AutoModelForCausalLM.from_pretrained(started.model.path).eval()
+    torch.testing.assert_close(_logits(first, ids), _logits(adapted, ids), atol=1e-5, rtol=1e-5)
+    untrained = AutoModelForCausalLM.from_pretrained(base).eval()
+    assert (_logits(first, ids) - _logits(untrained, ids)).abs().max() > 1e-3  # the adapters trained: merged
+
+
+@pytest.mark.skipif("toy" in TRAIN_BACKENDS, reason="this process has the toy plug-in: the tests above run it")
+def test_a_plugin_backend_with_a_checkpoint_layout_of_its_own_is_read_through_its_answers_alone():
+    """The toy training backend (a plug-in: its folder, its conf file, its registry line as an entry point) saves its
+    weights in a layout of its own, which nothing in rlhf names: the tests above parametrized by backend, run in a
+    process with the plug-in on its path, pass for it (its checkpoints refused when incomplete, read back whole)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(TOY_PLUGIN), os.environ.get("PYTHONPATH")) if p)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-n",
+        "0",
+        "-p",
+        "no:cacheprovider",
+        __file__,
+        "-k",
+        "toy",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=ceiling(900))
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1].startswith("3 passed"), done.stdout[-2000:]

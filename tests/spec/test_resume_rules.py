@@ -57,7 +57,8 @@ def test_a_key_only_one_config_has_is_not_a_change():
 
 def test_new_rank_counts_are_refused_where_zero_shards_the_optimizer_and_allowed_where_fsdp2_reshards():
     refused, _ = judge(BASE, BASE, {"policy": 2}, {"policy": 4})
-    assert refused == [Change("ranks of policy (ZeRO-sharded optimizer state)", 2, 4)]
+    split = "ranks of policy (the deepspeed optimizer state is split over the ranks that saved it)"
+    assert refused == [Change(split, 2, 4)]
     fsdp2 = _with(trainer__backend="fsdp2")
     assert judge(fsdp2, fsdp2, {"policy": 2}, {"policy": 4}) == ([], [])
     zero0 = _with(trainer__zero_stage=0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -42,6 +43,15 @@ class ModelStates:
     grads: float = 0.0  # gradients on the device
     optimizer: float = 0.0  # master weights, fp32 gradient copies and Adam moments on the device
     host: float = 0.0  # what the backend keeps in host memory instead (offload), per device
+
+
+@dataclass(frozen=True)
+class SavedWeights:
+    """One trained role's weights in a step checkpoint, as the backend that wrote it finds them
+    (:meth:`TrainBackend.checkpoint_weights`), reading file names only."""
+
+    where: Path  # the files holding them (the role's folder, or the backend's own folder or file inside it)
+    problem: str = ""  # why they are not whole, one sentence naming the folder and what is missing ("": complete)
 
 
 @dataclass(frozen=True)
@@ -195,6 +205,13 @@ class TrainBackend(Protocol):
     :meth:`gathers_on_every_rank` for the weight sync's buffers. Validation: see the module docstring (the
     sub-section ``trainer.<name>`` and its ``problems``). Weights reach the rollout
     engines through :meth:`TrainEngine.weight_buckets`, sent by the worker's weight-sync sender on rank 0.
+
+    Checkpoints: the backend owns the layout its :meth:`TrainEngine.save` writes into a trained role's folder of a
+    step checkpoint (rlhf.run_files.checkpoint: an RL checkpoint's ``policy/`` and ``critic/``, an SFT/RM/DPO
+    checkpoint's folder itself). The run's ``resolved_config.yaml`` (``trainer.backend``) says which backend wrote
+    a checkpoint, and ``checkpoint.init_from`` and ``rlhf-run --resume`` ask that backend:
+    :meth:`checkpoint_weights` (the preflight, no torch), :meth:`checkpoint_state_dict` (the pipeline, with torch),
+    :meth:`checkpoint_bound_keys` and :meth:`optimizer_bound_to_ranks` (what a resume may not change).
     """
 
     name: str
@@ -328,4 +345,29 @@ class TrainBackend(Protocol):
     def optimizer_bound_to_ranks(self, flat: dict[str, Any]) -> bool:
         """Whether a checkpoint written under the flattened config ``flat`` holds optimizer state split over as many
         ranks as saved it, so it cannot resume on another rank count."""
+        ...
+
+    # -- its checkpoints, asked by rlhf.run_files.init_source (preflight), rlhf.pipelines.init_from and
+    # rlhf.spec.resume_rules through the registry line of the backend the checkpoint's run names --
+
+    def checkpoint_weights(self, folder: Path) -> SavedWeights:
+        """Where ``folder``, one trained role's folder of a step checkpoint this backend's :meth:`TrainEngine.save`
+        wrote, holds that role's whole weights, and whether they are all there (:attr:`SavedWeights.problem`, said
+        under ``checkpoint.init_from`` as it is: name the folder and the files missing). File names only, no torch:
+        the preflight asks it before anything starts."""
+        ...
+
+    def checkpoint_state_dict(self, folder: Path) -> dict[str, Any]:
+        """The full state dict of the model saved in ``folder`` (as :meth:`checkpoint_weights`): the module's own
+        parameter names (a peft model's for LoRA), CPU tensors in the precision the optimizer steps (the fp32
+        master weights where there are some), consolidated from however many ranks saved it, in a process with no
+        process group (``checkpoint.init_from`` writes it into a Hugging Face folder before any rank starts).
+        Imports torch inside."""
+        ...
+
+    def checkpoint_bound_keys(self) -> tuple[str, ...]:
+        """The config keys (flattened, ``section.key``) a checkpoint of this backend is laid out by, so that a resume
+        may not change them, beyond those of every backend (rlhf.spec.resume_rules.TRAINED_KEYS:
+        ``trainer.backend``, ``trainer.optimizer``, the model, ...); the rank count is
+        :meth:`optimizer_bound_to_ranks`'s."""
         ...

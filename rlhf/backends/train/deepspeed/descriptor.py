@@ -17,9 +17,10 @@ Frozen models: weights only, sharded /N under ZeRO-3 (when the trained models us
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from rlhf.backends.contract.training import ModelLoader, ModelStates, Network, TrainTraffic
+from rlhf.backends.contract.training import ModelLoader, ModelStates, Network, SavedWeights, TrainTraffic
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -337,6 +338,21 @@ class DeepSpeedBackend:
     def optimizer_bound_to_ranks(self, flat: dict[str, Any]) -> bool:
         """ZeRO 1-3 save each rank's optimizer partition: a checkpoint resumes on as many ranks as saved it."""
         return int(flat.get("trainer.zero_stage") or 0) >= 1
+
+    # -- its checkpoints (rlhf.backends.train.deepspeed.checkpoint: the layout) --
+    def checkpoint_weights(self, folder: Path) -> SavedWeights:
+        from rlhf.backends.train.deepspeed import checkpoint
+
+        return checkpoint.checkpoint_weights(folder)
+
+    def checkpoint_state_dict(self, folder: Path) -> dict[str, Any]:
+        from rlhf.backends.train.deepspeed import checkpoint
+
+        return checkpoint.checkpoint_state_dict(folder)
+
+    def checkpoint_bound_keys(self) -> tuple[str, ...]:
+        """The ZeRO stage lays out the saved model and optimizer states (which files, which partitions)."""
+        return ("trainer.zero_stage",)
 
     def preload_modules(self) -> tuple[str, ...]:
         # "deepspeed" is imported by the preloader through rlhf.backends.train.deepspeed.deepspeed_import, as every

@@ -3,9 +3,10 @@ it)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from rlhf.backends.contract.training import ModelLoader, ModelStates, Network, TrainTraffic
+from rlhf.backends.contract.training import ModelLoader, ModelStates, Network, SavedWeights, TrainTraffic
 from rlhf.backends.train.fsdp2 import memory
 from rlhf.spec.schema import ExperimentSpec
 
@@ -170,6 +171,22 @@ class FSDP2Backend:
 
     def optimizer_bound_to_ranks(self, flat: dict[str, Any]) -> bool:
         return False  # torch.distributed.checkpoint reshards on load
+
+    # -- its checkpoints (rlhf.backends.train.fsdp2.checkpoint: the layout) --
+    def checkpoint_weights(self, folder: Path) -> SavedWeights:
+        from rlhf.backends.train.fsdp2 import checkpoint
+
+        return checkpoint.checkpoint_weights(folder)
+
+    def checkpoint_state_dict(self, folder: Path) -> dict[str, Any]:
+        from rlhf.backends.train.fsdp2 import checkpoint
+
+        return checkpoint.checkpoint_state_dict(folder)
+
+    def checkpoint_bound_keys(self) -> tuple[str, ...]:
+        """None of its own: torch.distributed.checkpoint saves every tensor under its parameter's name with its global
+        shape and loads it into whatever sharding, offload or mixed precision the resumed run sets up."""
+        return ()
 
     def preload_modules(self) -> tuple[str, ...]:
         return ()

@@ -1,16 +1,17 @@
 """A training backend written outside rlhf, as a user's plug-in would be (``trainer.backend=toy``): one folder
-(toy_train/: this descriptor implementing rlhf.backends.contract.training.TrainBackend by delegating every call to the
-DeepSpeed backend, and config.py, its own keys ``trainer.toy.*``), its conf file (conf/trainer/backend/toy.yaml) and
-its registry line (toy_registry.py, declared as an entry point).
-tests/backends/test_toy_backends.py checks that nothing else in rlhf has to change for it to validate, plan, be an
-option of --auto, pass the axis's conformance checks and train a real job. No torch at import, as the contract
-asks."""
+(toy_train/: this descriptor implementing rlhf.backends.contract.training.TrainBackend by delegating every call to
+the DeepSpeed backend but for its checkpoints, which it lays out its own way (checkpoint.py, engine.py), and
+config.py, its own keys ``trainer.toy.*``), its conf file (conf/trainer/backend/toy.yaml) and its registry line
+(toy_registry.py, declared as an entry point). tests/backends/test_toy_backends.py checks that nothing else in rlhf
+has to change for it to validate, plan, be an option of --auto, pass the axis's conformance checks and train a real
+job. No torch at import, as the contract asks."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from rlhf.backends.contract.training import ModelStates
+from rlhf.backends.contract.training import ModelStates, SavedWeights
 from rlhf.backends.train.deepspeed.descriptor import BACKEND as DEEPSPEED
 from rlhf.spec.schema import ExperimentSpec
 
@@ -28,7 +29,11 @@ class ToyTrainBackend:
         DEEPSPEED.leave()
 
     def build_trained(self, load: Any, spec: ExperimentSpec, *, lr: float, total_steps: int, grad_accum: int) -> Any:
-        return DEEPSPEED.build_trained(load, spec, lr=lr, total_steps=total_steps, grad_accum=grad_accum)
+        from toy_train.engine import ToyTrainEngine  # DeepSpeed's engine, saving in the toy's checkpoint layout
+
+        return ToyTrainEngine(
+            DEEPSPEED.build_trained(load, spec, lr=lr, total_steps=total_steps, grad_accum=grad_accum)
+        )
 
     def build_frozen(self, load: Any, spec: ExperimentSpec, *, offload: bool) -> Any:
         return DEEPSPEED.build_frozen(load, spec, offload=offload)
@@ -90,6 +95,20 @@ class ToyTrainBackend:
 
     def optimizer_bound_to_ranks(self, flat: dict[str, Any]) -> bool:
         return DEEPSPEED.optimizer_bound_to_ranks(flat)
+
+    # its checkpoints: a layout of its own (toy_train/checkpoint.py), read by its answers alone
+    def checkpoint_weights(self, folder: Path) -> SavedWeights:
+        from toy_train import checkpoint
+
+        return checkpoint.checkpoint_weights(folder)
+
+    def checkpoint_state_dict(self, folder: Path) -> dict[str, Any]:
+        from toy_train import checkpoint
+
+        return checkpoint.checkpoint_state_dict(folder)
+
+    def checkpoint_bound_keys(self) -> tuple[str, ...]:
+        return DEEPSPEED.checkpoint_bound_keys()  # its engine's states are DeepSpeed's, laid out by the ZeRO stage
 
 
 BACKEND = ToyTrainBackend()
