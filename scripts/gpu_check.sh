@@ -6,6 +6,10 @@
 #      policy in the driver's own process, bf16, a weight sync between them every step. It needs torch,
 #      transformers and rlhf's pure-Python dependencies only (no Ray, vLLM or DeepSpeed), so it runs first: on an
 #      image without those, `bash scripts/gpu_check.sh` passes it and then stops at step 1 naming what is missing
+#  0b. sequence parallelism (scripts/gpu_sp_check.py; torch + transformers, flash-attn when installed): the Ulysses
+#      kernels on CUDA tensors (ulysses_sdpa fp32/bf16, ulysses_flash_attention_2 bf16) against attention within each
+#      sample, then two ranks against the one-process packed forward (nccl with 2+ GPUs; with one GPU both ranks on
+#      it over gloo, as NCCL refuses two ranks on one device)
 #   1. versions: torch + CUDA + GPU, vllm within the supported range, deepspeed, ray, transformers
 #   2. the vLLM APIs the engine calls, by signature (LLM.sleep/wake_up/collective_rpc, reload_weights, the
 #      SamplingParams and engine arguments it passes, the Ray executor's VLLM_RAY_* variables)
@@ -51,6 +55,8 @@ for r in steps:
           f"trainer/engine log-prob diff {r['train/logprobs_diff']:.2e}")
 PYEOF
 [ $? -eq 0 ] || { echo "FAIL one-process GRPO metrics (run folder: $local_out)"; exit 1; }
+
+step "sequence parallelism: Ulysses kernels and two ranks" 420 "$PY" scripts/gpu_sp_check.py
 
 step "versions" 120 "$PY" - <<'PYEOF'
 import importlib.metadata as md

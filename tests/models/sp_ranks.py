@@ -8,7 +8,10 @@ forward and backward inside ``sequence_parallel`` with this rank's loss share, s
 and gathers the log-probs back to the padded layout. ``OUT/rank<r>.json`` gets, per case, the largest differences
 from the reference (log-probs, gradients, critic values) and whether the model's attention was restored.
 
-    python sp_ranks.py OUT [DEVICE [DTYPE]]      (defaults: cpu float64)
+    python sp_ranks.py OUT [DEVICE [DTYPE [ATTN]]]      (defaults: cpu float64 sdpa)
+
+ATTN is the model's own attention (sdpa -> ulysses_sdpa, flash_attention_2 -> ulysses_flash_attention_2);
+SP_BACKEND in the environment overrides the process group's backend (gloo on CPU, nccl on GPUs).
 """
 
 from __future__ import annotations
@@ -70,9 +73,10 @@ def padded_batch(lengths: list[int], seed: int, device) -> tuple[torch.Tensor, t
     return ids.to(device), mask.to(device)
 
 
-def run_case(name: str, path: str, groups, device, dtype) -> dict[str, float | bool]:
+def run_case(name: str, path: str, groups, device, dtype, attn: str) -> dict[str, float | bool]:
     kv, lengths, varlen, checkpointing, extras = CASES[name]
-    lm = load_causal_lm(path, attn="sdpa").to(device=device, dtype=dtype).train()
+    precision = "bf16" if dtype == torch.bfloat16 else "fp32"  # flash-attention loads in a 16-bit dtype only
+    lm = load_causal_lm(path, attn=attn, precision=precision).to(device=device, dtype=dtype).train()
     if checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ids, mask = padded_batch(lengths, seed=len(name), device=device)
@@ -95,7 +99,7 @@ def run_case(name: str, path: str, groups, device, dtype) -> dict[str, float | b
         logits = lm(input_ids=shard.input_ids, position_ids=shard.local_position_ids, use_cache=False).logits
         lp = log_probs_from_logits(logits, shard.targets)
         loss_share(-(lp * local_adv * shard.valid).sum(), tokens).backward()
-    restored = lm.config._attn_implementation == "sdpa"
+    restored = lm.config._attn_implementation == attn
     for p in lm.parameters():
         dist.all_reduce(p.grad, group=groups.sp_group)
     got = packed.unpack_shifted(shard.gather_actions(lp.detach(), groups.sp_group))
@@ -110,7 +114,7 @@ def run_case(name: str, path: str, groups, device, dtype) -> dict[str, float | b
     }
     if extras:
         out["control_logp"] = leaky_log_probs_diff(lm, shard, packed, ref.detach(), action_mask, groups, device)
-        out["values"] = critic_values_diff(path, shard, packed, ids, mask, groups, device, dtype)
+        out["values"] = critic_values_diff(path, shard, packed, ids, mask, groups, device, dtype, attn)
     return out
 
 
@@ -125,10 +129,12 @@ def leaky_log_probs_diff(lm, shard, packed, ref, action_mask, groups, device) ->
     return float(((leaked - ref).abs() * action_mask).max())
 
 
-def critic_values_diff(path, shard, packed, ids, mask, groups, device, dtype) -> float:
+def critic_values_diff(path, shard, packed, ids, mask, groups, device, dtype, attn) -> float:
     """A critic's per-token values from the split rows against its one-process packed forward."""
     torch.manual_seed(0)  # the same value head on every rank
-    model = load_value_model(path, "critic", init_value_head=True).to(device=device, dtype=dtype).eval()
+    precision = "bf16" if dtype == torch.bfloat16 else "fp32"
+    model = load_value_model(path, "critic", precision=precision, attn=attn, init_value_head=True)
+    model = model.to(device=device, dtype=dtype).eval()
     with torch.no_grad():
         ref = value_model_token_values(model, ids, mask, packing=True)
         with sequence_parallel(model, shard, groups.sp_group):
@@ -140,6 +146,7 @@ def critic_values_diff(path, shard, packed, ids, mask, groups, device, dtype) ->
 def main() -> None:
     out_dir, device = Path(sys.argv[1]), torch.device(sys.argv[2] if len(sys.argv) > 2 else "cpu")
     dtype = getattr(torch, sys.argv[3] if len(sys.argv) > 3 else "float64")
+    attn = sys.argv[4] if len(sys.argv) > 4 else "sdpa"
     rank = int(os.environ["RANK"])
     if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
@@ -149,7 +156,7 @@ def main() -> None:
     backend = os.environ.get("SP_BACKEND") or ("nccl" if device.type == "cuda" else "gloo")
     dist.init_process_group(backend)
     groups = sp_groups(dist.get_world_size())
-    results = {name: run_case(name, paths[name], groups, device, dtype) for name in CASES}
+    results = {name: run_case(name, paths[name], groups, device, dtype, attn) for name in CASES}
     (out_dir / f"rank{rank}.json").write_text(json.dumps(results, indent=1))
     dist.destroy_process_group()
 

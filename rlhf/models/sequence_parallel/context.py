@@ -47,4 +47,7 @@ def activated(ctx: SPContext) -> Iterator[SPContext]:
     try:
         yield ctx
     finally:
-        _ACTIVE.remove(ctx)
+        for i in range(len(_ACTIVE) - 1, -1, -1):  # this very context (an equal one may be active too)
+            if _ACTIVE[i] is ctx:
+                del _ACTIVE[i]
+                break

@@ -43,6 +43,12 @@ def ulysses_attention(model: Any, name: str | None = None) -> Iterator[str]:
     before = hf.config._attn_implementation
     name = name or ulysses_name(model)
     hf.set_attn_implementation(name)
+    if hf.config._attn_implementation != name:  # transformers only warns for a model it cannot switch
+        hf.set_attn_implementation(before)
+        raise ValueError(
+            f"{type(hf).__name__} kept its attention {before!r} when switched to {name!r}: its attention layers are "
+            "not on transformers' AttentionInterface, so its rows cannot be split"
+        )
     try:
         yield name
     finally:
