@@ -12,8 +12,10 @@ import pytest
 import torch
 from sockets_helper import listening_sockets_of
 
-from rlhf.backends.weight_sync import GroupConfig, WeightReceiver, WeightSender, checksum, listen_socket
-from rlhf.backends.weight_sync.wire import Header, pack
+from rlhf.backends.weight_sync.group import GroupConfig, listen_socket
+from rlhf.backends.weight_sync.receiver import WeightReceiver
+from rlhf.backends.weight_sync.sender import WeightSender
+from rlhf.backends.weight_sync.wire import Header, checksum, pack
 
 TIMEOUT = 60.0
 LISTENING: list[tuple[str, int]] = []
