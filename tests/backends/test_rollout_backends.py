@@ -17,7 +17,15 @@ import pytest
 import torch
 from ceilings import ceiling
 
-from rlhf.backends.contract.rollout import EngineLaunch, EnginePlacement, RolloutBackend, RolloutEngine, SamplingSpec
+from rlhf.backends.contract.rollout import (
+    EngineLaunch,
+    EnginePlacement,
+    RolloutBackend,
+    RolloutBackendBase,
+    RolloutEngine,
+    RolloutMemory,
+    SamplingSpec,
+)
 from rlhf.spec import names
 from rlhf.spec.build import load_spec
 from rlhf.spec.paths import conf_dir
@@ -125,6 +133,105 @@ def test_vllm_tells_its_tp_workers_their_bundles_and_shares():
     assert launch.kwargs["bundle_indices"] == [2, 3] and launch.kwargs["per_worker_gpus"] == 0.25
     assert launch.kwargs["seed"] == spec.seed + 1 and launch.capture_child_tasks
     assert launch.kwargs["gpu_memory_utilization"] == spec.rollout.vllm.gpu_memory_utilization
+
+
+# ---------------------------------------------------------------- the bases: what a new backend inherits
+
+
+class _Newcomer(RolloutBackendBase):
+    """A backend that writes what the descriptor base asks for and nothing else."""
+
+    name = "newcomer"
+
+    def memory(self, spec, params):
+        return RolloutMemory(float(params), 1.0, float(params) + 1.0)
+
+    def launch(self, spec, placement, model_path, *, role_env, base_env):
+        return EngineLaunch("newcomer.actor:Actor", (model_path,))
+
+
+def _members(cls) -> set[str]:
+    return {m for m in dir(cls) if not m.startswith("_")} | set(getattr(cls, "__annotations__", {}))
+
+
+def test_the_descriptor_base_answers_the_whole_contract_from_a_name_a_memory_model_and_a_launch():
+    import inspect
+
+    protocol = _members(RolloutBackend) - _members(object)
+    assert protocol <= _members(RolloutBackendBase), protocol - _members(RolloutBackendBase)
+    for m in protocol:  # the same signatures as the contract's
+        if callable(getattr(RolloutBackend, m, None)):
+            assert inspect.signature(getattr(RolloutBackendBase, m)) == inspect.signature(getattr(RolloutBackend, m))
+    with pytest.raises(TypeError, match="memory"):
+        type("NoMemory", (RolloutBackendBase,), {"name": "x", "launch": _Newcomer.launch})()
+
+    backend, spec = _Newcomer(), load_spec(TINY)
+    assert isinstance(backend, RolloutBackend)
+    assert backend.describe(spec) == f"{spec.rollout.num_engines} engine(s): newcomer"
+    assert backend.preflight(spec) == [] and backend.problems(spec, None) == []
+    assert not backend.tensor_parallel(spec) and not backend.kv_bounds_batch(spec)
+    assert not backend.loads_synced_weights(spec)
+    assert backend.generation_batch(spec, 64, None, 100.0) == 64  # every sequence at once
+    assert backend.generation_batch(spec, 64, 1000.0, 100.0) == 10  # no more than the KV cache holds
+    assert backend.auto_options(spec) == [] and backend.label(spec) == "" and backend.scan_keys == ()
+    assert dict(backend.moved_keys) == {}
+
+    class Constants:
+        decode_step_s = 0.25
+
+    assert backend.decode_overhead_s(spec, Constants()) == 0.25
+    with pytest.raises(ValueError, match="rollout.backend=newcomer"):
+        backend.in_policy_engine(None, None)
+
+
+def test_the_engine_base_loads_a_packed_sync_and_a_folder_through_load_weights_alone(tmp_path):
+    """An engine writing only construction and load_weights: the object-store route (checked, the sender's digest)
+    and reloading a folder reach its model; sleep and wake keep what is awake; what it did not write says so."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlhf.backends.shared.rollout_engine import RolloutEngineBase
+    from rlhf.backends.weight_sync.wire import pack_weights
+
+    class Newcomer(RolloutEngineBase):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def load_weights(self, named_tensors):
+            state = self.model.state_dict()
+            with torch.no_grad():
+                for name, tensor in named_tensors:
+                    state[name].copy_(tensor)
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    original = {n: t.clone() for n, t in LlamaForCausalLM.from_pretrained(tmp_path).state_dict().items()}
+    engine = Newcomer(LlamaForCausalLM.from_pretrained(tmp_path))
+
+    new = [(n, t + 1.0) for n, t in original.items()]
+    packed, sent = pack_weights(new, version=1)
+    (report,) = engine.load_packed(packed)
+    assert report["digest"] == sent.digest and report["tensors"] == len(new)
+    assert all(torch.equal(engine.model.state_dict()[n], t) for n, t in new)
+
+    engine.load_from_path(str(tmp_path))
+    assert all(torch.equal(engine.model.state_dict()[n], t) for n, t in original.items())
+
+    engine.sleep(2)
+    engine.wake(["weights"])
+    engine.empty_cache()
+    assert engine.awake == {"kv_cache", "weights"}  # nothing to release on this platform
+    assert engine.sync_locations()[0]["pid"] > 0
+    with pytest.raises(NotImplementedError, match="rollout.verify_sync_every=0"):
+        engine.score([([1], [2])])
+    with pytest.raises(NotImplementedError, match="generate"):
+        engine.generate([[1]], SamplingSpec())
+    with pytest.raises(RuntimeError, match="before sync_connect"):
+        engine.sync_pull(1)
+    engine.sync_close()  # idempotent without a connection
 
 
 # ---------------------------------------------------------------- one real engine per backend

@@ -2,8 +2,7 @@
 
 Token in, token out: a rollout engine receives prompt token ids and returns the generated token ids with the
 log-probs the engine itself assigned to them (rlhf.backends.contract.logprob_meaning), so the trainer sees exactly the
-tokens
-that were sampled.
+tokens that were sampled.
 
 A backend is two halves, because they live in different processes (and, for vLLM, different interpreters):
 
@@ -11,9 +10,14 @@ A backend is two halves, because they live in different processes (and, for vLLM
   before the cluster starts, and how one engine is started in the plan's bundles (its actor class, interpreter and
   runtime environment, what it asks Ray for). Registered under its config string in
   ``rlhf.spec.registry.ROLLOUT_BACKENDS`` (read by rlhf.spec.registry); its module imports no torch.
+  :class:`RolloutBackendBase` answers what most backends answer alike, so a backend writes its memory model, its
+  launch and what it does differently.
 * :class:`RolloutEngine`, one engine's Ray actor, as the driver, the weight sync, the hybrid schedule, the
   rehearsal and the heartbeat call it. Everything crossing it is plain data (lists, str, dicts, the dataclasses
   below, the weight-sync wire format), never an HF or vLLM object: the two venvs carry different libraries.
+  rlhf.backends.shared.rollout_actor.RolloutActor implements it over an engine object, whose generic parts (the
+  weight sync's receiving side, loading from a folder, sleep and wake where nothing is released) come from
+  rlhf.backends.shared.rollout_engine.RolloutEngineBase.
 
 Config: ``rollout.backend`` picks it (``conf/rollout/<name>.yaml`` selects it as ``rollout=<name>``); keys every
 backend reads stay at ``rollout.*`` (sampling, batches, ``num_engines``, ``tensor_parallel_size``,
@@ -26,7 +30,10 @@ defaults. tests/backends/test_rollout_backends.py runs every registered backend 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -225,12 +232,95 @@ class RolloutBackend(Protocol):
 
     # -- its rules, asked by rlhf.spec through the registry line --
     #: keys that moved into its sub-section, old spelling -> new (the old one fails at compose naming the new)
-    moved_keys: dict[str, str]
+    moved_keys: Mapping[str, str]
 
     def problems(self, spec: ExperimentSpec, d: Any) -> list[tuple[str, Any, str]]:
         """What this backend refuses of ``spec`` (``d``: rlhf.spec.derive.Derived) when the run has engines, as
         ``(full key, value, fix)`` triples reported with every other validation error."""
         ...
+
+
+class RolloutBackendBase(ABC):
+    """A :class:`RolloutBackend` with the answers most backends share, so a new backend writes only its own: set
+    ``name``, write :meth:`memory` and :meth:`launch`, and override a default below only where the backend differs
+    (each says what it assumes). The Protocol stays the contract: tests/backends/test_rollout_backends.py checks
+    every registered backend against it, and ``isinstance(b, RolloutBackend)`` holds for every subclass that sets
+    ``name``. Torch-free, as the descriptors are."""
+
+    #: its ``rollout.backend`` string (the subclass sets it)
+    name: str
+    #: no key of its own that ``--auto`` writes per candidate
+    scan_keys: tuple[str, ...] = ()
+    #: none of its keys moved (read-only: shared by every subclass that keeps it)
+    moved_keys: Mapping[str, str] = MappingProxyType({})
+
+    # -- what every backend writes ----------------------------------------------------------------------------------
+    @abstractmethod
+    def memory(self, spec: ExperimentSpec, params: int) -> RolloutMemory:
+        """:meth:`RolloutBackend.memory`: its weights and KV cache per device; no default can know them."""
+
+    @abstractmethod
+    def launch(
+        self,
+        spec: ExperimentSpec,
+        placement: EnginePlacement,
+        model_path: str,
+        *,
+        role_env: dict[str, str] | None,
+        base_env: dict[str, str],
+    ) -> EngineLaunch:
+        """:meth:`RolloutBackend.launch`: its actor class, arguments and environment."""
+
+    # -- defaults -----------------------------------------------------------------------------------------------
+    def describe(self, spec: ExperimentSpec) -> str:
+        """The engine count and the backend's name."""
+        return f"{spec.rollout.num_engines} engine(s): {self.name}"
+
+    def preflight(self, spec: ExperimentSpec) -> list[str]:
+        """Nothing to check before the cluster starts (it needs no package or interpreter beyond rlhf's own)."""
+        return []
+
+    def tensor_parallel(self, spec: ExperimentSpec) -> bool:
+        """No tensor parallelism: one engine runs on one device (``--auto`` keeps TP at 1)."""
+        return False
+
+    def kv_bounds_batch(self, spec: ExperimentSpec) -> bool:
+        """The plan's KV cache does not bound the batch (the engine allocates its cache per call)."""
+        return False
+
+    def generation_batch(self, spec: ExperimentSpec, sequences: int, kv_tokens: float | None, seq: float) -> int:
+        """Every sequence at once, no more than ``kv_tokens`` hold (``seq`` tokens each) when that is the limit."""
+        if kv_tokens is None:
+            return sequences
+        return min(sequences, max(int(kv_tokens // max(seq, 1)), 1))
+
+    def loads_synced_weights(self, spec: ExperimentSpec) -> bool:
+        """A sync lands in the engine's model as it arrives: no second copy for the cost model to count."""
+        return False
+
+    def auto_options(self, spec: ExperimentSpec) -> list[dict[str, Any]]:
+        """No key of its own for ``--auto`` to scan."""
+        return []
+
+    def label(self, spec: ExperimentSpec) -> str:
+        """Nothing in ``--auto``'s rollout column beyond the engine count and TP."""
+        return ""
+
+    def decode_overhead_s(self, spec: ExperimentSpec, constants: Any) -> float:
+        """No overhead of its own: the cost model's fixed seconds per decode step on the hardware
+        (``constants.decode_step_s``)."""
+        return constants.decode_step_s
+
+    def in_policy_engine(self, module: Any, tokenizer: Any) -> Any:
+        """It never generates in the policy's ranks: its engines run in processes of their own."""
+        raise ValueError(
+            f"rollout.backend={self.name}: its engines run in processes of their own and never generate in the "
+            "policy's ranks; pick a rollout backend whose own keys offer in_policy"
+        )
+
+    def problems(self, spec: ExperimentSpec, d: Any) -> list[tuple[str, Any, str]]:
+        """No rule of its own beyond those every backend gets."""
+        return []
 
 
 @runtime_checkable

@@ -1,10 +1,11 @@
 """What every rollout engine's Ray actor shares: the :class:`rlhf.backends.contract.rollout.RolloutEngine` contract
-over an
-engine object built on first use. A backend's actor subclasses :class:`RolloutActor` and says how to build its
-engine (:meth:`RolloutActor.build`) and what :meth:`RolloutActor.ready` adds about it; the engine it builds answers
-``generate``, ``score``, ``load_packed``, ``load_from_path``, ``sync_locations``, ``sync_connect``, ``sync_pull``,
-``sync_close``, ``sleep(level)``, ``wake(tags)``, ``empty_cache`` and holds ``awake`` (the tags in device memory):
-rlhf.backends.rollout.hf.engine.HFEngine and rlhf.backends.rollout.vllm.engine.VLLMEngine do.
+over an engine object built on first use. A backend's actor subclasses :class:`RolloutActor` and says how to build
+its engine (:meth:`RolloutActor.build`) and what :meth:`RolloutActor.ready` adds about it; the engine it builds
+answers ``generate``, ``score``, ``load_packed``, ``load_from_path``, ``sync_locations``, ``sync_connect``,
+``sync_pull``, ``sync_close``, ``sleep(level)``, ``wake(tags)``, ``empty_cache`` and holds ``awake`` (the tags in
+device memory). rlhf.backends.shared.rollout_engine.RolloutEngineBase gives all but ``generate`` and ``score`` from
+the engine's ``load_weights`` (rlhf.backends.rollout.hf.engine.HFEngine subclasses it); vLLM's engine
+(rlhf.backends.rollout.vllm.engine.VLLMEngine) answers them itself, through its workers.
 
 This module runs in every engine's interpreter (the vLLM venv too) and in the local executor's one process: it
 imports the standard library, Ray only where a method asks Ray, and rlhf only where the contract needs it. ``ping``

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhf.backends.contract.rollout import EngineLaunch, EnginePlacement, RolloutMemory, kv_cache_bytes_per_token
+from rlhf.backends.contract.rollout import (
+    EngineLaunch,
+    EnginePlacement,
+    RolloutBackendBase,
+    RolloutMemory,
+    kv_cache_bytes_per_token,
+)
 from rlhf.backends.weight_sync.lora import adapter_sync, lora_settings
 from rlhf.spec.rollout_backend_rules import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec
@@ -72,12 +78,12 @@ def _in_policy(spec: ExperimentSpec, d: Any) -> list[Problem]:
     return out
 
 
-class HFBackend:
-    """rlhf.backends.contract.rollout.RolloutBackend for transformers generate."""
+class HFBackend(RolloutBackendBase):
+    """rlhf.backends.contract.rollout.RolloutBackend for transformers generate. The rest is the base's defaults: no
+    tensor parallelism, its batch not bounded by a planned KV cache, a sync copied straight into its model, nothing
+    for --auto to scan or to check before start, the cost model's own decode step."""
 
     name = "hf"
-    moved_keys: dict[str, str] = {}
-    scan_keys: tuple[str, ...] = ()  # none of its keys is a layout --auto writes
 
     def describe(self, spec: ExperimentSpec) -> str:
         precision = "bf16" if _bytes_per_value(spec) == 2 else "fp32"
@@ -97,9 +103,6 @@ class HFBackend:
         seqs = ro.prompts_per_step * ro.samples_per_prompt / max(ro.num_engines, 1)
         kv = seqs * spec.data.max_len * kv_cache_bytes_per_token(spec.model, b)
         return RolloutMemory(weights, kv, weights + kv)
-
-    def preflight(self, spec: ExperimentSpec) -> list[str]:
-        return []  # transformers is a core dependency; the model folder is checked by validation
 
     def launch(
         self,
@@ -122,23 +125,9 @@ class HFBackend:
         kwargs = {"lora": lora_settings(spec)} if adapter_sync(spec) else {}
         return EngineLaunch(ACTOR, (model_path, hw.accelerator, spec.trainer.precision), kwargs, {"env_vars": env})
 
-    def tensor_parallel(self, spec: ExperimentSpec) -> bool:
-        return False
-
-    def kv_bounds_batch(self, spec: ExperimentSpec) -> bool:
-        return False
-
     def generation_batch(self, spec: ExperimentSpec, sequences: int, kv_tokens: float | None, seq: float) -> int:
+        """At most the engine's chunk of sequences per ``generate`` call (its KV cache is allocated per call)."""
         return min(sequences, MAX_BATCH)
-
-    def loads_synced_weights(self, spec: ExperimentSpec) -> bool:
-        return False  # the cost model does not count its load apart from the transfer
-
-    def auto_options(self, spec: ExperimentSpec) -> list[dict[str, Any]]:
-        return []
-
-    def label(self, spec: ExperimentSpec) -> str:
-        return ""
 
     def problems(self, spec: ExperimentSpec, d: Any) -> list[Problem]:
         return _hf(spec, d)
@@ -147,10 +136,6 @@ class HFBackend:
         from rlhf.backends.rollout.hf.in_policy import InPolicyRollout
 
         return InPolicyRollout(module, tokenizer)
-
-    def decode_overhead_s(self, spec: ExperimentSpec, constants: Any) -> float:
-        """The fixed cost of one decode step beyond reading the weights and the cache."""
-        return constants.decode_step_s
 
 
 BACKEND = HFBackend()

@@ -1,8 +1,11 @@
 """The ``hf`` rollout engine: transformers ``generate`` with a KV cache, in the process of its actor
 (rlhf.backends.rollout.hf.actor.HFRolloutWorker, which keeps rlhf.backends.contract.rollout.RolloutEngine).
 
-No extra dependency and no separate process: the CPU default, and a fallback wherever vLLM is missing. It receives a
-weight sync itself (one worker: this process) on every route, in the one wire format of rlhf.backends.weight_sync.
+No extra dependency and no separate process: the CPU default, and a fallback wherever vLLM is missing. Its own parts
+are generation, scoring and loading named tensors into its model; the weight sync's receiving side (one worker: this
+process, on every route), the object-store route and reloading a folder are rlhf.backends.shared.rollout_engine's,
+ending in :meth:`HFEngine.load_weights`. What its platform does differently: on GPUs it receives a sync straight into
+its parameters and moves its model to host memory to sleep.
 
 What it returns (one :class:`Rollout` per sample, the ``n`` samples of a prompt contiguous):
     output_ids      the sampled tokens, cut after the first eos / stop token (kept) or stop string (kept)
@@ -26,6 +29,7 @@ from torch import Tensor, nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from rlhf.backends.contract.rollout import MEMORY_TAGS, Rollout, SamplingSpec
+from rlhf.backends.shared.rollout_engine import RolloutEngineBase
 
 _DTYPES = {
     "fp32": torch.float32,
@@ -104,7 +108,7 @@ def _plain_name(peft_name: str) -> str | None:
     return peft_name.removeprefix("base_model.model.").replace(".base_layer.", ".")
 
 
-class HFEngine:
+class HFEngine(RolloutEngineBase):
     """Generation, scoring and weight loading over an already-loaded causal LM.
 
     Args:
@@ -114,6 +118,8 @@ class HFEngine:
         max_batch_size: sequences per ``generate`` call; larger requests are split into chunks in order.
     """
 
+    keeps_received_tensors = False  # load_weights copies each streamed tensor as it comes: one buffer per bucket
+
     def __init__(
         self,
         model: nn.Module,
@@ -122,16 +128,16 @@ class HFEngine:
         tokenizer: Any = None,
         max_batch_size: int = 512,
     ) -> None:
+        # ``awake`` (the base's): the weights, and (nominally: transformers allocates it per generate call) the KV
+        # cache; on the CPU nothing ever leaves.
+        super().__init__()
         self.model = model.eval()
         self.pad_token_id = int(pad_token_id)
         self.eos_token_id = int(eos_token_id)
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.device = next(model.parameters()).device
-        # What is in device memory: the weights, and (nominally: transformers allocates it per generate call) the KV
-        # cache; on the CPU nothing ever leaves.
-        self.awake: set[str] = set(MEMORY_TAGS)
-        self._receiver: Any = None
+        self.load_dtype = next(model.parameters()).dtype  # load_from_path reads a folder in the model's dtype
 
     @classmethod
     def from_path(
@@ -339,23 +345,9 @@ class HFEngine:
             out.append(lp.cpu().tolist())
         return out
 
-    def load_packed(self, packed: Any) -> list[dict[str, Any]]:
-        """One packed sync (the object-store route, rlhf.backends.weight_sync.wire), each tensor checked before it is
-        copied in; returns this engine's receiver report."""
-        from rlhf.backends.weight_sync.wire import SyncReport, unpack_weights
-
-        self.wake(["weights"])
-        report = SyncReport(version=-1, side="receiver", route="object_store")
-        self.load_weights(unpack_weights(packed, report))
-        return [report.to_dict()]
-
     def load_from_path(self, path: str) -> None:
         """Reload every weight from a Hugging Face folder (what a fresh engine started on ``path`` would hold)."""
-        from transformers import AutoModelForCausalLM
-
-        self.wake(["weights"])
-        fresh = AutoModelForCausalLM.from_pretrained(path, dtype=next(self.model.parameters()).dtype)
-        self.load_weights(list(fresh.state_dict().items()))
+        super().load_from_path(path)
         if self.lora:
             # a fresh peft engine's adapter is peft's initial one: B = 0, so base + adapter is the base
             with torch.no_grad():
@@ -363,34 +355,7 @@ class HFEngine:
                     if ".lora_B." in name:
                         p.zero_()
 
-    # -- weight sync: this engine is its own (one) worker ---------------------------------------------------------
-    def sync_locations(self) -> list[dict[str, Any]]:
-        from rlhf.backends.weight_sync.group import member_location
-
-        return [member_location()]
-
-    def sync_connect(self, cfg: dict[str, Any], routes: list[str]) -> list[dict[str, Any]]:
-        from rlhf.backends.weight_sync.group import GroupConfig
-        from rlhf.backends.weight_sync.receiver import WeightReceiver
-
-        self.sync_close()
-        self._receiver = WeightReceiver(GroupConfig.from_dict(cfg), device=self.device, route=routes[0])
-        return [{"rank": cfg["rank"], "route": routes[0]}]
-
-    def sync_pull(self, version: int) -> list[dict[str, Any]]:
-        """Load the weights the sender streams: each tensor received straight into the model's parameter (or, where
-        dtype or layout differ, copied in as it arrives)."""
-        self.wake(["weights"])
-        targets = self.direct_targets()
-        self.load_weights(self._receiver.pull(version, into=lambda e: targets(e.name, e.dtype, e.shape)))
-        self.empty_cache()
-        return [self._receiver.report.to_dict()]
-
-    def sync_close(self) -> None:
-        if self._receiver is not None:
-            self._receiver.close()
-            self._receiver = None
-
+    # -- device memory: on GPUs the model moves to host memory between phases -------------------------------------
     def sleep(self, level: int = 1) -> None:
         """Move the model to host memory between rollouts (accelerators only; a no-op on CPU). ``level`` has no
         meaning here: the host copy is the model itself."""

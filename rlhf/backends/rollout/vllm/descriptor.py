@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlhf.backends.contract.rollout import EngineLaunch, EnginePlacement, RolloutMemory
+from rlhf.backends.contract.rollout import EngineLaunch, EnginePlacement, RolloutBackendBase, RolloutMemory
 from rlhf.backends.rollout.vllm import interpreter
 from rlhf.backends.rollout.vllm.interpreter import VLLM_CPU_SETUP, VLLM_PYTHON_ENV, vllm_python_candidates
 from rlhf.backends.weight_sync.lora import adapter_sync, lora_settings
@@ -174,8 +174,9 @@ def _vllm(spec: ExperimentSpec, d: Any) -> list[Problem]:
     return []
 
 
-class VLLMBackend:
-    """rlhf.backends.contract.rollout.RolloutBackend for vLLM."""
+class VLLMBackend(RolloutBackendBase):
+    """rlhf.backends.contract.rollout.RolloutBackend for vLLM (of the base's defaults it keeps one: it never
+    generates in the policy's ranks)."""
 
     # spelled rollout.<name> before they moved into rollout.vllm (the old spelling fails naming the new one)
     moved_keys = {
@@ -284,9 +285,6 @@ class VLLMBackend:
 
     def problems(self, spec: ExperimentSpec, d: Any) -> list[Problem]:
         return _vllm(spec, d)
-
-    def in_policy_engine(self, module: Any, tokenizer: Any) -> Any:
-        raise ValueError("vLLM engines run in processes of their own; they never generate in the policy's ranks")
 
     def decode_overhead_s(self, spec: ExperimentSpec, constants: Any) -> float:
         """The fixed cost of one decode step: without CUDA graphs (``rollout.vllm.enforce_eager`` on GPUs) each step

@@ -1,1 +1,2 @@
-"""The toy rollout backend's folder (``rollout.backend=toy``): descriptor.py and its engine actor, actor.py."""
+"""The toy rollout backend's folder (``rollout.backend=toy``): descriptor.py, its engine object engine.py and the actor
+hosting it, actor.py."""

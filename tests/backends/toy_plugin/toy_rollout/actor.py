@@ -1,11 +1,13 @@
-"""The toy rollout backend's engine actor (descriptor.py names it): the hf engine under the toy's name, generating at
-most ``rollout.toy.max_batch`` sequences per call (its own key, passed by the descriptor's launch)."""
+"""The toy rollout backend's engine actor (descriptor.py names it): the hf actor, which places the model on its
+device, building the toy's own engine object (engine.py) over it, generating at most ``rollout.toy.max_batch``
+sequences per call (its own key, passed by the descriptor's launch)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rlhf.backends.rollout.hf.actor import HFRolloutWorker
+from toy_rollout.engine import ToyEngine
 
 
 class ToyRolloutWorker(HFRolloutWorker):
@@ -16,9 +18,7 @@ class ToyRolloutWorker(HFRolloutWorker):
         self.max_batch = max_batch
 
     def build(self) -> Any:
-        engine = super().build()
-        engine.max_batch_size = self.max_batch  # rlhf.backends.rollout.hf.engine.HFEngine splits larger requests
-        return engine
+        return ToyEngine(super().build(), self.max_batch)
 
     def info(self) -> dict[str, Any]:
-        return {**super().info(), "max_batch": self.engine.max_batch_size}
+        return {**super().info(), "max_batch": self.engine.max_batch}

@@ -1,8 +1,9 @@
 """A rollout backend written outside rlhf, as a user's plug-in would be (``rollout.backend=toy``): one folder
-(toy_rollout/: this descriptor implementing rlhf.backends.contract.rollout.RolloutBackend by delegating to the hf
-backend, an engine actor of its own, actor.py, and its own keys ``rollout.toy.*``, config.py), its conf file
-(conf/rollout/toy.yaml) and its registry line (toy_registry.py, declared as an entry point). Its launch puts the
-folder's parent on the engine process's import path: the environment a backend's engine needs is the backend's to say
+(toy_rollout/: this descriptor, its engine object engine.py and the actor hosting it, actor.py, and its own keys
+``rollout.toy.*``, config.py), its conf file (conf/rollout/toy.yaml) and its registry line (toy_registry.py, declared
+as an entry point). Its engine computes as the hf engine does, so its memory and rules are the hf backend's; the rest
+of rlhf.backends.contract.rollout.RolloutBackend is RolloutBackendBase's defaults. Its launch puts the folder's parent
+on the engine process's import path: the environment a backend's engine needs is the backend's to say
 (RolloutBackend.launch). No torch at import, as the contract asks."""
 
 from __future__ import annotations
@@ -11,24 +12,21 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from rlhf.backends.contract.rollout import EngineLaunch, EnginePlacement, RolloutMemory
+from rlhf.backends.contract.rollout import EngineLaunch, EnginePlacement, RolloutBackendBase, RolloutMemory
 from rlhf.backends.rollout.hf.descriptor import BACKEND as HF
 from rlhf.spec.schema import ExperimentSpec
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding toy_rollout/
 
 
-class ToyRolloutBackend:
+class ToyRolloutBackend(RolloutBackendBase):
     name = "toy"
 
     def describe(self, spec: ExperimentSpec) -> str:
         return f"toy (a plug-in over {HF.describe(spec)}), {spec.rollout.toy.max_batch} sequences per generate call"
 
     def memory(self, spec: ExperimentSpec, params: int) -> RolloutMemory:
-        return HF.memory(spec, params)
-
-    def preflight(self, spec: ExperimentSpec) -> list[str]:
-        return HF.preflight(spec)
+        return HF.memory(spec, params)  # the hf engine's model and KV cache
 
     def launch(
         self,
@@ -50,37 +48,14 @@ class ToyRolloutBackend:
             runtime_env={**hf.runtime_env, "env_vars": env},
         )
 
-    # what the planner asks: the hf engine's answers
-
-    def tensor_parallel(self, spec: ExperimentSpec) -> bool:
-        return HF.tensor_parallel(spec)
-
-    def kv_bounds_batch(self, spec: ExperimentSpec) -> bool:
-        return HF.kv_bounds_batch(spec)
-
     def generation_batch(self, spec: ExperimentSpec, sequences: int, kv_tokens: float | None, seq: float) -> int:
-        return min(sequences, spec.rollout.toy.max_batch)  # what its engine generates at once (actor.py)
-
-    def loads_synced_weights(self, spec: ExperimentSpec) -> bool:
-        return HF.loads_synced_weights(spec)
-
-    def auto_options(self, spec: ExperimentSpec) -> list[dict[str, Any]]:
-        return HF.auto_options(spec)
+        return min(sequences, spec.rollout.toy.max_batch)  # what its engine generates at once (engine.py)
 
     def label(self, spec: ExperimentSpec) -> str:
         return " toy"
 
-    scan_keys = HF.scan_keys
-    moved_keys: dict[str, str] = {}
-
-    def decode_overhead_s(self, spec: ExperimentSpec, constants: Any) -> float:
-        return HF.decode_overhead_s(spec, constants)
-
     def problems(self, spec: ExperimentSpec, d: Any) -> list[tuple[str, Any, str]]:
-        return HF.problems(spec, d)
-
-    def in_policy_engine(self, module: Any, tokenizer: Any) -> Any:
-        return HF.in_policy_engine(module, tokenizer)
+        return HF.problems(spec, d)  # the hf engine's rules: one device per engine
 
 
 BACKEND = ToyRolloutBackend()
