@@ -22,3 +22,36 @@ def test_importing_deepspeed_prints_no_gcc_command_of_its_op_probe_and_marks_the
     ).stdout
     assert "shm op compatible: False" in out, out
     assert "gcc" not in out and "[compilers." not in out, out
+
+
+# Another thread writes numbered lines to stderr (as the local executor's driver prints its run's lines while a
+# thread imports DeepSpeed); every line must reach the console, and no op is probed that nobody asked for.
+_CONSOLE_SCRIPT = """
+import sys, threading
+done = threading.Event()
+def lines():
+    i = 0
+    while not done.is_set() or i < 50:
+        print(f"line {i}", file=sys.stderr, flush=True)
+        i += 1
+        done.wait(0.001)
+    print(f"lines {i}", file=sys.stderr, flush=True)
+t = threading.Thread(target=lines)
+t.start()
+from rlhf.backends.train.deepspeed.deepspeed_import import import_deepspeed
+ds = import_deepspeed()
+done.set()
+t.join()
+print("probed:", sorted(dict(ds.ops.__compatible_ops__)))
+"""
+
+
+def test_importing_deepspeed_beside_a_printing_thread_loses_none_of_its_lines_and_probes_no_op():
+    run = subprocess.run(
+        [sys.executable, "-c", _CONSOLE_SCRIPT], capture_output=True, text=True, timeout=ceiling(120), check=True
+    )
+    printed = [line for line in run.stderr.splitlines() if line.startswith("line ")]
+    total = int(next(line for line in run.stderr.splitlines() if line.startswith("lines ")).split()[1])
+    assert printed == [f"line {i}" for i in range(total)], run.stderr[-2000:]
+    # async_io's probe (the one that points stderr at a file while it compiles) never ran
+    assert "probed: ['deepspeed_shm_comm']" in run.stdout, run.stdout
