@@ -1,5 +1,6 @@
-"""Values computed from the spec, never typed by the user: which roles exist, devices and data-parallel size per
-role, gradient accumulation, steps per rollout. ``rlhf-plan`` shows them.
+"""Values computed from the spec, never typed by the user: which roles exist, devices per role and how the training
+backend lays them out (its mesh: data x sequence), gradient accumulation, steps per rollout. ``rlhf-plan`` shows
+them.
 
 Pure functions of the spec; they do not raise on inconsistent input (validation reports that), they compute what
 they can so that validation and the plan can show the numbers.
@@ -9,8 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from rlhf.spec import names
+from rlhf.spec import names, registry
+from rlhf.spec.mesh import Mesh, data_parallel
 from rlhf.spec.schema import ROLES, ExperimentSpec, RewardSpec
+
+#: The roles whose models the training backend hosts (trained or frozen): each has a mesh.
+MODEL_ROLES = ("policy", "reference", "critic", "reward", "teacher")
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,8 @@ class Derived:
     roles: tuple[str, ...]  # roles that exist, in ROLES order
     groups: tuple[tuple[str, ...], ...]  # device groups: roles in one group share the same bundles
     devices: dict[str, int] = field(default_factory=dict)  # devices per role
+    # per model role: its ranks as the training backend lays them out (data x sequence); see :meth:`data_parallel`
+    mesh: dict[str, Mesh] = field(default_factory=dict)
     total_devices: int = 0
     reward_source: str | None = None  # model | function | remote | verifier | agent (opd: may be none)
     samples_per_step: int = 0  # RL: prompts_per_step * samples_per_prompt
@@ -25,6 +32,11 @@ class Derived:
     grad_accum: dict[str, int] = field(default_factory=dict)  # per trained role
     gamma: float = 1.0  # effective discount (1 for the estimators with a baseline: group or batch)
     max_prompt_len: int = 0
+
+    def data_parallel(self, role: str) -> int:
+        """The ranks of ``role`` that take different samples (its devices when nothing else splits them)."""
+        mesh = self.mesh.get(role)
+        return mesh.data if mesh is not None else max(self.devices.get(role, 1), 1)
 
     def group_of(self, role: str) -> tuple[str, ...]:
         for g in self.groups:
@@ -118,6 +130,14 @@ def _group_devices(spec: ExperimentSpec, groups: tuple[tuple[str, ...], ...], to
     return out
 
 
+def role_mesh(spec: ExperimentSpec, ranks: int) -> Mesh:
+    """A model role's ``ranks`` as the training backend lays them out (its descriptor's ``mesh``, reached through its
+    registry line); all data-parallel for a backend not registered (validation names it)."""
+    if spec.trainer.backend not in registry.TRAIN_BACKENDS:
+        return data_parallel(ranks)
+    return registry.train_backend(spec.trainer.backend).mesh(spec, max(ranks, 1))
+
+
 def derive(spec: ExperimentSpec) -> Derived:
     present = roles(spec)
     groups = device_groups(spec, present)
@@ -127,11 +147,12 @@ def derive(spec: ExperimentSpec) -> Derived:
         sized = device_groups(spec, roles(replace(spec, rollout=replace(spec.rollout, replay=""))))
     devices = {r: n for r, n in _group_devices(spec, sized, total).items() if r in present}
     t, ro = spec.trainer, spec.rollout
+    mesh = {r: role_mesh(spec, devices.get(r, 1)) for r in MODEL_ROLES if r in present}
     grad_accum = {}
     for r in ("policy", "critic"):
         if r in present:
             # max(.., 1): a 0 here is outside its key's domain (validation names it); derive still returns numbers
-            per_step = max(t.micro_batch_per_device, 1) * max(devices.get(r, 1), 1)
+            per_step = max(t.micro_batch_per_device, 1) * mesh[r].data
             grad_accum[r] = max(t.global_batch // per_step, 1)
     rl = spec.algorithm.family == "rl"
     samples = ro.prompts_per_step * ro.samples_per_prompt if rl else 0
@@ -143,6 +164,7 @@ def derive(spec: ExperimentSpec) -> Derived:
         roles=present,
         groups=groups,
         devices=devices,
+        mesh=mesh,
         total_devices=total,
         reward_source=sources[0] if len(sources) == 1 else None,
         samples_per_step=samples,

@@ -24,8 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from rlhf.spec.mesh import Mesh, data_by_sequence, data_parallel
+
 if TYPE_CHECKING:
     from rlhf.spec.schema import ExperimentSpec
+
+__all__ = ["Mesh"]  # re-exported: the layout a backend declares (rlhf.spec.mesh)
 
 # loss_fn(model, micro_batch, normalizer) -> (scalar loss to backpropagate, {metric: value}); ``model`` is callable
 # like the HF module. The normalizer is rlhf.algo.LossNormalizer (None for sequence-level losses).
@@ -220,6 +224,13 @@ class TrainBackend(Protocol):
         """One line for the plan: how the trained and frozen models are held (sharding, precision, offload)."""
         ...
 
+    def mesh(self, spec: ExperimentSpec, ranks: int) -> Mesh:
+        """How a model role's ``ranks`` are laid out under ``spec``: data x sequence (x tensor x pipeline), the
+        product ``ranks``. Everything that counts samples or memory per rank reads it (rlhf.spec.derive: gradient
+        accumulation from ``data``; the plan's activations per rank from ``sequence``), so nothing outside the backend
+        assumes every rank is data-parallel."""
+        ...
+
     def init_distributed(self, accelerator: str, timeout_s: float = 600.0) -> None:
         """Join this rank's role group (RANK / WORLD_SIZE / MASTER_* in the environment): gloo on CPU, nccl on
         GPUs. Idempotent."""
@@ -371,3 +382,123 @@ class TrainBackend(Protocol):
         ``trainer.backend``, ``trainer.optimizer``, the model, ...); the rank count is
         :meth:`optimizer_bound_to_ranks`'s."""
         ...
+
+
+class TrainBackendBase:
+    """What a training backend inherits so that it writes only what is its own: every member of
+    :class:`TrainBackend` that has a sensible default has it here, documented by the Protocol. A subclass sets
+    ``name`` and writes how it builds its engines (:meth:`build_trained`, :meth:`build_frozen`), its memory model
+    (:meth:`trained_states`, :meth:`frozen_states`), its traffic and fixed cost for the cost model (:meth:`traffic`,
+    :meth:`module_cost`) and where its checkpoints hold the weights (:meth:`checkpoint_weights`,
+    :meth:`checkpoint_state_dict`). A backend whose forwards split each sample's tokens over ranks (Ulysses: the
+    engines run rlhf.models.sequence_parallel) sets ``splits_sequences = True``: its :meth:`mesh` is then data x
+    sequence by ``trainer.sequence_parallel_size``; one that does not writes nothing for it, and validation refuses
+    a sequence size above 1 for it."""
+
+    name: str = ""
+    #: its engines split each sample's tokens over ``trainer.sequence_parallel_size`` ranks
+    splits_sequences: bool = False
+
+    def describe(self, spec: ExperimentSpec) -> str:
+        return self.name
+
+    def mesh(self, spec: ExperimentSpec, ranks: int) -> Mesh:
+        if self.splits_sequences:
+            return data_by_sequence(ranks, spec.trainer.sequence_parallel_size)
+        return data_parallel(ranks)
+
+    def init_distributed(self, accelerator: str, timeout_s: float = 600.0) -> None:
+        from rlhf.backends.shared.distributed import init_process_group
+
+        init_process_group("nccl" if accelerator == "gpu" else "gloo", accelerator, timeout_s)
+
+    def leave(self) -> None:
+        from rlhf.backends.shared.distributed import shutdown_distributed
+
+        shutdown_distributed()
+
+    def build_trained(
+        self, load: ModelLoader, spec: ExperimentSpec, *, lr: float, total_steps: int, grad_accum: int
+    ) -> TrainEngine:
+        raise NotImplementedError(f"training backend {self.name!r}: build_trained")
+
+    def build_frozen(self, load: ModelLoader, spec: ExperimentSpec, *, offload: bool) -> FrozenEngine:
+        raise NotImplementedError(f"training backend {self.name!r}: build_frozen")
+
+    def trained_states(
+        self, spec: ExperimentSpec, *, params: int, largest_layer: int, dp: int, trainable: int | None = None
+    ) -> ModelStates:
+        raise NotImplementedError(f"training backend {self.name!r}: trained_states")
+
+    def frozen_states(
+        self, spec: ExperimentSpec, *, params: int, largest_layer: int, dp: int, offload: bool
+    ) -> ModelStates:
+        raise NotImplementedError(f"training backend {self.name!r}: frozen_states")
+
+    def gathers_on_every_rank(self, spec: ExperimentSpec) -> bool:
+        return False
+
+    def shards_optimizer_states(self, spec: ExperimentSpec) -> bool:
+        return False
+
+    def gathered_units(self, spec: ExperimentSpec) -> int:
+        return 0
+
+    def module_cost(self, constants: Any) -> Any:
+        raise NotImplementedError(f"training backend {self.name!r}: module_cost")
+
+    def traffic(
+        self,
+        spec: ExperimentSpec,
+        net: Network,
+        *,
+        ranks: int,
+        link: float,
+        weight_bytes: float,
+        grad_bytes: float,
+        trained: float,
+        units: int,
+        buckets: int,
+        hidden: float,
+        gpu: bool,
+    ) -> TrainTraffic:
+        raise NotImplementedError(f"training backend {self.name!r}: traffic")
+
+    def offloads_frozen(self, spec: ExperimentSpec) -> bool:
+        return False
+
+    def auto_defaults(self) -> dict[str, Any]:
+        return {}
+
+    def auto_options(self, spec: ExperimentSpec, *, gpu: bool, turns: bool, lora: bool) -> list[dict[str, Any]]:
+        return [{}]  # the backend as the recipe configures it
+
+    def label(self, spec: ExperimentSpec) -> str:
+        return self.name
+
+    def layout_keys(self, values: dict[str, Any]) -> list[str]:
+        return [k for k in values if k.startswith(f"trainer.{self.name}.")]
+
+    def preload_modules(self) -> tuple[str, ...]:
+        return ()
+
+    def problems(self, spec: ExperimentSpec, d: Any) -> list[tuple[str, Any, str]]:
+        return []
+
+    def weights_split(self, spec: ExperimentSpec) -> tuple[str, Any, str] | None:
+        return None
+
+    def beside_an_engine(self, spec: ExperimentSpec) -> list[tuple[str, Any, str]]:
+        return []
+
+    def optimizer_bound_to_ranks(self, flat: dict[str, Any]) -> bool:
+        return False
+
+    def checkpoint_weights(self, folder: Path) -> SavedWeights:
+        raise NotImplementedError(f"training backend {self.name!r}: checkpoint_weights")
+
+    def checkpoint_state_dict(self, folder: Path) -> dict[str, Any]:
+        raise NotImplementedError(f"training backend {self.name!r}: checkpoint_state_dict")
+
+    def checkpoint_bound_keys(self) -> tuple[str, ...]:
+        return ()

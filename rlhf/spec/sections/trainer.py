@@ -35,6 +35,15 @@ class TrainerSpec:
         "packed-sequence masks keep samples apart; flash-attention: varlen), so padding is not computed; a model off "
         "transformers' attention interface runs padded (OpenRLHF --ds.packing_samples, veRL use_remove_padding)",
     )
+    sequence_parallel_size: int = key(
+        1,
+        "ranks each sample's tokens are split over (Ulysses: queries, keys and values exchanged between sequence and "
+        "heads, so each rank holds 1/N of every activation) in every forward of the policy, reference, critic, reward "
+        "model and teacher; the data-parallel size is then ranks / N, and trainer.micro_batch_per_device counts the "
+        "samples of one such group; needs trainer.packing (OpenRLHF --ds.ring_attn_size, veRL "
+        "ulysses_sequence_parallel_size)",
+        ge=1,
+    )
     max_tokens_per_micro_batch: int = key(
         0,
         "training micro-batches by tokens: about this many real tokens per forward/backward on one device, the same "

@@ -20,7 +20,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlhf.backends.contract.training import ModelLoader, ModelStates, Network, SavedWeights, TrainTraffic
+from rlhf.backends.contract.training import (
+    ModelLoader,
+    ModelStates,
+    Network,
+    SavedWeights,
+    TrainBackendBase,
+    TrainTraffic,
+)
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -151,9 +158,9 @@ def _rules(spec: ExperimentSpec) -> list[Problem]:
     return out
 
 
-class DeepSpeedBackend:
+class DeepSpeedBackend(TrainBackendBase):
     name = "deepspeed"
-    section = None  # its keys are the trainer section's own (zero_stage, offload_optimizer, offload_params)
+    splits_sequences = True  # trainer.sequence_parallel_size: rlhf.models.sequence_parallel in its engines
 
     def describe(self, spec: ExperimentSpec) -> str:
         t = spec.trainer

@@ -6,14 +6,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlhf.backends.contract.training import ModelLoader, ModelStates, Network, SavedWeights, TrainTraffic
+from rlhf.backends.contract.training import (
+    ModelLoader,
+    ModelStates,
+    Network,
+    SavedWeights,
+    TrainBackendBase,
+    TrainTraffic,
+)
 from rlhf.backends.train.fsdp2 import memory
 from rlhf.spec.schema import ExperimentSpec
 
 Problem = tuple[str, Any, str]
 
 
-class FSDP2Backend:
+class FSDP2Backend(TrainBackendBase):
+    splits_sequences = True  # trainer.sequence_parallel_size: rlhf.models.sequence_parallel in its engines
     name = "fsdp2"
 
     def describe(self, spec: ExperimentSpec) -> str:
@@ -28,11 +36,6 @@ class FSDP2Backend:
 
         # On GPUs, gloo beside nccl: CPU-offloaded shards (their gradient norm, checkpoint metadata) reduce on the host.
         init_process_group("cuda:nccl,cpu:gloo" if accelerator == "gpu" else "gloo", accelerator, timeout_s)
-
-    def leave(self) -> None:
-        from rlhf.backends.shared.distributed import shutdown_distributed
-
-        shutdown_distributed()
 
     def build_trained(
         self, load: ModelLoader, spec: ExperimentSpec, *, lr: float, total_steps: int, grad_accum: int
@@ -134,9 +137,6 @@ class FSDP2Backend:
         out = "fsdp2" + ("" if f.reshard_after_forward else " keep-gathered")
         return out + (" cpu-offload" if f.cpu_offload else "")
 
-    def layout_keys(self, values: dict[str, Any]) -> list[str]:
-        return [k for k in values if k.startswith("trainer.fsdp2.")]
-
     # -- its rules (rlhf.spec.train_backend_rules asks them) --
     def problems(self, spec: ExperimentSpec, d: Any) -> list[Problem]:
         t, out = spec.trainer, []
@@ -166,12 +166,6 @@ class FSDP2Backend:
     def weights_split(self, spec: ExperimentSpec) -> Problem | None:
         return ("trainer.backend", "fsdp2", "fsdp2")  # fully_shard always splits them
 
-    def beside_an_engine(self, spec: ExperimentSpec) -> list[Problem]:
-        return []
-
-    def optimizer_bound_to_ranks(self, flat: dict[str, Any]) -> bool:
-        return False  # torch.distributed.checkpoint reshards on load
-
     # -- its checkpoints (rlhf.backends.train.fsdp2.checkpoint: the layout) --
     def checkpoint_weights(self, folder: Path) -> SavedWeights:
         from rlhf.backends.train.fsdp2 import checkpoint
@@ -182,14 +176,6 @@ class FSDP2Backend:
         from rlhf.backends.train.fsdp2 import checkpoint
 
         return checkpoint.checkpoint_state_dict(folder)
-
-    def checkpoint_bound_keys(self) -> tuple[str, ...]:
-        """None of its own: torch.distributed.checkpoint saves every tensor under its parameter's name with its global
-        shape and loads it into whatever sharding, offload or mixed precision the resumed run sets up."""
-        return ()
-
-    def preload_modules(self) -> tuple[str, ...]:
-        return ()
 
 
 BACKEND = FSDP2Backend()

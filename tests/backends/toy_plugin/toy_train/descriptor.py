@@ -22,6 +22,9 @@ class ToyTrainBackend:
     def describe(self, spec: ExperimentSpec) -> str:
         return f"{spec.trainer.toy.label} (a plug-in over {DEEPSPEED.describe(spec)})"  # its own key, trainer.toy.label
 
+    def mesh(self, spec: ExperimentSpec, ranks: int) -> Any:
+        return DEEPSPEED.mesh(spec, ranks)
+
     def init_distributed(self, accelerator: str, timeout_s: float = 600.0) -> None:
         DEEPSPEED.init_distributed(accelerator, timeout_s)
 
