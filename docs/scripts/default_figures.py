@@ -1,10 +1,13 @@
 """The site's figures of the embedded default, drawn from a real run's metrics.jsonl (never typed by hand):
 
-    rlhf-run hydra.run.dir=runs/quickstart          # the embedded default (about a minute and a half on 2 cores)
+    rlhf-run hydra.run.dir=runs/quickstart          # the embedded default (about a minute and a half on 2 quiet cores)
     python docs/scripts/default_figures.py runs/quickstart
 
-writes ``docs/figures/quickstart_eval.svg`` (eval pass@1 per task over the steps, with the SFT hand-over marked)
-and ``docs/figures/quickstart.md`` (the start-up phases and the eval table, dated, with the run folder's name).
+writes ``docs/figures/quickstart_eval.svg`` (eval pass@1 per task over the steps, with the SFT hand-over marked),
+``docs/figures/quickstart.md`` (the start-up phases and the eval table, dated, with the run folder's name) and
+``docs/figures/quickstart_run.json`` (the run's eval and start-up rows, its date, machine and commit: what the two are
+drawn from, and what tests/docs/test_default_figures.py checks the README's and the laptop page's eval tables
+against). ``--record docs/figures/quickstart_run.json`` draws them again from that record without a run.
 Pure standard library: the SVG is drawn by hand.
 """
 
@@ -13,9 +16,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import subprocess
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "figures"
+RECORD = "quickstart_run.json"
 EVAL_PREFIX, EVAL_SUFFIX = "eval_", "_pass1"
 COLOURS = ("#3f51b5", "#e91e63", "#009688", "#ff9800", "#795548")
 
@@ -101,21 +106,54 @@ def page(run_dir: Path, rows: list[dict], handover: int | None, when: str, machi
     )
 
 
+def record(run_dir: Path, rows: list[dict], handover: int | None, when: str, machine: str, commit: str) -> dict:
+    """What the figures are drawn from: the rows that hold an eval or a start-up phase, with their step."""
+    kept = []
+    for row in rows:
+        picked = {
+            k: v for k, v in row.items() if k.removeprefix("eval/").startswith(EVAL_PREFIX) or k.startswith("startup/")
+        }
+        if picked:
+            kept.append({"step": row["step"], **picked})
+    return {"run": run_dir.name, "when": when, "machine": machine, "commit": commit, "handover": handover, "rows": kept}
+
+
+def write(out: Path, rec: dict) -> None:
+    """The chart, the page and the record, into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "quickstart_eval.svg").write_text(svg(eval_series(rec["rows"]), rec["handover"]))
+    (out / "quickstart.md").write_text(
+        page(Path(rec["run"]), rec["rows"], rec["handover"], rec["when"], rec["machine"])
+    )
+    (out / RECORD).write_text(json.dumps(rec, indent=1) + "\n")
+
+
+def _head() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=OUT.parent)
+    return done.stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", type=Path, help="the folder of a finished run of the embedded default")
+    parser.add_argument("run_dir", type=Path, nargs="?", help="the folder of a finished run of the embedded default")
+    parser.add_argument("--record", type=Path, help=f"draw from a record this script wrote ({RECORD}) instead")
     parser.add_argument("--handover", type=int, default=100, help="the SFT warm-up's last step (sft_warmup.steps)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--machine", default="", help="where it ran, for the page (e.g. 'a 2-core CPU machine')")
+    parser.add_argument("--commit", default=None, help="the commit the run ran (default: this checkout's HEAD)")
     args = parser.parse_args(argv)
-    rows = read_metrics(args.run_dir)
-    when = dt.datetime.fromtimestamp((args.run_dir / "metrics.jsonl").stat().st_mtime, dt.UTC).strftime(
-        "%Y-%m-%d %H:%M UTC"
-    )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "quickstart_eval.svg").write_text(svg(eval_series(rows), args.handover))
-    (args.out / "quickstart.md").write_text(page(args.run_dir, rows, args.handover, when, args.machine))
-    print(f"wrote {args.out / 'quickstart_eval.svg'} and {args.out / 'quickstart.md'}")
+    if args.record is not None:
+        rec = json.loads(args.record.read_text())
+    elif args.run_dir is not None:
+        when = dt.datetime.fromtimestamp((args.run_dir / "metrics.jsonl").stat().st_mtime, dt.UTC).strftime(
+            "%Y-%m-%d %H:%M UTC"
+        )
+        commit = _head() if args.commit is None else args.commit
+        rec = record(args.run_dir, read_metrics(args.run_dir), args.handover, when, args.machine, commit)
+    else:
+        parser.error("give a run folder, or --record FILE")
+    write(args.out, rec)
+    print(f"wrote {args.out / 'quickstart_eval.svg'}, {args.out / 'quickstart.md'} and {args.out / RECORD}")
 
 
 if __name__ == "__main__":
