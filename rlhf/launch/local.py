@@ -67,6 +67,9 @@ class Lane:
             try:
                 ref.run(fn)
             finally:
+                # hold nothing of the call between calls: what it took and made is the caller's to free, on its
+                # own thread (a tensor freed here after the interpreter began to exit aborts the process)
+                item = ref = fn = None
                 self._busy.clear()
 
     def submit(self, fn: Callable[[], Any], label: str) -> LocalRef:
@@ -78,9 +81,13 @@ class Lane:
     def busy(self) -> bool:
         return self._busy.is_set()
 
-    def close(self) -> None:
-        """No more calls; the thread ends after the queued ones (not waited for)."""
+    def close(self, wait_s: float = 0.0) -> bool:
+        """No more calls: the thread ends after the queued ones; waited for up to ``wait_s`` seconds. True when it
+        has ended. A lane still running when the interpreter exits would free its objects after Python began to
+        finalize, and torch's tensors abort the process then ("terminate called without an active exception")."""
         self._queue.put(None)
+        self._thread.join(wait_s)
+        return not self._thread.is_alive()
 
 
 class _Method:
@@ -268,9 +275,10 @@ class LocalExecutor:
         """Nothing is held per actor here (the lanes end with the job)."""
 
     def shutdown(self) -> None:
-        """Close the lanes and give this process its variables and thread count back."""
+        """Close the lanes, waiting for each to end (a lane still mid-call, after a second Ctrl-C, is waited for
+        :data:`SHUTDOWN_WAIT_S` at most), and give this process its variables and thread count back."""
         for lane in [self.rank_lane, *self.engine_lanes]:
-            lane.close()
+            lane.close(0.0 if lane.busy else SHUTDOWN_WAIT_S)
         for k, v in self.saved_env.items():
             if v is None:
                 os.environ.pop(k, None)
