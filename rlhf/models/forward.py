@@ -6,14 +6,26 @@ Action-aligned outputs are ``[B, T-1]``: entry t scores token t+1 given tokens 0
 boundaries kept by transformers' packed-sequence masks) and returns the outputs in the padded layout, so callers and
 losses never see the difference; where the model's attention cannot take packed rows the padded batch runs. Rows
 that arrive already packed (``data.packing``: several SFT samples per row) pass their ``position_ids``.
+
+Log-probs and entropy never hold the whole micro-batch's logits: the output head scores the targets chunk by chunk,
+in the backward too (rlhf.models.head_scores).
+
+Sequence parallelism: inside an engine's scope (rlhf.models.sequence_parallel.runtime.splitting, SP size > 1) each
+forward packs its micro-batch into one row, runs this rank's columns of it inside the Ulysses context, and gathers
+the per-token outputs back over the SP group (differentiably), so every caller gets the whole ``[B, T-1]`` /
+``[B, T]`` outputs it gets without the split, and the same loss computed on them is exact.
 """
 
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from rlhf.algo import entropy_from_logits, log_probs_from_logits
-from rlhf.models.packing import VARLEN_ATTENTION, PackedBatch, attention_kind, pack_for, plan_rows
+from rlhf.models.head_scores import token_scores
+from rlhf.models.packing import VARLEN_ATTENTION, PackedBatch, attention_kind, pack, pack_for, plan_rows
+from rlhf.models.sequence_parallel.batch import SequenceShard, shard_packed, shard_rows
+from rlhf.models.sequence_parallel.runtime import Splitting, active
 from rlhf.models.value_head import normalize, position_ids_from_mask, sequence_rewards
 
 
@@ -31,6 +43,9 @@ def causal_lm_log_probs(
     over the untempered logits when ``return_entropy``). Positions come from a 2-D mask, so left padding is fine;
     rows packed beforehand pass their ``position_ids`` (the mask is then ignored: the samples are found from the
     positions). ``packing``: see the module docstring (0 at padding positions)."""
+    split = active()
+    if split is not None:
+        return _split_log_probs(split, model, input_ids, attention_mask, position_ids, temperature, return_entropy)
     packed = pack_for(model, input_ids, attention_mask) if packing and position_ids is None else None
     if packed is not None:
         ids, kwargs = packed.input_ids, {"position_ids": packed.position_ids}
@@ -41,17 +56,75 @@ def causal_lm_log_probs(
             input_ids,
             {"attention_mask": attention_mask, "position_ids": position_ids_from_mask(attention_mask)},
         )
-    logits = model(input_ids=ids, use_cache=False, **kwargs).logits[:, :-1]
-    logps = log_probs_from_logits(logits, ids[:, 1:], temperature)
-    entropy = entropy_from_logits(logits) if return_entropy else None
+    targets = F.pad(ids[:, 1:], (0, 1))  # the last position predicts nothing here: its score is dropped
+    logps, entropy = token_scores(model, ids, targets, temperature=temperature, entropy=return_entropy, **kwargs)
+    logps = logps[:, :-1]
+    entropy = entropy[:, :-1] if entropy is not None else None
     if packed is not None:
         logps = packed.unpack_shifted(logps)
         entropy = packed.unpack_shifted(entropy) if entropy is not None else None
     return (logps, entropy) if return_entropy else logps
 
 
+def _one_row(input_ids: Tensor, attention_mask: Tensor | None) -> PackedBatch:
+    """The batch as one packed row (what sequence parallelism splits), or a ValueError naming why it cannot be."""
+    packed = pack(input_ids, attention_mask, varlen=True) if attention_mask is not None else None
+    if packed is None:
+        raise ValueError(
+            "sequence parallelism splits packed rows: this batch has no attention mask, no real token, or a row whose "
+            "tokens are not one contiguous span (left or right padding only)"
+        )
+    return packed
+
+
+def _shard(split: Splitting, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor | None):
+    """(this rank's shard, the packing to undo or None for rows packed beforehand)."""
+    if position_ids is not None:  # rows packed beforehand (data.packing): split as they are
+        rows, width = input_ids.shape
+        every = torch.ones(rows, width - 1, dtype=torch.bool, device=input_ids.device)
+        return shard_rows(input_ids, position_ids, every, size=split.size, rank=split.rank), None
+    packed = _one_row(input_ids, attention_mask)
+    return shard_packed(packed, size=split.size, rank=split.rank), packed
+
+
+def _split_log_probs(
+    split: Splitting,
+    model,
+    input_ids: Tensor,
+    attention_mask: Tensor | None,
+    position_ids: Tensor | None,
+    temperature: float,
+    return_entropy: bool,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """:func:`causal_lm_log_probs` with the rows split over the SP group (see the module docstring)."""
+    shard, packed = _shard(split, input_ids, attention_mask, position_ids)
+    split.enter(model, shard)
+    logps, entropy = token_scores(
+        model,
+        shard.input_ids,
+        shard.targets,
+        temperature=temperature,
+        entropy=return_entropy,
+        position_ids=shard.local_position_ids,
+    )
+    outs = [_gathered_actions(shard, x, split) for x in (logps, entropy) if x is not None]
+    if packed is not None:
+        outs = [packed.unpack_shifted(x) for x in outs]
+    return (outs[0], outs[1]) if return_entropy else outs[0]
+
+
+def _gathered_actions(shard: SequenceShard, local: Tensor, split: Splitting) -> Tensor:
+    return shard.gather_actions(local, split.group, for_loss=torch.is_grad_enabled())
+
+
 def value_model_token_values(model, input_ids: Tensor, attention_mask: Tensor, *, packing: bool = False) -> Tensor:
     """``[B, T]`` value-head outputs (the value of the state after each token), packed when asked and possible."""
+    split = active()
+    if split is not None:
+        shard, packed = _shard(split, input_ids, attention_mask, None)
+        split.enter(model, shard)
+        local = model(input_ids=shard.input_ids, position_ids=shard.local_position_ids)
+        return packed.unpack(shard.gather_tokens(local, split.group, for_loss=torch.is_grad_enabled()))
     packed: PackedBatch | None = pack_for(model, input_ids, attention_mask) if packing else None
     if packed is None:
         return model(input_ids=input_ids, attention_mask=attention_mask)
@@ -81,6 +154,9 @@ def forward_tokens(model, attention_mask: Tensor, *, packing: bool) -> dict[str,
     above use: what the padding fraction and the tokens per second are made of."""
     real = int(attention_mask.sum())
     computed = int(attention_mask.numel())
+    split = active()
+    if split is not None:  # one row, padded to a multiple of the SP size
+        return {"tokens_real": float(real), "tokens_computed": float(real + -real % split.size)}
     kind = attention_kind(model) if packing else None
     if kind is not None:
         rows, width = plan_rows(attention_mask.sum(dim=1).tolist(), kind in VARLEN_ATTENTION)

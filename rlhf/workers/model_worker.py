@@ -84,11 +84,12 @@ class EngineWorker(BaseWorker):
 
         self.init_distributed()
         t = self.spec.trainer
-        per_step = t.micro_batch_per_device * self.world_size
+        dp = self.backend.mesh(self.spec, self.world_size).data  # ranks of one SP group train the same samples
+        per_step = t.micro_batch_per_device * dp
         if t.global_batch % per_step:
             raise ValueError(
                 f"role {self.role}: trainer.global_batch={t.global_batch} is not a multiple of "
-                f"micro_batch_per_device x ranks = {per_step}"
+                f"micro_batch_per_device x data-parallel ranks = {per_step}"
             )
         load = self._loader(kind, model_path, train=True, init_value_head=init_value_head)
         self.in_policy = None  # an engine over a previous trained module would generate with stale weights

@@ -61,6 +61,7 @@ def shutdown_distributed() -> None:
     through DeepSpeed's own ``deepspeed.comm.destroy_process_group``, which also drops the groups DeepSpeed cached
     over it: a later group in the same process (a test session, a restarted engine) would otherwise be handed a
     destroyed one ("Group ... is not registered")."""
+    _SEQUENCE_GROUPS.clear()  # made over the group being left
     if not dist.is_initialized():
         return
     ds_comm = sys.modules.get("deepspeed.comm")
@@ -68,6 +69,23 @@ def shutdown_distributed() -> None:
         ds_comm.destroy_process_group()
     else:
         dist.destroy_process_group()
+
+
+_SEQUENCE_GROUPS: dict[int, Any] = {}  # sequence-parallel size -> rlhf.models.sequence_parallel.SPGroups
+
+
+def sequence_groups(sp: int) -> Any:
+    """This rank's sequence-parallel and data-parallel groups for an SP size of ``sp`` over the whole role group
+    (contiguous SP groups: rlhf.models.sequence_parallel.sp_groups), made once per process group and size, so the
+    trained and frozen engines of one process share them; None for ``sp == 1`` (nothing is made). Collective the
+    first time: every rank builds its engines in the same order, so every rank asks here in the same order."""
+    if sp <= 1:
+        return None
+    if sp not in _SEQUENCE_GROUPS:
+        from rlhf.models.sequence_parallel import sp_groups
+
+        _SEQUENCE_GROUPS[sp] = sp_groups(sp)
+    return _SEQUENCE_GROUPS[sp]
 
 
 def rank() -> int:

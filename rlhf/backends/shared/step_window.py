@@ -6,10 +6,16 @@ A step takes any number of micro-batches, the same on every rank: ``trainer.glob
 of them when micro-batches hold a fixed number of samples, whatever the token budget gives otherwise
 (``trainer.max_tokens_per_micro_batch``). The engine divides each micro-batch's loss by that count and the
 normaliser is built with it, so the gradient is that of the whole step's loss however the samples were cut.
+
+Sequence parallelism (``groups``: rlhf.models.sequence_parallel.SPGroups, SP size > 1): the ranks of an SP group hold
+the same micro-batches, so the normaliser counts over the data-parallel ranks only, and each rank's loss is
+multiplied by :func:`sp_loss_scale` before the engine's backward: an engine averages gradients over every rank,
+and the ranks of a group each carry their own columns' part of the gradient, which must be summed.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -42,23 +48,39 @@ def step_inputs(
     device: torch.device,
     mask_key: str | None,
     norm_constant: float | None,
+    groups: Any = None,
 ) -> tuple[list[dict[str, Any]], LossNormalizer | None]:
     """The micro-batches on ``device`` and the step-window normaliser of ``micro_batch[mask_key]`` (None when
     ``mask_key`` is None: sequence-level losses). Collective: the micro-batch count is checked across the ranks and
-    the token counts are summed over them."""
+    the token counts are summed over the data-parallel ranks (every rank without sequence parallelism; ``groups``:
+    the DP group of this rank's SP group)."""
     check_micro_batch_count(len(micro_batches), device)
     batches = [to_device(mb, device) for mb in micro_batches]
     if mask_key is None:
         return batches, None
-    ranks = world_size()
+    if groups is None:
+        ranks, reduce = world_size(), dist.all_reduce
+    else:
+        ranks, reduce = groups.dp, partial(dist.all_reduce, group=groups.dp_group)
     norm = step_loss_normalizer(
         [b[mask_key] for b in batches],
         dp_size=ranks,
         grad_accum_steps=len(batches),
-        all_reduce=dist.all_reduce if ranks > 1 else None,
+        all_reduce=reduce if ranks > 1 else None,
         constant=norm_constant,
     )
     return batches, norm
+
+
+def sp_loss_scale(groups: Any) -> int:
+    """What each rank's loss is multiplied by before a backward whose gradients the engine averages over every rank
+    (DeepSpeed without an mpu, FSDP2 over the whole world): the SP size, so that the average is the sum over each SP
+    group averaged over the DP groups (rlhf.models.sequence_parallel.loss_scale); 1 without sequence parallelism."""
+    if groups is None:
+        return 1
+    from rlhf.models.sequence_parallel import loss_scale
+
+    return loss_scale(groups.sp, "world")
 
 
 class MetricSums:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from rlhf.models.packing import PackedBatch
-from rlhf.models.sequence_parallel.comm import gather_columns
+from rlhf.models.sequence_parallel.comm import gather_columns, gather_columns_for_loss
 
 PAD_ID = 0  # the pad columns' token id: any id does, nothing reads their outputs
 
@@ -74,17 +74,19 @@ class SequenceShard:
             raise ValueError(f"{len(parts)} ranks' columns for a group of {self.size}")
         return torch.cat(parts, dim=1)[:, : self.width]
 
-    def gather_tokens(self, local: Tensor, group) -> Tensor:
+    def gather_tokens(self, local: Tensor, group, *, for_loss: bool = False) -> Tensor:
         """Every rank's ``[R, L, ...]`` -> ``[R, width, ...]`` (the pad dropped): token-aligned outputs (values).
-        Collective over ``group`` when ``size > 1``; not differentiable."""
+        Collective over ``group`` when ``size > 1``; not differentiable, unless ``for_loss``: then every rank must
+        compute the same loss of the result (rlhf.models.sequence_parallel.comm.gather_columns_for_loss)."""
         if self.size == 1:
-            return local.detach()[:, : self.width]
-        return gather_columns(local, group)[:, : self.width]
+            return (local if for_loss else local.detach())[:, : self.width]
+        gather = gather_columns_for_loss if for_loss else gather_columns
+        return gather(local, group)[:, : self.width]
 
-    def gather_actions(self, local: Tensor, group) -> Tensor:
+    def gather_actions(self, local: Tensor, group, *, for_loss: bool = False) -> Tensor:
         """Every rank's ``[R, L, ...]`` -> ``[R, width - 1, ...]``: outputs at the targets (log-probs, entropy), in
         the layout of the unsplit forward's ``logits[:, :-1]`` (``PackedBatch.unpack_shifted`` takes it)."""
-        return self.gather_tokens(local, group)[:, : self.width - 1]
+        return self.gather_tokens(local, group, for_loss=for_loss)[:, : self.width - 1]
 
 
 def shard_rows(

@@ -5,7 +5,9 @@
   :func:`heads_to_seq` undoes it. The exchange is one ``all_to_all_single`` along a leading dimension of size P
   inside an autograd function whose backward is the same exchange (an all-to-all is its own adjoint), so gradients
   flow back to each rank's own columns.
-* :func:`gather_columns`: every rank's columns of a per-token output, in order (not differentiable: outputs only).
+* :func:`gather_columns`: every rank's columns of a per-token output, in order (not differentiable: outputs only);
+  :func:`gather_columns_for_loss`: the same, differentiable, for a loss every rank of the group computes whole on the
+  gathered outputs (its backward hands each rank the gradient of its own columns).
 
 The reshapes around the exchange are separate functions of an ``exchange`` callable so that a one-process test can
 stand in for the collective (rank r's received block p is rank p's sent block r).
@@ -65,3 +67,27 @@ def gather_columns(local: Tensor, group) -> Tensor:
     parts = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
     dist.all_gather(parts, local.contiguous(), group=group)
     return torch.cat(parts, dim=1)
+
+
+class _GatherColumns(torch.autograd.Function):
+    """:func:`gather_columns` whose backward keeps this rank's columns of the gradient (no communication)."""
+
+    @staticmethod
+    def forward(ctx, local: Tensor, group) -> Tensor:
+        ctx.rank, ctx.width = dist.get_rank(group), local.shape[1]
+        return gather_columns(local, group)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        start = ctx.rank * ctx.width
+        return grad[:, start : start + ctx.width], None
+
+
+def gather_columns_for_loss(local: Tensor, group) -> Tensor:
+    """``[R, L, ...]`` on each rank -> ``[R, P*L, ...]``, differentiable. Every rank of the group must compute the same
+    loss from the result (the same function of the same gathered values): then each rank's backward carries exactly
+    its own columns' part of that loss's gradient, and the ranks' parameter gradients **sum** to the gradient of the
+    unsplit forward (what rlhf.models.sequence_parallel.loss_scale makes an engine's reduction give). This is how any
+    loss stays exact, whatever it does across a sequence (sequence-level ratios, pair margins, a reward at the last
+    token), where shares of a token sum would need each loss rewritten."""
+    return _GatherColumns.apply(local, group)

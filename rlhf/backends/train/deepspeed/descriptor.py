@@ -211,7 +211,10 @@ class DeepSpeedBackend(TrainBackendBase):
             accelerator=spec.hardware.accelerator,
         )
         self._hf_zero3(cfg)
-        return DeepSpeedTrainEngine(load(t.precision), cfg, trainer=t, lr=lr, total_steps=total_steps)
+        sp = self.mesh(spec, world_size()).sequence
+        return DeepSpeedTrainEngine(
+            load(t.precision), cfg, trainer=t, lr=lr, total_steps=total_steps, sequence_parallel=sp
+        )
 
     def build_frozen(self, load: ModelLoader, spec: ExperimentSpec, *, offload: bool) -> Any:
         from rlhf.backends.shared.distributed import world_size
@@ -227,7 +230,7 @@ class DeepSpeedBackend(TrainBackendBase):
             accelerator=spec.hardware.accelerator,
         )
         self._hf_zero3(cfg)
-        return DeepSpeedEvalEngine(load(t.precision), cfg)
+        return DeepSpeedEvalEngine(load(t.precision), cfg, sequence_parallel=self.mesh(spec, world_size()).sequence)
 
     def trained_states(
         self, spec: ExperimentSpec, *, params: int, largest_layer: int, dp: int, trainable: int | None = None

@@ -6,6 +6,13 @@ train engine implements the :class:`rlhf.backends.contract.training.TrainEngine`
 optimizer
 step over the micro-batches it is given, normalising the loss over the whole step window (all micro-batches, all
 ranks) as OpenRLHF does, so the gradient is that of one token mean no matter how tokens fall into micro-batches.
+
+Sequence parallelism (``sequence_parallel`` > 1, the role's mesh): each micro-batch's forward and backward run inside
+rlhf.models.sequence_parallel.runtime.splitting, so the model forwards split their rows over the rank's SP group;
+DeepSpeed is given no mpu, so it counts every rank as data-parallel (its ``train_batch_size`` is the global batch
+times the SP size, by construction of the config) and averages gradients over all of them: each rank's loss is
+multiplied by the SP size (rlhf.backends.shared.step_window.sp_loss_scale), which makes that average the sum over
+each SP group averaged over the DP groups. The gradient, its norm and the step are those of the unsplit run.
 """
 
 from __future__ import annotations
@@ -26,13 +33,15 @@ from rlhf.backends.shared.distributed import (
     init_process_group,
     rng_file,
     rng_state,
+    sequence_groups,
     set_rng_state,
     shutdown_distributed,
     to_device,
 )
 from rlhf.backends.shared.optim import build_optimizer, build_scheduler, set_peak_lr
-from rlhf.backends.shared.step_window import MetricSums, step_inputs
+from rlhf.backends.shared.step_window import MetricSums, sp_loss_scale, step_inputs
 from rlhf.backends.train.deepspeed.ds_config import optimizer_name
+from rlhf.models.sequence_parallel.runtime import splitting
 from rlhf.spec.schema import TrainerSpec
 
 log = logging.getLogger(__name__)
@@ -71,6 +80,7 @@ def current_device() -> torch.device:
 class _EngineBase:
     engine: Any
     zero_stage: int
+    sp_groups: Any = None  # rlhf.models.sequence_parallel.SPGroups with sequence parallelism, else None
 
     @property
     def module(self) -> torch.nn.Module:
@@ -131,10 +141,12 @@ class DeepSpeedTrainEngine(_EngineBase):
         trainer: TrainerSpec,
         lr: float,
         total_steps: int,
+        sequence_parallel: int = 1,
     ) -> None:
         from rlhf.backends.train.deepspeed.deepspeed_import import import_deepspeed
 
         deepspeed = import_deepspeed()
+        self.sp_groups = sequence_groups(sequence_parallel)
         optimizer = build_optimizer(model, trainer, lr, name=optimizer_name(trainer, current_device_kind()))
         scheduler = build_scheduler(optimizer, trainer, total_steps)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
@@ -160,16 +172,18 @@ class DeepSpeedTrainEngine(_EngineBase):
         for sequence-level losses). Returns the metrics averaged over micro-batches and ranks, plus ``grad_norm``
         (before clipping) and the ``lr`` the step used."""
         self.engine.train()
-        batches, norm = step_inputs(micro_batches, self.device, mask_key, norm_constant)
+        batches, norm = step_inputs(micro_batches, self.device, mask_key, norm_constant, self.sp_groups)
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step uses (the scheduler moves on after it)
         metrics = MetricSums()
         n = len(batches)
+        scale = sp_loss_scale(self.sp_groups)
         for i, mb in enumerate(batches):
             # The step's own micro-batch count, not the configured gradient_accumulation_steps (token-budget
             # micro-batches vary it): DeepSpeed's public override of its boundary, and the loss divided by n here.
             self.engine.set_gradient_accumulation_boundary(i == n - 1)
-            loss, m = loss_fn(self.engine, mb, norm)
-            self.engine.backward(loss / n, scale_wrt_gas=False)
+            with splitting(self.sp_groups):  # the forward and the backward (nothing without sequence parallelism)
+                loss, m = loss_fn(self.engine, mb, norm)
+                self.engine.backward((loss * scale if scale != 1 else loss) / n, scale_wrt_gas=False)
             self.engine.step()
             metrics.add(m)
         out = metrics.mean(self.device)
@@ -188,7 +202,8 @@ class DeepSpeedTrainEngine(_EngineBase):
         """``fn(model, batch)`` in eval mode without gradients (e.g. the policy's old log-probs)."""
         self.engine.eval()
         try:
-            return fn(self.engine, to_device(batch, self.device))
+            with splitting(self.sp_groups):
+                return fn(self.engine, to_device(batch, self.device))
         finally:
             self.engine.train()
 
@@ -250,10 +265,11 @@ class DeepSpeedTrainEngine(_EngineBase):
 class DeepSpeedEvalEngine(_EngineBase):
     """A frozen model under DeepSpeed (ZeRO-3 sharded when the trainer uses stage 3, else stage 0)."""
 
-    def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any]) -> None:
+    def __init__(self, model: torch.nn.Module, ds_config: dict[str, Any], *, sequence_parallel: int = 1) -> None:
         from rlhf.backends.train.deepspeed.deepspeed_import import import_deepspeed
 
         deepspeed = import_deepspeed()
+        self.sp_groups = sequence_groups(sequence_parallel)
 
         model.requires_grad_(False)
         self.engine, *_ = deepspeed.initialize(model=model, config=ds_config, dist_init_required=False)
@@ -263,8 +279,10 @@ class DeepSpeedEvalEngine(_EngineBase):
 
     @torch.no_grad()
     def forward(self, fn: Callable[[Any, dict[str, Any]], Any], batch: dict[str, Any]) -> Any:
-        """``fn(model, batch)`` without gradients, batch moved to this rank's device."""
-        return fn(self.engine, to_device(batch, self.device))
+        """``fn(model, batch)`` without gradients, batch moved to this rank's device (its rows split over the SP group
+        with sequence parallelism)."""
+        with splitting(self.sp_groups):
+            return fn(self.engine, to_device(batch, self.device))
 
     def offload_states(self) -> None:  # frozen weights are offloaded by ZeRO-3's offload_param, if configured
         return None

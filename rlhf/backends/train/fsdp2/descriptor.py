@@ -40,6 +40,7 @@ class FSDP2Backend(TrainBackendBase):
     def build_trained(
         self, load: ModelLoader, spec: ExperimentSpec, *, lr: float, total_steps: int, grad_accum: int
     ) -> Any:
+        from rlhf.backends.shared.distributed import world_size
         from rlhf.backends.train.fsdp2.engine import FSDP2TrainEngine
 
         t = spec.trainer
@@ -50,13 +51,16 @@ class FSDP2Backend(TrainBackendBase):
             lr=lr,
             total_steps=total_steps,
             grad_accum=grad_accum,
+            sequence_parallel=self.mesh(spec, world_size()).sequence,
         )
 
     def build_frozen(self, load: ModelLoader, spec: ExperimentSpec, *, offload: bool) -> Any:
+        from rlhf.backends.shared.distributed import world_size
         from rlhf.backends.train.fsdp2.engine import FSDP2FrozenEngine
 
         model = load(spec.trainer.precision)
-        return FSDP2FrozenEngine(model, accelerator=spec.hardware.accelerator, offload=offload)
+        sp = self.mesh(spec, world_size()).sequence
+        return FSDP2FrozenEngine(model, accelerator=spec.hardware.accelerator, offload=offload, sequence_parallel=sp)
 
     def trained_states(
         self, spec: ExperimentSpec, *, params: int, largest_layer: int, dp: int, trainable: int | None = None

@@ -11,6 +11,12 @@ the
 gradient-accumulation count, gradients averaged over the ranks by the reduce-scatter, the norm taken before clipping,
 clipping to ``trainer.max_norm``, one optimizer and schedule step; a non-finite norm drops the update.
 
+Sequence parallelism (``sequence_parallel`` > 1, the role's mesh): the units stay sharded over the whole role group,
+each micro-batch's forward and backward run inside rlhf.models.sequence_parallel.runtime.splitting (the model
+forwards split their rows over the rank's SP group), and each rank's loss is multiplied by the SP size
+(rlhf.backends.shared.step_window.sp_loss_scale): the reduce-scatter's average over every rank is then the sum over
+each SP group averaged over the DP groups, the gradient of the unsplit run.
+
 Checkpoints: ``torch.distributed.checkpoint`` of the sharded model and optimizer state (each rank writes its shards)
 under ``fsdp2/``, the schedule and client state from rank 0, each rank's RNG state; loading continues bit-exactly.
 """
@@ -36,13 +42,15 @@ from rlhf.backends.shared.distributed import (
     rank,
     rng_file,
     rng_state,
+    sequence_groups,
     set_rng_state,
     to_device,
     world_size,
 )
 from rlhf.backends.shared.optim import build_optimizer, build_scheduler, set_peak_lr
-from rlhf.backends.shared.step_window import MetricSums, step_inputs
+from rlhf.backends.shared.step_window import MetricSums, sp_loss_scale, step_inputs
 from rlhf.models.loading import torch_dtype
+from rlhf.models.sequence_parallel.runtime import splitting
 from rlhf.spec.schema import TrainerSpec
 
 CKPT_DIR = "fsdp2"  # torch.distributed.checkpoint folder inside one of our checkpoint folders
@@ -122,8 +130,10 @@ class FSDP2TrainEngine:
         lr: float,
         total_steps: int,
         grad_accum: int,
+        sequence_parallel: int = 1,
     ) -> None:
         self.trainer = trainer
+        self.sp_groups = sequence_groups(sequence_parallel)
         self.grad_accum = grad_accum
         self.global_step = 0
         self.device = accelerator_device(accelerator)
@@ -163,12 +173,15 @@ class FSDP2TrainEngine:
     ) -> dict[str, float]:
         """One optimizer step over the micro-batches given, the same count on every rank (see TrainEngine.step)."""
         self.model.train()
-        batches, norm = step_inputs(micro_batches, self.device, mask_key, norm_constant)
+        batches, norm = step_inputs(micro_batches, self.device, mask_key, norm_constant, self.sp_groups)
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step uses (the scheduler moves on after it)
         metrics = MetricSums()
+        scale = sp_loss_scale(self.sp_groups)
         for mb in batches:
-            loss, m = loss_fn(self.model, mb, norm)
-            (loss / len(batches)).backward()  # the step's micro-batch count, as the DeepSpeed engine divides
+            with splitting(self.sp_groups):  # the forward and the backward (nothing without sequence parallelism)
+                loss, m = loss_fn(self.model, mb, norm)
+                # the step's micro-batch count, as the DeepSpeed engine divides
+                ((loss * scale if scale != 1 else loss) / len(batches)).backward()
             metrics.add(m)
         grad_norm = self._clip()
         if math.isfinite(grad_norm):  # a non-finite norm drops the update (and the schedule's step), as DeepSpeed does
@@ -200,7 +213,8 @@ class FSDP2TrainEngine:
         """``fn(model, batch)`` in eval mode without gradients; the gathered units are freed afterwards."""
         self.model.eval()
         try:
-            return fn(self.model, to_device(batch, self.device))
+            with splitting(self.sp_groups):
+                return fn(self.model, to_device(batch, self.device))
         finally:
             reshard_all(self.model)
             self.model.train()
@@ -329,7 +343,10 @@ class FSDP2FrozenEngine:
 
     gathers_on_every_rank = True
 
-    def __init__(self, model: nn.Module, *, accelerator: str, offload: bool = False) -> None:
+    def __init__(
+        self, model: nn.Module, *, accelerator: str, offload: bool = False, sequence_parallel: int = 1
+    ) -> None:
+        self.sp_groups = sequence_groups(sequence_parallel)
         model.requires_grad_(False)
         self.device = accelerator_device(accelerator)
         shard_model(model, accelerator, mp=MixedPrecisionPolicy(), offload=offload, reshard_after_forward=True)
@@ -343,7 +360,8 @@ class FSDP2FrozenEngine:
     @torch.no_grad()
     def forward(self, fn: Callable[[Any, dict[str, Any]], Any], batch: dict[str, Any]) -> Any:
         try:
-            return fn(self.model, to_device(batch, self.device))
+            with splitting(self.sp_groups):
+                return fn(self.model, to_device(batch, self.device))
         finally:
             reshard_all(self.model)  # the root keeps its gathered parameters after a forward otherwise
 
