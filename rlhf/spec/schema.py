@@ -10,8 +10,10 @@ Batch vocabulary (units in the names, everything else derived by ``rlhf.spec.der
     rollout.prompts_per_step      prompts drawn per RL step
     rollout.samples_per_prompt    completions per prompt (group size)
     trainer.global_batch          samples per optimizer step, across all data-parallel ranks
-    trainer.micro_batch_per_device samples per forward/backward on one device
-Gradient accumulation = global_batch / (micro_batch_per_device * data-parallel size); never typed.
+    trainer.micro_batch_per_device samples per forward/backward on one device (on one sequence-parallel group)
+Gradient accumulation = global_batch / (micro_batch_per_device * data-parallel size); never typed. The data-parallel
+size is a role's ranks / trainer.sequence_parallel_size (its mesh, rlhf.spec.mesh, as the training backend lays it
+out).
 The sections are declared in rlhf.spec.sections, one module per group (this module exports every class, so
 ``from rlhf.spec.schema import TrainerSpec`` is the one way to name them). A backend's own keys are declared in its
 folder and named by its registry line; ``trainer`` and ``rollout`` get one sub-section per such backend

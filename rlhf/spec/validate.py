@@ -20,6 +20,8 @@ from rlhf.spec.hub_source import parse_hub_source
 from rlhf.spec.keys import domain_violations
 from rlhf.spec.rollout_backend_rules import backend_problems as rollout_backend_problems
 from rlhf.spec.schema import ROLES, ExperimentSpec, ISCorrectionSpec
+from rlhf.spec.sequence_rules import data_parallel_text
+from rlhf.spec.sequence_rules import problems as sequence_problems
 from rlhf.spec.tokenizer_files import tokenizer_difference
 from rlhf.spec.train_backend_rules import backend_problems
 
@@ -119,14 +121,14 @@ def _check_batches(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
     if t.global_batch < 1 or t.micro_batch_per_device < 1:
         return  # the domain check reports these
     for role in d.grad_accum:
-        dp = max(d.devices.get(role, 1), 1)
-        per_step = t.micro_batch_per_device * dp
+        per_step = t.micro_batch_per_device * d.data_parallel(role)
         c.require(
             t.global_batch % per_step == 0,
             "trainer.global_batch",
             t.global_batch,
             f"must be a multiple of trainer.micro_batch_per_device ({t.micro_batch_per_device}) x {role} "
-            f"data-parallel size ({dp}) = {per_step}; e.g. {max(per_step, t.global_batch // per_step * per_step)}",
+            f"data-parallel size ({data_parallel_text(spec, d, role)}) = {per_step}; e.g. "
+            f"{max(per_step, t.global_batch // per_step * per_step)}",
         )
     trains = "policy" in d.roles  # rollout-only runs have no optimizer step to fill
     if spec.algorithm.family == "rl" and trains and ro.prompts_per_step >= 1 and ro.samples_per_prompt >= 1:
@@ -706,6 +708,7 @@ def validate(spec: ExperimentSpec) -> list[SpecError]:
     _check_logging(spec, c)
     for key, value, fix in local_problems(spec, d):  # launch.executor=local asked for what only Ray hosts
         c.errors.append(SpecError(key, value, fix))
+    c.errors += [SpecError(*p) for p in sequence_problems(spec, d)]  # trainer.sequence_parallel_size
     return c.errors
 
 
