@@ -3,7 +3,10 @@
 FLAT: the commands of shared/reference/openrlhf-commands.md exactly as OpenRLHF's documentation gives them (flat
 flags, before the 2026-04 rename). DOTTED: the same commands written by us in the dotted vocabulary from the flag
 tables of shared/reference/openrlhf.md sections 2.1-2.6. REINFORCE_PP_BASELINE: a dotted script in the style of
-OpenRLHF's examples (bash arrays, ${VAR} set earlier, comments inside the arrays).
+OpenRLHF's examples (bash arrays, ${VAR} set earlier, comments inside the arrays). RING_ATTENTION: the settings of
+OpenRLHF's long-context example (examples/scripts/train_reinforce_baseline_hybrid_engine.sh: Qwen3-4B-Thinking,
+samples up to 74,240 tokens, ring attention over 2 of the 4 actor GPUs, head stride 2), written by us in the dotted
+vocabulary of 0.11.2 with the DeepSpeed engine's sleep flag.
 """
 
 FLAT = {
@@ -391,4 +394,30 @@ ray job submit --address="http://127.0.0.1:8265" \
    ${ROLLOUT_ARGS[@]} \
    ${ENGINE_ARGS[@]} \
    ${OPTIMIZER_ARGS[@]}
+"""
+
+RING_ATTENTION = r"""#!/bin/bash
+MODEL_PATH="Qwen/Qwen3-4B-Thinking-2507"
+SAVE_PATH=./exp/qwen3-4b-thinking
+AGENT_FUNC_PATH=./agent_func.py
+
+python3 -m openrlhf.cli.train_ppo_ray \
+   --actor.model_name_or_path ${MODEL_PATH} \
+   --ckpt.output_dir ${SAVE_PATH} --ckpt.path "${SAVE_PATH}/ckpt" --ckpt.max_num 3 --ckpt.save_steps 10 \
+   --train.agent_func_path ${AGENT_FUNC_PATH} \
+   --data.prompt_dataset zhuzilin/dapo-math-17k --data.input_key prompt --data.label_key label \
+   --data.max_len 74240 --rollout.max_new_tokens 64000 --data.apply_chat_template --ds.packing_samples \
+   --rollout.batch_size 128 --rollout.n_samples_per_prompt 8 --train.batch_size 1024 \
+   --algo.dynamic_filtering_enable --algo.dynamic_filtering_range 0.0 1.0 \
+   --train.dynamic_batch_enable --train.max_tokens_per_gpu 16192 --rollout.max_tokens_per_gpu 32768 \
+   --train.micro_batch_size 1 --rollout.micro_batch_size 8 --train.max_epochs 1 --train.num_episodes 1 \
+   --ref.num_nodes 1 --ref.num_gpus_per_node 4 --actor.num_nodes 1 --actor.num_gpus_per_node 4 \
+   --vllm.num_engines 2 --vllm.tensor_parallel_size 2 --vllm.gpu_memory_utilization 0.7 \
+   --train.colocate_all --vllm.enable_sleep --ds.enable_sleep --vllm.enforce_eager \
+   --ds.zero_stage 3 --actor.gradient_checkpointing_enable \
+   --ds.ring_attn_size 2 --ds.ring_attn_head_stride 2 --ds.param_dtype bf16 \
+   --algo.advantage.estimator reinforce_baseline --actor.adam.lr 5e-7 --actor.entropy_coef 0.0 \
+   --algo.kl.init_coef 1e-5 --algo.kl.use_loss --algo.kl.estimator k2 \
+   --algo.advantage.is_correction_enable --algo.advantage.is_correction_type icepop \
+   --logger.logging_steps 1 --eval.steps -1
 """

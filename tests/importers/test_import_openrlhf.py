@@ -8,13 +8,14 @@ import os
 from pathlib import Path
 
 import pytest
-from openrlhf_commands import DOTTED, FLAT, REINFORCE_PP_BASELINE
+from openrlhf_commands import DOTTED, FLAT, REINFORCE_PP_BASELINE, RING_ATTENTION
 
 from rlhf.cli.recipes import main as recipes_main
 from rlhf.importers.openrlhf.args import ImportProblem, find_entry
 from rlhf.importers.openrlhf.mapping import openrlhf_grad_accum, openrlhf_steps_per_rollout
 from rlhf.importers.openrlhf.report import NONE, UNRECOGNISED, lines
 from rlhf.importers.openrlhf.verb import convert_words, words_from_script
+from rlhf.importers.report import EQUAL, WRITTEN
 from rlhf.planning.plan import plan
 from rlhf.spec import build, derive, validate
 from rlhf.spec.build import compose
@@ -285,7 +286,7 @@ def test_unknown_flags_bad_values_and_repeated_flags_are_reported(in_tmp):
     assert rows["--rollout.batch_size 64"].marker == "~~"
     assert conv.recipe.values["rollout.prompts_per_step"] == 32
     assert rows["--ptx_coef 0.05"].marker == NONE and "removed from OpenRLHF" in rows["--ptx_coef 0.05"].detail
-    assert "gradient accumulation differs" in rows["--ds.ring_attn_size 2"].detail
+    assert rows["--ds.ring_attn_size 2"].marker == WRITTEN
 
 
 def test_unknown_model_gets_the_nearest_dimensions_and_says_so(in_tmp):
@@ -514,3 +515,43 @@ def test_the_long_context_example_converts_validates_and_plans(in_tmp):
     spec = build(compose([f"+recipe={_written(conv, in_tmp, 'long')}", PROMPTS]))
     assert spec.data.max_len == 74240 and validate(spec) == []
     assert plan(spec).verdict()
+
+
+def test_the_ring_attention_example_splits_each_sample_over_the_same_ranks(in_tmp):
+    # OpenRLHF's long-context example: ring attention over 2 of 4 actor GPUs, head stride 2
+    (in_tmp / "agent_func.py").write_text("async def step(observation, action, label, **kwargs):\n    return {}\n")
+    conv = _convert_script(RING_ATTENTION)
+    rows = {r.flag: r for r in lines(conv.cmd, conv.mapping, conv.recipe)}
+    ring = rows["--ds.ring_attn_size 2"]
+    assert ring.marker == WRITTEN
+    assert ring.detail.startswith("trainer.sequence_parallel_size=2; each sample split over 2 ranks by Ulysses")
+    assert "OpenRLHF runs ring attention" in ring.detail and "the same attention" in ring.detail
+    stride = rows["--ds.ring_attn_head_stride 2"]
+    assert stride.marker == NONE and "not needed: ring attention's kv heads per gather" in stride.detail
+    spec = build(compose([f"+recipe={_written(conv, in_tmp, 'ring')}"]))
+    assert validate(spec) == []
+    d = derive(spec)
+    assert (d.mesh["policy"].data, d.mesh["policy"].sequence) == (2, 2)
+    s = conv.mapping.values
+    assert s["trainer.max_tokens_per_micro_batch"] == 16192  # per GPU in both (a group of 2 takes 2 x 16192)
+    assert d.grad_accum["policy"] == openrlhf_grad_accum(s["trainer.global_batch"], 1, 4, ring=2)  # 1024*2/1/4
+    assert plan(spec).verdict()
+
+
+def test_a_head_stride_of_one_and_a_ring_of_one_are_openrlhfs_defaults(in_tmp):
+    conv = _convert_script(_dotted_ppo("--ds.ring_attn_size 1 --ds.ring_attn_head_stride 1"))
+    rows = {r.flag: r for r in lines(conv.cmd, conv.mapping, conv.recipe)}
+    assert rows["--ds.ring_attn_size 1"].marker == EQUAL
+    assert rows["--ds.ring_attn_head_stride 1"].marker == EQUAL
+    assert "trainer.sequence_parallel_size" not in conv.mapping.values
+
+
+@pytest.mark.parametrize("ring", [2, 4])
+def test_gradient_accumulation_with_a_ring_equals_openrlhfs(ring, in_tmp):
+    flags = [*BATCHES[0][0], f"--ds.ring_attn_size {ring}"]
+    conv = _convert_script(_dotted_ppo(*flags))
+    s = conv.mapping.values
+    spec = build(compose([f"+recipe={_written(conv, in_tmp, 'ring')}", PROMPTS]))
+    assert validate(spec) == []
+    got = derive(spec).grad_accum["policy"]
+    assert got == openrlhf_grad_accum(s["trainer.global_batch"], s["trainer.micro_batch_per_device"], 8, ring=ring)

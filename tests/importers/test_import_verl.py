@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from verl_commands import DATA_FILES, SAMPLE
+from verl_commands import DATA_FILES, LONG_CONTEXT_ULYSSES, SAMPLE
 
 from rlhf.cli.recipes import main as recipes_main
 from rlhf.importers.recipe import schema_has
-from rlhf.importers.report import NONE, UNKNOWN, UNRECOGNISED
+from rlhf.importers.report import EQUAL, NONE, UNKNOWN, UNRECOGNISED, WRITTEN
 from rlhf.importers.verl import mapping as verl_mapping
 from rlhf.importers.verl import vocab
 from rlhf.importers.verl.mapping import map_command, verl_grad_accum, verl_steps_per_rollout
@@ -640,3 +640,83 @@ def test_bypass_modes_loss_type_is_reported_only_where_bypass_mode_reads_it():
             line = f"{c}.loss_type={loss_type}"
             conv = _convert(_cmd("algorithm.adv_estimator=grpo", f"{c}.bypass_mode={bypass}", line))
             assert _rows(conv)[line].marker == marker, (bypass, loss_type, _rows(conv)[line])
+
+
+# -- Ulysses sequence parallelism: one key for every model role, the batches as veRL's --------------------------------
+SP = "trainer.sequence_parallel_size"
+
+
+def test_the_long_context_ulysses_command_splits_each_sample_over_four_ranks(in_tmp):
+    conv = _convert(LONG_CONTEXT_ULYSSES)
+    rows = _rows(conv)
+    actor = rows[f"{A}.ulysses_sequence_parallel_size=4"]
+    assert actor.marker == WRITTEN and actor.detail.startswith(f"{SP}=4; Ulysses here as in veRL")
+    ref = rows["actor_rollout_ref.ref.ulysses_sequence_parallel_size=4"]
+    assert ref.marker == EQUAL and "the policy's size" in ref.detail
+    checked = _checked(conv, in_tmp, "ulysses")
+    assert _real(checked.errors) == []
+    d = derive(checked.spec)
+    assert (d.mesh["policy"].data, d.mesh["policy"].sequence) == (2, 4)
+    assert checked.spec.trainer.max_tokens_per_micro_batch == 32768  # per GPU in both: a group takes 4 x it
+    # veRL: ppo_mini_batch_size x n over world / Ulysses data-parallel ranks, one sample per micro-batch here
+    assert d.grad_accum["policy"] == verl_grad_accum(16, 16, 8 // 4, 1)
+    assert plan(checked.spec).fits
+
+
+@pytest.mark.parametrize(
+    ("overrides", "size"),
+    [
+        ([f"{A}.fsdp_config.ulysses_sequence_parallel_size=2"], 2),  # veRL 0.9.1's own key
+        ([f"{A}.ulysses_sequence_parallel_size=4", f"{A}.fsdp_config.ulysses_sequence_parallel_size=2"], 4),
+        ([f"{A}.ulysses_sequence_parallel_size=1", f"{A}.fsdp_config.ulysses_sequence_parallel_size=2"], 2),
+    ],
+)
+def test_the_deprecated_actor_key_wins_above_one_as_in_verl(overrides, size):
+    assert _values("algorithm.adv_estimator=grpo", *overrides)[SP] == size
+
+
+def test_a_reference_or_critic_size_of_its_own_is_reported_and_the_policys_kept():
+    conv = map_command(
+        split_command(
+            _cmd(
+                "algorithm.adv_estimator=gae",
+                f"{A}.ulysses_sequence_parallel_size=4",
+                "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=2",
+                "critic.ulysses_sequence_parallel_size=2",
+            ).split()
+        )
+    )
+    assert conv.values[SP] == 4
+    nones = [o.none for o in conv.outcomes if o.none]
+    assert (
+        "unsupported: a reference size of its own (2); trainer.sequence_parallel_size splits every model role's "
+        in (" ".join(nones))
+    )
+    assert any(n.startswith("unsupported: a critic size of its own (2)") for n in nones)
+
+
+def test_size_one_writes_nothing():
+    v = _values("algorithm.adv_estimator=grpo", f"{A}.ulysses_sequence_parallel_size=1")
+    assert SP not in v
+
+
+@pytest.mark.parametrize(
+    ("entry", "key"),
+    [
+        ("verl.trainer.fsdp_sft_trainer", "ulysses_sequence_parallel_size"),
+        ("verl.trainer.sft_trainer", "engine.ulysses_sequence_parallel_size"),
+    ],
+)
+def test_the_sft_trainers_size_maps(entry, key):
+    v = map_command(split_command(f"torchrun --nproc_per_node=8 -m {entry} {key}=2".split())).values
+    assert v[SP] == 2
+
+
+def test_a_global_micro_batch_is_divided_by_the_data_parallel_ranks():
+    v = _values(
+        "algorithm.adv_estimator=grpo",
+        f"{A}.ppo_micro_batch_size=8",
+        f"{A}.ulysses_sequence_parallel_size=2",
+        "trainer.n_gpus_per_node=8",
+    )
+    assert v["trainer.micro_batch_per_device"] == 2  # 8 / (8 GPUs / 2)

@@ -10,6 +10,9 @@ DATA=${DATA:-./data}
 """
 
 # name: (script, our algorithm option, what the tests check besides validating)
+# LONG_CONTEXT_ULYSSES stands for veRL's long-reasoning GRPO scripts (DAPO-style, 30k-token responses): Ulysses over 4
+# ranks for the actor and the reference (the deprecated per-role keys, as veRL's examples still write them), padding
+# removed, micro-batches cut by tokens per GPU, the FSDP states offloaded.
 GRPO_MATH = (
     COMMON
     + r"""
@@ -182,6 +185,28 @@ python3 -m verl.trainer.main_ppo --config-path=config --config-name='ppo_megatro
 )
 
 # name: (script, algorithm option or None when out of reach, the report line that says why when out of reach)
+LONG_CONTEXT_ULYSSES = (
+    COMMON
+    + r"""
+max_prompt_length=$((1024 * 2))
+max_response_length=$((1024 * 30))
+python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo algorithm.use_kl_in_reward=False \
+    data.train_files=$DATA/dapo_math.parquet data.train_batch_size=64 \
+    data.max_prompt_length=${max_prompt_length} data.max_response_length=${max_response_length} \
+    actor_rollout_ref.model.path=Qwen/Qwen3-8B actor_rollout_ref.model.use_remove_padding=True \
+    actor_rollout_ref.model.enable_gradient_checkpointing=True \
+    actor_rollout_ref.actor.strategy=fsdp2 actor_rollout_ref.actor.optim.lr=1e-6 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=16 actor_rollout_ref.actor.use_dynamic_bsz=True \
+    actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$((max_prompt_length + max_response_length)) \
+    actor_rollout_ref.actor.ulysses_sequence_parallel_size=4 actor_rollout_ref.ref.ulysses_sequence_parallel_size=4 \
+    actor_rollout_ref.actor.use_kl_loss=False actor_rollout_ref.actor.entropy_coeff=0 \
+    actor_rollout_ref.actor.fsdp_config.param_offload=True actor_rollout_ref.actor.fsdp_config.optimizer_offload=True \
+    actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.n=16 \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=4 actor_rollout_ref.rollout.gpu_memory_utilization=0.8 \
+    trainer.n_gpus_per_node=8 trainer.nnodes=1
+"""
+)
+
 SAMPLE = {
     "grpo_math": (GRPO_MATH, "grpo", None),
     "ppo_gae": (PPO_GAE, "ppo", None),
@@ -193,6 +218,7 @@ SAMPLE = {
     "cispo": (CISPO, "cispo", None),
     "gpg": (GPG, "gpg", None),
     "gmpo": (GMPO, "geo_mean", None),
+    "long_context_ulysses": (LONG_CONTEXT_ULYSSES, "grpo", None),
     "megatron": (MEGATRON, None, "Megatron-LM's trainer config"),
 }
 DATA_FILES = (

@@ -175,7 +175,12 @@ _NONE = {
     "ds.experts_implementation": (UNSUPPORTED, "MoE expert kernels", None),
     "ds.use_liger_kernel": (UNSUPPORTED, "Liger kernels", False),
     "ds.load_in_4bit": (UNSUPPORTED, "4-bit (QLoRA) loading", False),
-    "ds.ring_attn_head_stride": (UNSUPPORTED, "ring attention (no context parallelism here)", 1),
+    "ds.ring_attn_head_stride": (
+        NOT_NEEDED,
+        "ring attention's kv heads per gather, a memory/speed trade-off of its kernel; Ulysses here exchanges every "
+        "head in one all-to-all per tensor, so there is nothing to set",
+        1,
+    ),
     "local_rank": (NOT_NEEDED, "set by the launcher", -1),
     "use_ms": (UNSUPPORTED, "the ModelScope hub", False),
     "ckpt.disable_ds": (UNSUPPORTED, "checkpoints always hold the DeepSpeed states (needed to resume)", False),
@@ -328,17 +333,43 @@ class _Mapper(OutcomeBook):
                 self.explain(f"{prefix}optim", "Adam, as here")
             else:
                 self.none(f"{prefix}optim", *_MUON)
-        for c in ("ds.ring_attn_size", "ds.tensor_parallel_size"):
-            what = "ring attention (context parallelism)" if "ring" in c else "DeepSpeed tensor parallelism (AutoTP)"
-            if self.eff(c) == 1:
-                self.explain(c, "OpenRLHF's default; nothing to carry over")
-            else:
-                self.none(
-                    c,
-                    UNSUPPORTED,
-                    f"{what}; every training rank here is data-parallel, so the gradient accumulation differs "
-                    f"from OpenRLHF's (which divides the world by {c.split('.')[-1]}={self.eff(c)})",
-                )
+        self._ring_attention()
+        c = "ds.tensor_parallel_size"
+        if c not in self.defs:
+            return
+        if self.eff(c) == 1:
+            self.explain(c, "OpenRLHF's default; nothing to carry over")
+        else:
+            self.none(
+                c,
+                UNSUPPORTED,
+                "DeepSpeed tensor parallelism (AutoTP); every training rank here is data-parallel, so the gradient "
+                f"accumulation differs from OpenRLHF's (which divides the world by tensor_parallel_size={self.eff(c)})",
+            )
+
+    def _ring_attention(self) -> None:
+        """``--ds.ring_attn_size N``: each sample split over N ranks, here by Ulysses (an all-to-all of q, k, v
+        between columns and heads) where OpenRLHF runs ring attention (keys and values gathered round the group):
+        the same exact attention. Each group of N ranks takes the same micro-batch in both, so the batch, the
+        gradient accumulation (train_batch / (micro x world / N)) and the token budget per GPU mean the same."""
+        c = "ds.ring_attn_size"
+        if c not in self.defs:
+            return
+        n = self.eff(c)
+        if n == 1:
+            self.explain(c, "OpenRLHF's default; nothing to carry over")
+        elif not schema_has("trainer.sequence_parallel_size"):
+            self.none(
+                c, UNSUPPORTED, "sequence parallelism (this version's schema has no trainer.sequence_parallel_size)"
+            )
+        else:
+            self.put("trainer.sequence_parallel_size", n, c)
+            self.explain(
+                c,
+                f"each sample split over {n} ranks by Ulysses (all-to-all of q, k, v between columns and heads) where "
+                "OpenRLHF runs ring attention (keys and values passed round the group): the same attention; the "
+                f"data-parallel size is the world / {n} in both, so the gradient accumulation is OpenRLHF's",
+            )
 
     def _trainer(self) -> None:
         p = "actor." if self.rl else ""

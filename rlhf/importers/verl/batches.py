@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlhf.importers.verl.mapper import ACTOR, REF, ROLLOUT, UNSUPPORTED, VerlMapper
+from rlhf.importers.verl.sequence import actor_size
 
 
 def verl_steps_per_rollout(train_batch_size: int, ppo_mini_batch_size: int, ppo_epochs: int) -> int:
@@ -45,10 +46,11 @@ def map_batches(m: VerlMapper) -> None:
     if micro is None and m.given(f"{ACTOR}.ppo_micro_batch_size"):
         total = m.eff(f"{ACTOR}.ppo_micro_batch_size", int)
         world = m.eff("trainer.nnodes", int) * m.eff("trainer.n_gpus_per_node", int)
-        micro = max(total // max(world, 1), 1) if isinstance(total, int) else None
+        groups = max(world // actor_size(m), 1)  # veRL divides by the data-parallel size (world / Ulysses size)
+        micro = max(total // groups, 1) if isinstance(total, int) else None
         if micro is not None:
             m.put("trainer.micro_batch_per_device", micro, f"{ACTOR}.ppo_micro_batch_size")
-            m.explain(f"{ACTOR}.ppo_micro_batch_size", f"a global micro batch: {total} / {world} ranks")
+            m.explain(f"{ACTOR}.ppo_micro_batch_size", f"a global micro batch: {total} / {groups} data-parallel ranks")
     elif micro is not None:
         m.put("trainer.micro_batch_per_device", micro, micro_k)
     if micro is None:

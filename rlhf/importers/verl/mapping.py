@@ -35,6 +35,7 @@ from rlhf.importers.verl.placement import map_hardware, map_placement
 from rlhf.importers.verl.policy_loss import map_policy_loss
 from rlhf.importers.verl.reward import map_reward
 from rlhf.importers.verl.rollout import map_rollout
+from rlhf.importers.verl.sequence import map_sequence
 from rlhf.importers.verl.sft import map_sft
 from rlhf.importers.verl.trainer import map_logging, map_trainer
 from rlhf.importers.verl.training import map_engine, map_optimizer
@@ -80,6 +81,7 @@ def map_command(cmd: Command, hardware_type: str = "h100") -> Mapping:
         map_sft(m)
     map_optimizer(m)
     map_engine(m)
+    map_sequence(m)
     map_model(m)
     map_trainer(m)
     map_logging(m)

@@ -102,16 +102,6 @@ def map_policy_loss(m: VerlMapper) -> None:
     elif m.given(f"{ACTOR}.entropy_coeff"):
         m.explain(f"{ACTOR}.entropy_coeff", "0: no entropy bonus, as here")
     m.handled.add(f"{ACTOR}.entropy_coeff")
-    sp = m.eff(f"{ACTOR}.ulysses_sequence_parallel_size", int)
-    if sp and sp > 1:
-        m.none(
-            f"{ACTOR}.ulysses_sequence_parallel_size",
-            UNSUPPORTED,
-            f"sequence parallelism (Ulysses, {sp} ranks per sequence); every rank is data-parallel here, so the "
-            "gradient accumulation differs from veRL's",
-        )
-    elif m.given(f"{ACTOR}.ulysses_sequence_parallel_size"):
-        m.explain(f"{ACTOR}.ulysses_sequence_parallel_size", "1: none, as here")
 
 
 def _loss_settings(m: VerlMapper, mode: str) -> None:

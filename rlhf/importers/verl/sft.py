@@ -51,7 +51,3 @@ def map_sft(m: VerlMapper) -> None:
         m.explain(budget_k, "used only with data.use_dynamic_bsz=true (off), as veRL does")
     m.handled.update(("data.use_dynamic_bsz", budget_k))
     m.put("data.apply_chat_template", True, "data.prompt_key")
-    sp = m.eff("ulysses_sequence_parallel_size", int)
-    if sp and sp > 1:
-        m.none("ulysses_sequence_parallel_size", UNSUPPORTED, "sequence parallelism (Ulysses)")
-    m.handled.add("ulysses_sequence_parallel_size")

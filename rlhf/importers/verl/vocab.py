@@ -90,7 +90,11 @@ PPO_DEFAULTS: dict[str, Any] = {
     f"{_ACTOR}.policy_loss.ppo_kl_coef": 0.1,
     f"{_ACTOR}.tau_pos": 1.0,
     f"{_ACTOR}.tau_neg": 1.05,
-    f"{_ACTOR}.ulysses_sequence_parallel_size": 1,
+    f"{_ACTOR}.ulysses_sequence_parallel_size": 1,  # deprecated for fsdp_config's; above 1 it wins
+    f"{_ACTOR}.fsdp_config.ulysses_sequence_parallel_size": 1,
+    f"{_REF}.fsdp_config.ulysses_sequence_parallel_size": 1,  # ref.ulysses_sequence_parallel_size: the actor's
+    "critic.ulysses_sequence_parallel_size": 1,
+    "critic.fsdp.ulysses_sequence_parallel_size": 1,
     f"{_ACTOR}.optim.optimizer": "AdamW",
     f"{_ACTOR}.optim.lr": 1e-6,
     f"{_ACTOR}.optim.betas": [0.9, 0.999],
@@ -228,6 +232,7 @@ SFT_ENGINE_DEFAULTS: dict[str, Any] = {
     "engine.strategy": "fsdp",
     "engine.param_offload": False,
     "engine.optimizer_offload": False,
+    "engine.ulysses_sequence_parallel_size": 1,
     "optim.lr": 1e-3,
     "optim.betas": [0.9, 0.999],
     "optim.lr_warmup_steps_ratio": 0.0,
@@ -376,7 +381,6 @@ NONE_PATTERNS: list[tuple[str, tuple[str, str]]] = [
     ("critic.model.lora_*", (UNSUPPORTED, "LoRA on the critic")),
     ("critic.optim.*", (SUPERSEDED, "the optimizer settings here are shared by policy and critic (trainer.*)")),
     ("critic.fsdp.*", (SUPERSEDED, "the training engine's settings are shared by every trained role (trainer.*)")),
-    ("critic.ulysses_sequence_parallel_size", (UNSUPPORTED, "sequence parallelism (Ulysses)")),
     ("critic.rollout_n", (NOT_NEEDED, "copied from rollout.n by veRL")),
     (f"{_ACTOR}.rollout_n", (NOT_NEEDED, "copied from rollout.n by veRL")),
     (f"{_REF}.*", (NOT_NEEDED, "the reference is built from the policy's settings here")),
@@ -448,7 +452,6 @@ NONE_PATTERNS: list[tuple[str, tuple[str, str]]] = [
     ("optim.lr_warmup_steps", (UNSUPPORTED, "a warm-up in steps (trainer.warmup_ratio is a fraction)")),
     ("optim.override_optimizer_config.*", (UNSUPPORTED, "Megatron's distributed-optimizer settings")),
     ("optim.zero_indexed_step", (NOT_NEEDED, "a veRL scheduler detail")),
-    ("ulysses_sequence_parallel_size", (UNSUPPORTED, "sequence parallelism (Ulysses)")),
 ]
 # The top-level sections of veRL's configs: a key under one of them that no pattern names is veRL's, but has no
 # equivalent here; a key outside them is not veRL's (unrecognised).
