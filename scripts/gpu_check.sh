@@ -10,6 +10,9 @@
 #      kernels on CUDA tensors (ulysses_sdpa fp32/bf16, ulysses_flash_attention_2 bf16) against attention within each
 #      sample, then two ranks against the one-process packed forward (nccl with 2+ GPUs; with one GPU both ranks on
 #      it over gloo, as NCCL refuses two ranks on one device)
+#  0c. the training side of sequence parallelism (scripts/gpu_sp_engine_check.py; torch + transformers): the chunked
+#      log-prob head against the whole logits (fp32, bf16) and their peak CUDA memory at 16k tokens x 152k vocabulary;
+#      with 2+ GPUs the FSDP2 engine with trainer.sequence_parallel_size=2 on two ranks against one rank without it
 #   1. versions: torch + CUDA + GPU, vllm within the supported range, deepspeed, ray, transformers
 #   2. the vLLM APIs the engine calls, by signature (LLM.sleep/wake_up/collective_rpc, reload_weights, the
 #      SamplingParams and engine arguments it passes, the Ray executor's VLLM_RAY_* variables)
@@ -57,6 +60,8 @@ PYEOF
 [ $? -eq 0 ] || { echo "FAIL one-process GRPO metrics (run folder: $local_out)"; exit 1; }
 
 step "sequence parallelism: Ulysses kernels and two ranks" 420 "$PY" scripts/gpu_sp_check.py
+
+step "sequence parallelism: chunked log-probs, FSDP2 engine" 420 "$PY" scripts/gpu_sp_engine_check.py
 
 step "versions" 120 "$PY" - <<'PYEOF'
 import importlib.metadata as md

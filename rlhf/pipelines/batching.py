@@ -10,6 +10,11 @@ number of samples holding about the same tokens, then cuts each rank's share int
 of about equal tokens, k the smallest count that keeps every micro-batch within the budget on every rank. The driver
 computes the plan of every rank at once, so the ranks agree on k by construction (the engines check it: a mismatch
 would hang the collectives); the step-window loss normaliser makes the loss that of the unsplit step whatever k is.
+
+Ranks here are data-parallel ranks (a role group's ``data_parallel``): with sequence parallelism the ranks of one
+group share every micro-batch (rlhf.launch.role_calls.RoleCalls.run_per_rank hands it to each of them), and a
+micro-batch's token budget is the per-device budget times the group's size (:func:`micro_batch_tokens`: each device
+holds its share of the tokens; OpenRLHF's max_tokens_per_gpu x ring_attn_size, veRL's x ulysses size).
 """
 
 from __future__ import annotations
@@ -22,6 +27,16 @@ from typing import Any
 import torch
 
 Collate = Callable[[list[dict[str, Any]]], dict[str, Any]]
+
+
+def sequence_size(group: Any) -> int:
+    """Ranks per data-parallel rank of a role group (its sequence-parallel size; 1 without a mesh)."""
+    return len(group) // group.data_parallel
+
+
+def micro_batch_tokens(group: Any, per_device: int) -> int:
+    """The token budget of one micro-batch on ``group`` for a budget of ``per_device`` tokens per device (0: none)."""
+    return per_device * sequence_size(group)
 
 
 def chunks(items: Sequence[Any], size: int) -> list[list[Any]]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from rlhf.backends.weight_sync.driver import WeightSync
 from rlhf.errors import UserError
-from rlhf.pipelines.batching import throughput
+from rlhf.pipelines.batching import micro_batch_tokens, throughput
 from rlhf.pipelines.experience import ExperienceBatch, micro_batch_plan, rank_micro_batches
 from rlhf.pipelines.rl_losses import (
     ActorLossSettings,
@@ -92,10 +92,10 @@ def reuses_current_logprobs(spec: ExperimentSpec) -> bool:
 def forward_in_ranks(
     group: Any, fn: Any, exp: ExperienceBatch, name: str | None, micro_batch: int, max_tokens: int = 0
 ) -> list[Any]:
-    """``fn`` over the batch on ``group``: equal shares per rank, in micro-batches of ``micro_batch`` samples or,
-    with ``max_tokens``, token-budget micro-batches (the same count on every rank); the results, concatenated, are
-    in sample order (2-D results right-padded to a common width)."""
-    plan = micro_batch_plan(exp, len(group), micro_batch, max_tokens)
+    """``fn`` over the batch on ``group``: equal shares per data-parallel rank, in micro-batches of ``micro_batch``
+    samples or, with ``max_tokens`` (per device), token-budget micro-batches (the same count on every rank); the
+    results, concatenated, are in sample order (2-D results right-padded to a common width)."""
+    plan = micro_batch_plan(exp, group.data_parallel, micro_batch, micro_batch_tokens(group, max_tokens))
     per_rank = [[exp.select(mb).trimmed().tensors() for mb in rank] for rank in plan]
     results = group.run_per_rank("forward", [(fn, batches, name) for batches in per_rank])
     flat = [x for rank in results for x in rank]
@@ -348,12 +348,13 @@ class RLWorkers:
         t = self.spec.trainer
         g = torch.Generator().manual_seed(seed)
         order = torch.randperm(len(exp), generator=g)
-        ranks = len(group)
+        ranks = group.data_parallel
+        budget = micro_batch_tokens(group, t.max_tokens_per_micro_batch)
         steps = []
         for start in range(0, len(exp) - t.global_batch + 1, t.global_batch):
             batch = exp.select(order[start : start + t.global_batch])
             per_rank = []
-            for rank in rank_micro_batches(batch, ranks, t.micro_batch_per_device, t.max_tokens_per_micro_batch):
+            for rank in rank_micro_batches(batch, ranks, t.micro_batch_per_device, budget):
                 mbs = []
                 for m in rank:
                     tensors = {k: v for k, v in m.tensors().items() if k in fields}
@@ -425,7 +426,7 @@ class RLWorkers:
             key = {"grad_norm": f"{prefix}_grad_norm", "lr": f"{prefix}_lr"}.get(k, k)
             out[key] = v / max(count, 1)
         own = "" if prefix == "actor" else f"{prefix}_"  # the policy's keys as OpenRLHF logs them, bare
-        budget = self.spec.trainer.max_tokens_per_micro_batch
+        budget = micro_batch_tokens(group, self.spec.trainer.max_tokens_per_micro_batch)
         if 0 < budget < self.spec.data.max_len:  # samples that trained in a micro-batch of their own
             out[f"{own}over_budget_samples"] = float((exp.attention_mask.sum(dim=1) > budget).sum())
         real_tokens = float(exp.attention_mask.sum()) * self.spec.trainer.epochs_per_rollout if count else 0.0

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rlhf.spec.derive import role_mesh
 from rlhf.spec.schema import ExperimentSpec
 
 
@@ -72,7 +73,17 @@ def start_role_actors(spec: ExperimentSpec, realized: Any, env: dict[str, str] |
         )
     if "reward" in roles and not out.fuse_rm:
         out.reward = realized.create_group("reward", ModelWorker, spec, "reward", env=env)
+    for group in out.groups().values():
+        with_mesh(group, spec)
     return out
+
+
+def with_mesh(group: Any, spec: ExperimentSpec) -> Any:
+    """``group`` (a model role's actor group) told how its ranks split the work, as the training backend lays them
+    out (rlhf.spec.derive.role_mesh: data x sequence), so its calls hand each sequence-parallel group the same
+    micro-batches (rlhf.launch.role_calls.RoleCalls.run_per_rank). Every model role's group is made through here."""
+    group.use_mesh(role_mesh(spec, len(group)))
+    return group
 
 
 @dataclass(frozen=True)

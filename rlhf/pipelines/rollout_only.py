@@ -23,6 +23,7 @@ from rlhf.pipelines.rl_generation import Generator, PromptStream, Scored, Scorer
 from rlhf.pipelines.rl_losses import reward_model_fn
 from rlhf.pipelines.rl_metrics import group_reward_std, rollout_metrics
 from rlhf.pipelines.rl_roles import _threads, forward_in_ranks
+from rlhf.pipelines.role_set import with_mesh
 from rlhf.pipelines.step_count import StepCount
 from rlhf.spec.schema import ExperimentSpec
 
@@ -39,7 +40,7 @@ class RolloutWorkers:
         self.reward = None
         pending = None
         if "reward" in realized.plan.roles:
-            self.reward = realized.create_group("reward", ModelWorker, spec, "reward", env=env)
+            self.reward = with_mesh(realized.create_group("reward", ModelWorker, spec, "reward", env=env), spec)
             r = spec.reward
             pending = self.reward.async_run_all(
                 "init_frozen", "reward", kind="reward", model_path=r.model_path, normalize_reward=r.normalize

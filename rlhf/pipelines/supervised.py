@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlhf.pipelines.batching import EvalShards, per_rank_micro_batches, redistribute, throughput
+from rlhf.pipelines.batching import (
+    EvalShards,
+    micro_batch_tokens,
+    per_rank_micro_batches,
+    redistribute,
+    throughput,
+)
 from rlhf.pipelines.role_set import RoleModels, RoleSet, build_roles
 from rlhf.pipelines.step_count import StepCount, count_steps
 from rlhf.spec.schema import ExperimentSpec
@@ -62,7 +68,8 @@ def start_roles(spec: ExperimentSpec, realized: Any, task: Task, total_steps: in
 def attach_reference(roles: RoleSet, fn: Callable, per_rank: list[list[dict]]) -> list[list[dict]]:
     """Run the reference on every micro-batch and merge its per-sample outputs into the batches."""
     group = roles.reference
-    split, back = (per_rank, lambda r: r) if len(group) == len(per_rank) else redistribute(per_rank, len(group))
+    dp = group.data_parallel
+    split, back = (per_rank, lambda r: r) if dp == len(per_rank) else redistribute(per_rank, dp)
     results = back(group.run_per_rank("forward", [(fn, batches, "reference") for batches in split]))
     return [[{**b, **r} for b, r in zip(bs, rs, strict=True)] for bs, rs in zip(per_rank, results, strict=True)]
 
@@ -72,12 +79,14 @@ def train_rows(roles: RoleSet, task: Task, rows: list[dict[str, Any]], micro: in
     them into per-rank micro-batches (of ``micro`` rows, or by a token budget of ``max_tokens`` when the task counts
     its rows' tokens), merges the reference's outputs where the task has one; rank 0's metrics, unprefixed. The step
     of SFT, RM and DPO, and of the SFT warm-up before RL (rlhf.pipelines.sft_warmup)."""
+    policy = roles.policy
+    budget = micro_batch_tokens(policy, max_tokens)
     per_rank = per_rank_micro_batches(
-        rows, len(roles.policy), micro, task.collate, max_tokens=max_tokens, row_tokens=task.row_tokens
+        rows, policy.data_parallel, micro, task.collate, max_tokens=budget, row_tokens=task.row_tokens
     )
     if task.reference_fn is not None:
         per_rank = attach_reference(roles, task.reference_fn, per_rank)
-    return dict(roles.policy.run_per_rank("train_step", [(mbs, task.loss_fn, task.mask_key) for mbs in per_rank])[0])
+    return dict(policy.run_per_rank("train_step", [(mbs, task.loss_fn, task.mask_key) for mbs in per_rank])[0])
 
 
 # One non-empty row per pair: the step-window normaliser of this key counts the step's pairs (step_share).
@@ -164,7 +173,8 @@ class SupervisedRecipe:
         evalset, task, workers = self.splits.eval, self.task, self.workers
         if evalset is None:
             return {}
-        shards = EvalShards.build(len(evalset), len(workers.policy), self.spec.trainer.micro_batch_per_device)
+        dp = workers.policy.data_parallel
+        shards = EvalShards.build(len(evalset), dp, self.spec.trainer.micro_batch_per_device)
         batches = shards.batches(evalset, task.collate)
         if task.reference_fn is not None:
             batches = attach_reference(workers, task.reference_fn, batches)

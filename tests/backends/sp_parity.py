@@ -1,6 +1,8 @@
 """One rank of the sequence-parallel parity run (tests/backends/test_sequence_parallel_engines.py starts it on one
-rank without sequence parallelism and on two ranks with ``trainer.sequence_parallel_size=2``: the same global batch,
-every rank of the SP group given the same micro-batches, as rlhf.launch.role_calls.RoleCalls.run_per_rank does).
+rank without sequence parallelism and on two ranks with ``trainer.sequence_parallel_size=2``, and on two
+data-parallel ranks against four ranks of 2 x 2: the same global batch, every rank of an SP group given its DP
+rank's micro-batches, as rlhf.launch.role_calls.RoleCalls.run_per_rank does). ``SP_PARITY_SP`` in the environment is
+the SP size (default: the world size, one SP group).
 
 For each case (a backend and its settings) it builds, through the backend's ``TrainBackend``, a trained policy, a
 frozen reference and a frozen critic (value model), then runs what the pipelines run on them:
@@ -14,10 +16,13 @@ frozen reference and a frozen critic (value model), then runs what the pipelines
 The optimizer is made linear on purpose (AdamW with ``eps`` far above every gradient and ``lr = eps``: each step moves
 a weight by its clipped gradient), so the weights after each step compare the gradients themselves; Adam's own
 normalisation would turn rounding-level differences of near-zero gradients into whole steps of ``lr``.
-``OUT/<case>.world<W>.pt`` (rank 0) gets every number: step metrics (losses, KL, entropy, clip fraction, grad norm),
+``OUT/<case>.dp<D>.sp<S>.pt`` (rank 0) gets every number: step metrics (losses, KL, entropy, clip fraction, grad norm),
 the forwards' outputs and the weights after each step.
 
     python sp_parity.py OUT MODEL_PATH CASE [CASE ...]      (a CASE: name=key=value,key=value)
+
+:func:`compare` gives the largest difference of each kind between the two sides' files (the test and
+scripts/gpu_sp_engine_check.py, which runs it on GPUs with ``SP_PARITY_ACCELERATOR=gpu``).
 """
 
 from __future__ import annotations
@@ -55,10 +60,11 @@ def _rows(lengths: list[int], seed: int, vocab: int) -> dict[str, torch.Tensor]:
     return {"ids": ids, "mask": mask, "action": action}
 
 
-def sft_batches(step: int, vocab: int) -> list[dict[str, torch.Tensor]]:
+def sft_batches(step: int, vocab: int, dp_rank: int = 0) -> list[dict[str, torch.Tensor]]:
     out = []
     for j in range(GRAD_ACCUM):
-        r = _rows(SFT_LENGTHS[step * GRAD_ACCUM + j], 100 * step + j, vocab)
+        lengths = [n + 3 * dp_rank for n in SFT_LENGTHS[step * GRAD_ACCUM + j]]  # each DP rank its own samples
+        r = _rows(lengths, 100 * step + j + 1000 * dp_rank, vocab)
         mb = {"input_ids": r["ids"], "attention_mask": r["mask"], "action_mask": r["action"]}
         if step == 1:  # rows packed beforehand: two samples per row, positions restarting, pad at position 0
             mb = prepacked(mb)
@@ -86,12 +92,12 @@ def prepacked(mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     }
 
 
-def grpo_rollout(vocab: int) -> list[dict[str, torch.Tensor]]:
-    """Four micro-batches (two steps) of sampled sequences with advantages and rollout log-probs."""
-    g = torch.Generator().manual_seed(7)
+def grpo_rollout(vocab: int, dp_rank: int = 0) -> list[dict[str, torch.Tensor]]:
+    """Four micro-batches (two steps) of sampled sequences with advantages (this DP rank's share)."""
+    g = torch.Generator().manual_seed(7 + dp_rank)
     out = []
     for j, lengths in enumerate(GRPO_LENGTHS):
-        r = _rows(lengths, 500 + j, vocab)
+        r = _rows([n + 5 * dp_rank for n in lengths], 500 + j + 1000 * dp_rank, vocab)
         adv = torch.randn(len(lengths), 1, generator=g) * r["action"]
         out.append(
             {
@@ -109,10 +115,48 @@ def weights(engine, rank: int) -> dict[str, torch.Tensor]:
     return {n: t.detach().cpu().clone() for n, t in engine.named_weights(keep=rank == 0)}  # collective when sharded
 
 
-def run_case(name: str, overrides: list[str], path: str, out: Path) -> None:
+# The forwards' layout, not a number of the step: one row split over the ranks against sdpa rows in one process.
+LAYOUT_KEYS = {"tokens_computed"}
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1.0)
+
+
+def _max_diff(a: list[torch.Tensor], b: list[torch.Tensor], relative: bool = False) -> float:
+    diffs = [
+        (x - y).abs().max() / (y.abs().max().clamp(min=1.0) if relative else 1.0) for x, y in zip(a, b, strict=True)
+    ]
+    return float(max(diffs))
+
+
+def compare(one: dict, two: dict) -> dict[str, float]:
+    """The largest difference of each kind between the unsplit run (``one``) and the split one (``two``)."""
+    worst: dict[str, float] = {}
+    for task in ("sft", "grpo"):
+        assert len(one[task]) == len(two[task]) == 2
+        for m1, m2 in zip(one[task], two[task], strict=True):
+            assert set(m1) == set(m2), (task, sorted(m1), sorted(m2))
+            for k in set(m1) - LAYOUT_KEYS:
+                worst[f"{task}/{k}"] = max(worst.get(f"{task}/{k}", 0.0), _rel(m2[k], m1[k]))
+    for k in ("old_logprobs", "ref_logprobs", "values"):
+        worst[k] = _max_diff(two[k], one[k])
+    worst["sft_eval_nll"] = _max_diff(two["sft_eval_nll"], one["sft_eval_nll"], relative=True)  # sums over tokens
+    w1, w2 = one["weights"], two["weights"]
+    assert len(w1) == len(w2) == 5 and set(w1[0]) == set(w2[0])
+    worst["weights"] = max(float((a[n] - b[n]).abs().max()) for a, b in zip(w2, w1, strict=True) for n in a)
+    # the steps moved the weights by far more than the tolerance: the comparison is not of unmoved weights
+    worst["moved"] = max(float((w1[-1][n] - w1[0][n]).abs().max()) for n in w1[0])
+    return worst
+
+
+def run_case(name: str, overrides: list[str], path: str, out: Path, accelerator: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
+    sp = int(os.environ.get("SP_PARITY_SP", world))
+    dp, dp_rank = world // sp, rank // sp  # contiguous SP groups (rlhf.models.sequence_parallel.sp_groups)
     settings = {
         "algorithm": "grpo",
+        "hardware.accelerator": accelerator,
         "hardware.devices_per_node": str(world),
         "trainer.precision": "fp32",
         "trainer.lr": "1000.0",
@@ -121,15 +165,15 @@ def run_case(name: str, overrides: list[str], path: str, out: Path) -> None:
         "trainer.lr_scheduler": "constant",
         "trainer.warmup_ratio": "0.0",
         "trainer.max_norm": "1.0",
-        "trainer.global_batch": str(MICRO * GRAD_ACCUM),
+        "trainer.global_batch": str(MICRO * GRAD_ACCUM * dp),
         "trainer.micro_batch_per_device": str(MICRO),
-        "trainer.sequence_parallel_size": str(world),  # the one SP group of the world, or none on one rank
+        "trainer.sequence_parallel_size": str(sp),
         "algorithm.policy_loss.entropy_coef": "0.01",
     }
     settings.update(kv.split("=", 1) for kv in overrides)
     spec = load_spec([f"{k}={v}" for k, v in settings.items()])
     backend = train_backend(spec.trainer.backend)
-    assert backend.mesh(spec, world).data == 1 and backend.mesh(spec, world).sequence == world
+    assert backend.mesh(spec, world).data == dp and backend.mesh(spec, world).sequence == sp
     vocab = spec.model.vocab_size
     gc = spec.trainer.gradient_checkpointing
 
@@ -150,19 +194,19 @@ def run_case(name: str, overrides: list[str], path: str, out: Path) -> None:
 
     sft = partial(sft_loss_fn, packing=True)
     for step in range(2):
-        mbs = sft_batches(step, vocab)
+        mbs = sft_batches(step, vocab, dp_rank)
         record["sft"].append(engine.step(mbs, sft))
         record["weights"].append(weights(engine, rank))
-    evals = [engine.forward_no_grad(partial(sft_eval_fn, packing=True), mb) for mb in sft_batches(0, vocab)]
-    record["sft_eval_nll"] = [e["nll"] for e in evals]
+    evals = [engine.forward_no_grad(partial(sft_eval_fn, packing=True), mb) for mb in sft_batches(0, vocab, dp_rank)]
+    record["sft_eval_nll"] = [e["nll"].cpu() for e in evals]
 
-    rollout = grpo_rollout(vocab)
+    rollout = grpo_rollout(vocab, dp_rank)
     old = partial(policy_logprobs_fn, temperature=1.0, packing=True)
     for mb in rollout:
-        mb["old_logprobs"] = engine.forward_no_grad(old, mb) * mb["action_mask"]
-        mb["ref_logprobs"] = reference.forward(old, mb) * mb["action_mask"]
+        mb["old_logprobs"] = engine.forward_no_grad(old, mb).cpu() * mb["action_mask"]  # results on the host
+        mb["ref_logprobs"] = reference.forward(old, mb).cpu() * mb["action_mask"]
         mb["rollout_logprobs"] = mb["old_logprobs"] + 0.01 * mb["action_mask"]
-        mb["values"] = critic.forward(partial(critic_values_fn, packing=True), mb)
+        mb["values"] = critic.forward(partial(critic_values_fn, packing=True), mb).cpu()
     record["old_logprobs"] = [mb["old_logprobs"] for mb in rollout]
     record["ref_logprobs"] = [mb["ref_logprobs"] for mb in rollout]
     record["values"] = [mb["values"] * mb["attention_mask"][:, 1:] for mb in rollout]
@@ -175,7 +219,7 @@ def run_case(name: str, overrides: list[str], path: str, out: Path) -> None:
         record["grpo"].append(engine.step(mbs, actor))
         record["weights"].append(weights(engine, rank))
     if rank == 0:
-        torch.save(record, out / f"{name}.world{world}.pt")
+        torch.save(record, out / f"{name}.dp{dp}.sp{sp}.pt")
     dist.barrier()
 
 
@@ -184,11 +228,12 @@ def main() -> None:
     backend = train_backend(
         dict(kv.split("=", 1) for kv in cases[0].partition("=")[2].split(",") if kv)["trainer.backend"]
     )
-    backend.init_distributed("cpu", timeout_s=300)
+    accelerator = os.environ.get("SP_PARITY_ACCELERATOR", "cpu")  # gpu: scripts/gpu_sp_engine_check.py
+    backend.init_distributed(accelerator, timeout_s=300)
     try:
         for case in cases:
             name, _, rest = case.partition("=")
-            run_case(name, [kv for kv in rest.split(",") if kv], path, out)
+            run_case(name, [kv for kv in rest.split(",") if kv], path, out, accelerator)
     finally:
         backend.leave()
 
