@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from rlhf.models import head_scores
 from rlhf.models.loading import load_causal_lm
 from rlhf.models.value_head import load_value_model
 from rlhf.pipelines.rl_losses import ActorLossSettings, actor_loss_fn, critic_values_fn, policy_logprobs_fn
@@ -132,6 +133,7 @@ def _max_diff(a: list[torch.Tensor], b: list[torch.Tensor], relative: bool = Fal
 
 def compare(one: dict, two: dict) -> dict[str, float]:
     """The largest difference of each kind between the unsplit run (``one``) and the split one (``two``)."""
+    assert one["whole_logits"] == two["whole_logits"] == [], (one["whole_logits"], two["whole_logits"])
     worst: dict[str, float] = {}
     for task in ("sft", "grpo"):
         assert len(one[task]) == len(two[task]) == 2
@@ -218,6 +220,8 @@ def run_case(name: str, overrides: list[str], path: str, out: Path, accelerator:
             mbs.append({k: mb[k] for k in (*train_keys, "old_logprobs", "ref_logprobs", "rollout_logprobs")})
         record["grpo"].append(engine.step(mbs, actor))
         record["weights"].append(weights(engine, rank))
+    # every forward went through the chunked head: none fell back to the whole logits (rlhf.models.head_scores)
+    record["whole_logits"] = sorted(t.__name__ for t in head_scores._WHOLE_LOGITS)
     if rank == 0:
         torch.save(record, out / f"{name}.dp{dp}.sp{sp}.pt")
     dist.barrier()

@@ -3,8 +3,9 @@
 without it, on DeepSpeed ZeRO-2, ZeRO-3 and FSDP2 (sp_parity.py runs each side): per-step losses and every metric
 the loss functions log (KL, entropy, clip fraction, ...), the gradient norm, the weights after each step (the
 optimizer is made linear there, so they compare the gradients), the old and reference log-probs of the forwards
-without gradients and a frozen critic's values. And with data parallelism beside it (FSDP2, 2 x 2 ranks against 2
-data-parallel ranks): the token counts are summed over the DP group only and the gradients averaged over it.
+without gradients and a frozen critic's values. And with data parallelism beside it (FSDP2 with gradient
+checkpointing, 2 x 2 ranks against 2 data-parallel ranks): the token counts are summed over the DP group only, the
+gradients averaged over it, and the recomputed layers split as in the forward.
 Several processes: the Ray tier."""
 
 from __future__ import annotations
@@ -98,4 +99,5 @@ def test_two_sequence_parallel_ranks_take_the_steps_of_one_rank_without_it(tmp_p
 @pytest.mark.slow
 @pytest.mark.ray
 def test_two_sequence_parallel_groups_take_the_steps_of_two_data_parallel_ranks(tmp_path, model):
-    _same_steps(tmp_path, model, FAMILIES["fsdp2"], dp=2)
+    # with gradient checkpointing: the backward recomputes the layers inside the same split (the engine's scope)
+    _same_steps(tmp_path, model, ["fsdp2_gc=trainer.backend=fsdp2,trainer.gradient_checkpointing=true"], dp=2)

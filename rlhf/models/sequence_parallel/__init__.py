@@ -6,7 +6,13 @@ columns of the packed rows. In each attention layer an all-to-all trades columns
 trades back; everything else (embeddings, MLPs, norms, logits) only ever sees this rank's columns. Like OpenRLHF's
 ``--ds.ring_attn_size`` and veRL's ``ulysses_sequence_parallel_size``, on any training engine, on CPU (gloo) too.
 
-How an engine runs one micro-batch (``rlhf.models.packing.pack`` first: ``varlen=True`` gives one row)::
+How the training engines use it (DeepSpeed and FSDP2, rlhf.backends.train): :func:`splitting` (the runtime module)
+around each micro-batch's forward and backward, inside which the model forwards of rlhf.models.forward split their
+rows by themselves and gather their per-token outputs back with a differentiable gather (each rank's backward then
+carries its own columns' part of the gradient of the loss every rank of the group computes whole), so no loss
+function changes; the engine multiplies each rank's loss by :func:`loss_scale` ``(sp, "world")`` and counts tokens
+over the DP group only (rlhf.backends.shared.step_window). The pieces underneath, as a caller with a loss of its own
+would use them (``rlhf.models.packing.pack`` first: ``varlen=True`` gives one row)::
 
     groups = sp_groups(sp)                               # once: contiguous SP groups, DP groups across them
     packed = pack(input_ids, attention_mask, varlen=True)
@@ -50,6 +56,7 @@ from rlhf.models.sequence_parallel.batch import (
 )
 from rlhf.models.sequence_parallel.groups import SPGroups, sp_groups
 from rlhf.models.sequence_parallel.loss import dp_token_count, loss_scale, loss_share
+from rlhf.models.sequence_parallel.runtime import Splitting, active, splitting
 from rlhf.models.sequence_parallel.switch import model_errors, sequence_parallel, ulysses_attention, ulysses_name
 
 __all__ = [
@@ -57,6 +64,8 @@ __all__ = [
     "ULYSSES_SDPA",
     "SPGroups",
     "SequenceShard",
+    "Splitting",
+    "active",
     "dp_token_count",
     "head_errors",
     "loss_scale",
@@ -66,6 +75,7 @@ __all__ = [
     "sequence_parallel",
     "shard_packed",
     "shard_rows",
+    "splitting",
     "sp_groups",
     "ulysses_attention",
     "ulysses_name",
