@@ -107,7 +107,7 @@ def test_algo_imports_only_torch_the_standard_library_and_the_config_vocabulary(
                     f"{path.name} imports {node.module}"
                 )
     spec_dir = Path(algo.__file__).parent.parent / "spec"
-    for name in ("names.py", "backends.py"):
+    for name in ("names.py", "registry.py"):
         for node in ast.walk(ast.parse((spec_dir / name).read_text())):
             if isinstance(node, ast.Import):
                 modules = {alias.name for alias in node.names}
