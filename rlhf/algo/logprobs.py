@@ -107,7 +107,9 @@ def _chunk_scores(z: Tensor, labels: Tensor, temperature: float, entropy: bool) 
     """One chunk's log-probs of ``labels`` and entropy from its logits ``z`` ``[C, V]``: the formulas of
     :func:`log_probs_from_logits` and :func:`entropy_from_logits`, on the same fp32 values."""
     zf = _at_least_fp32(z)
-    logp = zf.gather(-1, labels.unsqueeze(-1)).squeeze(-1) / temperature - torch.logsumexp(zf / temperature, dim=-1)
+    tempered = zf if temperature == 1 else zf / temperature
+    logp = zf.gather(-1, labels.unsqueeze(-1)).squeeze(-1) / temperature - torch.logsumexp(tempered, dim=-1)
+    del tempered
     ent = torch.logsumexp(zf, dim=-1) - (torch.softmax(zf, dim=-1) * zf).sum(dim=-1) if entropy else None
     return logp, ent
 
@@ -148,17 +150,24 @@ class _HeadScores(torch.autograd.Function):
             z = torch.nn.functional.linear(h, weight, bias)
             zf = _at_least_fp32(z)
             g = grad_logp[s : s + chunk].to(zf.dtype)
-            # d log p_y / dz = (onehot(y) - softmax(z / tau)) / tau
-            gz = torch.softmax(zf / tau, dim=-1).mul_(-(g / tau).unsqueeze(-1))
-            gz[rows[: h.shape[0]], labels[s : s + chunk]] += g / tau
+            # At most four [C, V] fp32 tensors live at once (zf, log_p, p and a product): the rest works in place.
+            p = grad_ent_z = None
             if ctx.entropy:
                 # dH / dz = -p * (log p + H), H = -sum p log p
                 log_p = torch.log_softmax(zf, dim=-1)
                 p = log_p.exp()
                 big_h = -(p * log_p).sum(dim=-1, keepdim=True)
                 ge = grad_ent[s : s + chunk].to(zf.dtype).unsqueeze(-1)
-                gz -= p.mul_(log_p.add_(big_h)).mul_(ge)
-                del log_p, p
+                grad_ent_z = log_p.add_(big_h).mul_(p).mul_(-ge)
+                del log_p
+            # d log p_y / dz = (onehot(y) - softmax(z / tau)) / tau: softmax(z) is p when tau is 1
+            gz = p if p is not None and tau == 1 else torch.softmax(zf if tau == 1 else zf / tau, dim=-1)
+            del p
+            gz.mul_(-(g / tau).unsqueeze(-1))
+            gz[rows[: h.shape[0]], labels[s : s + chunk]] += g / tau
+            if grad_ent_z is not None:
+                gz += grad_ent_z
+                del grad_ent_z
             gz = gz.to(z.dtype)  # what the cast to fp32 hands back to the head's output
             if want_h:
                 grad_h[s : s + chunk] = gz @ weight
