@@ -32,7 +32,8 @@ def _rollout(c: Candidate) -> str:
 
 
 def _engine(s: ExperimentSpec) -> str:
-    return train_backend(s.trainer.backend).label(s)
+    sp = s.trainer.sequence_parallel_size
+    return train_backend(s.trainer.backend).label(s) + (f" sp{sp}" if sp > 1 else "")
 
 
 def _frozen(s: ExperimentSpec) -> str:

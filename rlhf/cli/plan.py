@@ -40,12 +40,13 @@ def render(p: Plan) -> str:
         lines.append(f"rollout engine: {p.rollout_engine}")
     lines.append("")
     lines.append("roles")
-    lines.append(f"  {'role':<10} {'group':>5} {'ranks':>5} {'share':>6}  nodes of its bundles")
+    lines.append(f"  {'role':<10} {'group':>5} {'ranks':>5} {'share':>6}  {'mesh':<14} nodes of its bundles")
     for role, rp in p.roles.items():
         g = p.groups[rp.group]
         nodes = ",".join(str(n) for n in sorted(set(g.nodes)))
         extra = f"  {rp.ranks} engine(s) x TP {rp.bundles_per_rank}" if role == "rollout" else ""
-        lines.append(f"  {role:<10} {rp.group:>5} {rp.ranks:>5} {rp.fraction:>6.2f}  {nodes}{extra}")
+        mesh = d.mesh[role].describe() if role in d.mesh else "-"
+        lines.append(f"  {role:<10} {rp.group:>5} {rp.ranks:>5} {rp.fraction:>6.2f}  {mesh:<14} {nodes}{extra}")
     lines.append("")
     lines.append("derived")
     if d.samples_per_step:
@@ -131,8 +132,9 @@ def main(argv: list[str] | None = None) -> None:
         "--auto",
         action="store_true",
         help="search the layouts the platform supports for this recipe on its hardware (placement, engines and TP, "
-        "training engine, offload, micro-batches), keep those that fit, rank them by estimated step time and print "
-        "the best with their memory and time per phase (rlhf/planning/auto.py, rlhf/planning/cost.py)",
+        "training engine, sequence parallelism, offload, micro-batches), keep those that fit, rank them by estimated "
+        "step time and print the best with their memory and time per phase (rlhf/planning/auto.py, "
+        "rlhf/planning/cost.py)",
     )
     ap.add_argument("--top", type=int, default=5, help="--auto: how many layouts to show")
     ap.add_argument("-o", "--output", help="--auto: write the best layout as a recipe to this file")

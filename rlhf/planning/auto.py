@@ -15,6 +15,11 @@ one more entry):
       training engine  each registered backend's own options (TrainBackend.auto_options): deepspeed ZeRO 0-3,
                        optimizer offload (ZeRO 1-3), parameter offload (ZeRO-3); fsdp2 with or without
                        reshard_after_forward, with cpu_offload (GPUs only: on CPU the host is the device)
+      sequence         trainer.sequence_parallel_size 1, 2, 4, 8 (:data:`SEQUENCE_SIZES`): each sample's tokens split
+                       over that many ranks of every model role (Ulysses), where the training backend splits
+                       sequences, the size divides each model role's devices and the attention heads (kv heads
+                       dividing it or divisible by it), the rows are packed, and trainer.global_batch splits over
+                       the data-parallel groups; a placement is tried where some size lets the batch split
       recompute        trainer.gradient_checkpointing
       frozen offload   reference / reward / teacher weights in host memory (GPUs)
       turns            rollout.enable_sleep where the engines share the policy's devices (GPUs)
@@ -23,13 +28,14 @@ one more entry):
       rollout engine   the rollout backend's own scan (RolloutBackend.auto_options): vLLM on GPUs scans
                        rollout.vllm.gpu_memory_utilization 0.9 down to 0.3
     derived (:data:`DERIVED_DIMENSIONS`, one value computed from the chosen point)
-      forward micro-batch  rollout.micro_batch_per_device: the largest power of two whose no-grad forward (fp32
-                       logits and their log-softmax, T x V x 8 bytes, plus one layer's activations) needs no more than
-                       the training activations the plan counts for the chosen micro-batch, so the experience pass
-                       fits where training does (the plan does not count it)
+      forward micro-batch  rollout.micro_batch_per_device: the largest power of two whose no-grad forward
+                       (rlhf.planning.memory.forward_bytes: one layer's activations at a time and the scored logits'
+                       chunk) needs no more than the training activations the plan counts for the chosen
+                       micro-batch, so the experience pass fits where training does (the plan does not count it)
       token budget     trainer.max_tokens_per_micro_batch, where the schema has it (sequence packing): the tokens
-                       the chosen micro-batch holds at full length, so short samples share a micro-batch within the
-                       plan's peak (the cost model assumes full lengths, so it estimates the same time)
+                       the chosen micro-batch holds at full length, per device (a sequence group of N ranks takes N
+                       times it), so short samples share a micro-batch within the plan's peak (the cost model
+                       assumes full lengths, so it estimates the same time)
 
 Search (exact for the model, not a heuristic): along the scan dimensions a larger value never needs less memory and
 never takes longer, so for each layout only its maximal fitting points matter. Layouts are visited in order of a
@@ -51,11 +57,13 @@ from functools import cache, lru_cache
 from typing import Any
 
 from rlhf.planning.cost import StepEstimate, estimate
-from rlhf.planning.memory import activation_bytes, sleeps
+from rlhf.planning.memory import activation_bytes, forward_bytes, sleeps
 from rlhf.planning.plan import Plan, plan
-from rlhf.spec.derive import derive, device_groups, roles
+from rlhf.spec.derive import MODEL_ROLES, derive, device_groups, roles
 from rlhf.spec.registry import ROLLOUT_BACKENDS, TRAIN_BACKENDS, rollout_backend, train_backend
+from rlhf.spec.rollout_backend_rules import generates_in_policy
 from rlhf.spec.schema import ExperimentSpec
+from rlhf.spec.sequence_rules import allowed_sizes
 
 Overrides = dict[str, Any]
 
@@ -167,8 +175,13 @@ def _placements(spec: ExperimentSpec) -> list[Overrides]:
             split
             for split in itertools.product(sizes, repeat=len(groups))
             if sum(split) <= total
-            # trainer.global_batch must split evenly over the trained roles' ranks
-            and not any(batch % n for g, n in zip(groups, split, strict=True) if "policy" in g or "critic" in g)
+            # trainer.global_batch must split evenly over the trained roles' data-parallel groups (ranks / a
+            # sequence size the search may give them)
+            and not any(
+                all(batch % (n // sp) for sp in sequence_sizes(spec, n))
+                for g, n in zip(groups, split, strict=True)
+                if "policy" in g or "critic" in g
+            )
         ]
         used = max((sum(split) for split in splits), default=0)
         for split in splits:
@@ -213,6 +226,34 @@ def _engines(spec: ExperimentSpec) -> list[Overrides]:
     return out
 
 
+#: The sequence sizes --auto tries (trainer.sequence_parallel_size), where they divide a role's devices and its heads.
+SEQUENCE_SIZES = (1, 2, 4, 8)
+
+
+def sequence_sizes(spec: ExperimentSpec, devices: int) -> list[int]:
+    """The sizes of :data:`SEQUENCE_SIZES` a role of ``devices`` devices may split each sample over: dividing them,
+    the model's heads splitting over them (rlhf.spec.sequence_rules), the rows packed (trainer.packing), separate
+    rollout engines and more than one process; 1 always."""
+    if not spec.trainer.packing or generates_in_policy(spec) or spec.launch.executor == "local":
+        return [1]
+    allowed = allowed_sizes(spec.model.num_heads, spec.model.num_kv_heads)
+    return [sp for sp in SEQUENCE_SIZES if sp == 1 or (devices % sp == 0 and sp in allowed)]
+
+
+def _sequence(spec: ExperimentSpec) -> list[Overrides]:
+    """trainer.sequence_parallel_size: each size every model role's devices allow (:func:`sequence_sizes`), where
+    the training backend splits sequences and trainer.global_batch splits over the trained roles' data-parallel
+    groups."""
+    d = derive(spec)
+    sizes = [1]
+    if getattr(train_backend(spec.trainer.backend), "splits_sequences", False):
+        held = [r for r in MODEL_ROLES if r in d.roles]
+        sizes = [sp for sp in SEQUENCE_SIZES if all(sp in sequence_sizes(spec, d.devices.get(r, 1)) for r in held)]
+    trained = [d.devices.get(r, 1) for r in ("policy", "critic") if r in d.roles]
+    sizes = [sp for sp in sizes if all(spec.trainer.global_batch % (n // sp) == 0 for n in trained)]
+    return [{"trainer.sequence_parallel_size": sp} for sp in sizes]
+
+
 def _frozen(spec: ExperimentSpec) -> list[Overrides]:
     """Frozen models on the device, or in host memory where the engine really offloads them: FSDP2, and DeepSpeed
     under ZeRO-3 only (rlhf.backends.train.deepspeed.ds_config: offload_param is a ZeRO-3 feature; the frozen models
@@ -242,15 +283,16 @@ LAYOUT_DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("placement", _placements),
     Dimension("turns", _turns),
     Dimension("training engine", _engines, _trains),
+    Dimension("sequence", _sequence, _trains),
     Dimension("recompute", lambda s: [{"trainer.gradient_checkpointing": v} for v in (False, True)]),
     Dimension("frozen offload", _frozen),
 )
 
 
 def _micro_batches(spec: ExperimentSpec) -> list[Overrides]:
-    """Powers of two that split every trained role's per-rank share of trainer.global_batch evenly."""
+    """Powers of two that split every trained role's share of trainer.global_batch per data-parallel group evenly."""
     d, t = derive(spec), spec.trainer
-    shares = [max(t.global_batch // max(d.devices.get(r, 1), 1), 1) for r in ("policy", "critic") if r in d.roles]
+    shares = [max(t.global_batch // d.data_parallel(r), 1) for r in ("policy", "critic") if r in d.roles]
     values = [m for m in _pow2_upto(min(shares, default=1)) if all(share % m == 0 for share in shares)]
     return [{"trainer.micro_batch_per_device": m} for m in sorted(values, reverse=True)]
 
@@ -275,28 +317,29 @@ def _forward_micro_batch(spec: ExperimentSpec) -> list[Overrides]:
 
 def _token_budget(spec: ExperimentSpec) -> list[Overrides]:
     # with sequence packing, micro-batches cut by tokens: as many as the chosen micro-batch's samples hold at full
-    # length, so the peak memory is the plan's while short samples share a micro-batch
-    return [{"trainer.max_tokens_per_micro_batch": spec.trainer.micro_batch_per_device * spec.data.max_len}]
+    # length, so the peak memory is the plan's while short samples share a micro-batch; the key is per device, a
+    # sequence group of N ranks takes N times it
+    group = spec.trainer.micro_batch_per_device * spec.data.max_len
+    return [{"trainer.max_tokens_per_micro_batch": math.ceil(group / max(spec.trainer.sequence_parallel_size, 1))}]
 
 
+# The token budget first: the forward micro-batch is measured against the training activations of the chosen
+# micro-batch, which the budget bounds.
 DERIVED_DIMENSIONS: tuple[Dimension, ...] = (
-    Dimension("forward micro-batch", _forward_micro_batch, lambda s: s.algorithm.family == "rl"),
     Dimension("token budget", _token_budget, lambda s: has_key(s, "trainer.max_tokens_per_micro_batch")),
+    Dimension("forward micro-batch", _forward_micro_batch, lambda s: s.algorithm.family == "rl"),
 )
 
 
 def forward_micro_batch(spec: ExperimentSpec) -> int:
     """rollout.micro_batch_per_device for a spec whose training micro-batch is chosen (see the module docstring)."""
-    m, t = spec.model, spec.trainer
-    budget = activation_bytes(spec, t.micro_batch_per_device)
-    scale = 1 if t.precision in ("bf16", "fp16") else 2
-    per_sample = spec.data.max_len * (m.vocab_size * 8 + 34 * m.hidden_size * scale)
+    budget = activation_bytes(spec, spec.trainer.micro_batch_per_device)
     d = derive(spec)
-    ranks = [d.devices.get(r, 1) for r in ("policy", "reference", "teacher", "critic", "reward") if r in d.roles]
-    per_rank = math.ceil(max(d.samples_per_step, 1) / max(min(ranks, default=1), 1))
+    groups = [d.data_parallel(r) for r in MODEL_ROLES if r in d.roles]
+    per_group = math.ceil(max(d.samples_per_step, 1) / max(min(groups, default=1), 1))
     best = 1
-    for mb in _pow2_upto(per_rank):
-        if mb * per_sample <= budget:
+    for mb in _pow2_upto(per_group):
+        if forward_bytes(spec, mb) <= budget:
             best = mb
     return best
 
@@ -464,7 +507,9 @@ class _Searcher:
         first, rest = LAYOUT_DIMENSIONS[0], LAYOUT_DIMENSIONS[1:]
         placements = []
         for values in first.options(self.spec):  # level 1: placements, bounded over every training engine
-            b = self.bound({**values, "trainer.gradient_checkpointing": False}, "placement")
+            # (and at sequence size 1: a larger one computes the same per rank in more micro-batches)
+            fastest = {"trainer.gradient_checkpointing": False, "trainer.sequence_parallel_size": 1}
+            b = self.bound({**values, **fastest}, "placement")
             if b is not None:
                 placements.append((b[0], values))
         placements.sort(key=lambda b: b[0])

@@ -58,6 +58,13 @@ COMM_OVERLAP of it hidden behind compute):
               bandwidth, HOST_BANDWIDTH_GBS); offload_params (ZeRO-3) and offloaded frozen models: their weights
               up over host_link_gbs for every micro-batch's forward (and backward)
     Adam on the device: ADAM_BYTES_PER_PARAM per trained parameter shard at B.
+Sequence parallelism (trainer.sequence_parallel_size N, a role's mesh: rlhf.spec.mesh): the samples split over the
+    role's data-parallel groups (ranks / N), each rank computing 1/N of every sample's tokens (the FLOPs above for
+    t/N tokens: the attention of a/N heads over whole sequences); per layer and pass, Ulysses' four all-to-alls move
+    (N-1)/N of this rank's q, k, v and attention output (t/N tokens x (2a + 2 max(k, N)) d values; kv heads fewer
+    than N are repeated first) over the sequence group's link (the node's link, or the network for a group wider
+    than a node), on the critical path (none hidden), + 4 collective_s: one pass for a no-grad forward, forward and
+    backward in training (+ the recomputed forward with checkpointing).
 Weight sync: a sharded policy all-gathers P 16-bit weights over its link first; then shared_memory (engines on the
     policy rank 0's device or node: CUDA IPC / a /dev/shm segment) copies the bytes at B twice (the sender's pack
     and each engine's copy), broadcast sends them over the link (network where an engine is on another node); the
@@ -87,6 +94,7 @@ from rlhf.planning.memory import (
     teacher_params,
 )
 from rlhf.planning.plan import Plan
+from rlhf.spec.derive import role_mesh
 from rlhf.spec.registry import rollout_backend, train_backend
 from rlhf.spec.schema import ExperimentSpec, ModelSpec
 
@@ -327,6 +335,12 @@ class _Ctx:
         g = self.plan.groups[self.plan.roles[role].group]
         return self.dev.network if len(set(g.nodes)) > 1 else self.dev.link
 
+    def sequence_link(self, role: str) -> float:
+        """Bandwidth of a role's sequence groups (contiguous ranks): the node's link, or the network where a group
+        is wider than a node."""
+        wide = role_mesh(self.spec, self.plan.roles[role].ranks).sequence > self.spec.hardware.devices_per_node
+        return self.dev.network if wide else self.dev.link
+
     def ring(self, nbytes: float, ranks: int, bandwidth: float) -> float:
         """A ring collective moving (N-1)/N of ``nbytes`` per rank (reduce-scatter or all-gather)."""
         if ranks <= 1 or self.any_engine:
@@ -372,20 +386,46 @@ def hooks_s(
     return gathered_units(spec) * per_module
 
 
+def _groups(x: _Ctx, role: str) -> tuple[int, int]:
+    """(data-parallel groups, ranks per sequence group) of a model role: its ranks as the spec's training backend
+    lays them out (rlhf.spec.derive.role_mesh; read from the spec, not the plan, whose placement the search's bounds
+    share between layouts of several sequence sizes)."""
+    mesh = role_mesh(x.spec, x.plan.roles[role].ranks)
+    return max(mesh.data, 1), max(mesh.sequence, 1)
+
+
+def sequence_exchange(x: _Ctx, role: str, tokens: float, passes: int) -> float:
+    """Ulysses' all-to-alls for ``passes`` passes (forward 1, forward + backward 2, + a recomputed forward 3) over a
+    micro-batch of which this rank holds ``tokens`` columns (see the module docstring); 0 without sequence
+    parallelism."""
+    _, sp = _groups(x, role)
+    if sp <= 1 or x.any_engine:
+        return 0.0
+    m, c = x.spec.model, x.c
+    kv = max(m.num_kv_heads, sp)  # fewer kv heads than ranks are repeated before the exchange
+    per_layer = tokens * (2 * m.num_heads + 2 * kv) * m.head_dim * _bytes(x.spec.trainer.precision)
+    link = x.sequence_link(role)
+    seconds = per_layer * (sp - 1) / sp / (link * c.comm_eff) + 4 * c.collective_s
+    return passes * m.num_layers * seconds
+
+
 def _forward_role(x: _Ctx, role: str, samples: int, seq: float) -> float:
-    """A no-grad forward of ``role`` over ``samples`` samples, its ranks side by side."""
+    """A no-grad forward of ``role`` over ``samples`` samples, its data-parallel groups side by side (each sequence
+    group's ranks split every sample's tokens)."""
     spec, plan, c, dev = x.spec, x.plan, x.c, x.dev
     if role not in plan.roles or samples <= 0:
         return 0.0
     ranks = plan.roles[role].ranks
-    per_rank = math.ceil(samples / ranks)
+    dp, sp = _groups(x, role)
+    per_group = math.ceil(samples / dp)
     rl = spec.algorithm.family == "rl"
     micro = spec.rollout.micro_batch_per_device if rl else spec.trainer.micro_batch_per_device
-    mbs = max(math.ceil(per_rank / max(micro, 1)), 1)
+    mbs = max(math.ceil(per_group / max(micro, 1)), 1)
     m = spec.model
     params = teacher_params(spec) if role == "teacher" else param_count(m)[0]
     scale = params / max(param_count(m)[0], 1)  # the teacher may be another size; same shape otherwise
-    t = mbs * c.forward_s + scale * forward_flops(m, per_rank * seq, seq) / (dev.flops * c.forward_eff)
+    t = mbs * c.forward_s + scale * forward_flops(m, per_group * seq / sp, seq) / (dev.flops * c.forward_eff)
+    t += mbs * sequence_exchange(x, role, min(micro, per_group) * seq / sp, 1)
     wbytes = params * _bytes(spec.trainer.precision)
     if _sharded(spec):
         t += mbs * (x.ring(wbytes, ranks, x.link(role)) * (1 - c.comm_overlap) + x.calls(gathered_units(spec), ranks))
@@ -407,13 +447,15 @@ def _train_role(x: _Ctx, role: str, samples: int, seq: float) -> float:
     lora = lora_param_count(m) if role == "policy" else 0
     trained = lora or params
     gpu = hw.accelerator == "gpu"
-    accum = plan.derived.grad_accum.get(role, 1)
     steps = max(plan.derived.optimizer_steps_per_rollout, 1) if spec.algorithm.family == "rl" else 1
-    per_mb_samples = min(t.micro_batch_per_device, math.ceil(samples / ranks))
-    fwd = forward_flops(m, per_mb_samples * seq, seq)
+    dp, sp = _groups(x, role)
+    accum = max(t.global_batch // (max(t.micro_batch_per_device, 1) * dp), 1)  # rlhf.spec.derive's, from the spec
+    per_mb_samples = min(t.micro_batch_per_device, math.ceil(samples / dp))  # per sequence group
+    fwd = forward_flops(m, per_mb_samples * seq / sp, seq)  # this rank's share of the group's tokens
     backward = 2.0 if not lora else 1.0 + lora / params
     recompute = 1.0 if t.gradient_checkpointing and not x.any_engine else 0.0
     per_mb = c.micro_batch_s + (1.0 + backward + recompute) * fwd / (dev.flops * c.train_eff)
+    per_mb += sequence_exchange(x, role, per_mb_samples * seq / sp, 2 + int(recompute))
     wbytes, gbytes = params * _bytes(t.precision), trained * _bytes(t.precision)
     link = x.link(role)
     hidden = 1 - c.comm_overlap

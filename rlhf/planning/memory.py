@@ -7,15 +7,35 @@ Parameter count (from the model card's dimensions)
 Model states of the trained roles (policy, critic) and frozen roles (reference, reward, teacher) come from the
     training backend of trainer.backend (rlhf.spec.registry): DeepSpeed ZeRO's accounting in
     rlhf.backends.train.deepspeed.descriptor, FSDP2's in rlhf.backends.train.fsdp2.memory. LoRA: the adapters are the
-    trained
-    parameters. The teacher of on-policy distillation has teacher.params_b billion parameters, or the student's count
-    when that is not given.
-Activations (trained roles, per device, one micro-batch of T tokens = micro_batch_per_device x data.max_len, or
-    trainer.max_tokens_per_micro_batch when micro-batches are cut by tokens: packed rows compute about that many,
-    exactly under flash-attention's varlen, plus the rows' tail padding under sdpa):
-    no checkpointing: 34*T*h bytes per layer (Korthikanti et al. with flash/sdpa attention), x2 in fp32;
-    checkpointing:    2*T*h per layer + one layer's 34*T*h; plus the fp32 logits T*V*4 (log-probs need them).
-    trainer.activation_mb_per_token overrides this with a measured figure.
+    trained parameters. The teacher of on-policy distillation has teacher.params_b billion parameters, or the
+    student's count when that is not given. The states shard over every rank of the role whatever its mesh (with
+    sequence parallelism too: DeepSpeed's ZeRO and FSDP2 partition over all of the role's ranks).
+Activations (trained roles, per rank; :func:`activation_parts`, checked against measured peaks by
+    bench/activation_memory.py, the table in docs/how-to/long-context.md). A micro-batch holds T tokens
+    (micro_batch_per_device x data.max_len, or the token budget trainer.max_tokens_per_micro_batch x the sequence
+    size N: a sample longer than the budget trains alone, so at least data.max_len); each rank of a sequence group
+    computes t = T/N of them (trainer.sequence_parallel_size; 1: t = T). b bytes per value (2 bf16/fp16, 4 fp32).
+    What autograd keeps per layer, per token of the rank (transformers' Llama/Qwen layers, counted tensor by tensor):
+      norms      two RMSNorms, each the input upcast to fp32, the normalized value and its weighted output:
+                 2 (4 + 2b) h  (qwen3 also normalizes q and k per head: (4 + b)(a + k)d)
+      attention  q, k, v after RoPE and the kernel's output (the output projection's input is a view of it), its
+                 logsumexp 4a: flash-attention and sdpa on rows of one sample (2a + 2k)d b; sdpa on rows of several
+                 samples repeats k and v to a heads (4ad b); Ulysses (N > 1) holds the exchanged q, k and v of
+                 this rank's heads over the whole row (k, v repeated to them: 3ad b under ulysses_sdpa; flash:
+                 (a + 2 max(k, N))d b), the kernel's output and the same output back in this rank's columns (2ad b)
+      MLP        gate, its SiLU, up and their product: 4 I b
+    plus once: the final norm (4 + 2b)h, RoPE's cos and sin 2d b.
+    Packed rows of several samples under sdpa without sequence parallelism (trainer.packing, rows as wide as the
+    longest sample W): transformers' block mask, W x W booleans per row, which torch's sdpa turns into a float mask
+    in every layer (L b W^2 per row; eager also keeps the attention probabilities, a b W^2). The plan counts every
+    sample at full length, one per row, so it counts none; a row of shorter samples packed together can need it
+    (docs/how-to/long-context.md: flash_attention_2 or sequence parallelism have none).
+    The logits (the policy; a critic's value head scores one value per token): the trainers score the next tokens
+    LOGIT_CHUNK_TOKENS (1024) positions at a time, forward and backward (rlhf.models.head_scores: each chunk's
+    logits recomputed in the backward), so what the vocabulary costs is one chunk's fp32 temporaries at the peak,
+    LOGIT_TEMPORARIES x min(1024, t) x V x 4, whatever the length; the head's input is the final norm's output.
+    Gradient checkpointing keeps each layer's input (h b) and one layer's activations at a time (recomputed).
+    trainer.activation_mb_per_token overrides all of this with a measured figure (MiB per token of the rank).
 Rollout: the estimate of the rollout backend of rollout.backend (rlhf.backends.contract.rollout.RolloutBackend.memory):
 vLLM
     on GPUs rollout.vllm.gpu_memory_utilization x device memory, holding its weights (2P/TP) and the KV cache (the
@@ -50,7 +70,8 @@ the devices themselves are host memory, so their peaks count too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 from rlhf.backends.contract.rollout import kv_cache_bytes_per_token
 from rlhf.backends.contract.training import ModelStates
@@ -120,23 +141,92 @@ def _state_bytes(s: ModelStates) -> StateBytes:
     return StateBytes(weights=s.weights, grads=s.grads, optimizer=s.optimizer, host=s.host)
 
 
-def activation_bytes(spec: ExperimentSpec, micro_batch: int) -> float:
+#: Tokens whose logits exist at once when the trainers score the next tokens (rlhf.algo.logprobs.LOGIT_CHUNK_TOKENS,
+#: here without importing torch; tests/planning/test_activation_memory.py checks that they agree).
+LOGIT_CHUNK_TOKENS = 1024
+#: fp32 ``chunk x vocabulary`` temporaries of one chunk's scoring at the start of the backward (its logits
+#: recomputed, their fp32 copy, softmax, the gradients), beside every layer's kept activations: measured by
+#: bench/activation_memory.py as the peak less what autograd keeps, 5.4-7.0 chunks at 2k-16k tokens (fp32 Llama, bf16
+#: Qwen3; 8.4 once, at 16k without sequence parallelism), 2026-12-07 14:40-16:15 UTC on this 2-core machine, shared
+#: with other sessions (load average 3-17: memory does not depend on it); docs/how-to/long-context.md has the table.
+LOGIT_TEMPORARIES = 6
+
+
+def micro_batch_tokens(spec: ExperimentSpec, micro_batch: int) -> int:
+    """Tokens of one training micro-batch of a sequence group: ``micro_batch`` samples of data.max_len, or the token
+    budget (trainer.max_tokens_per_micro_batch per rank, so N times it for a group of N ranks) where one is set; a
+    sample longer than the budget trains alone (rlhf.pipelines.batching): the longest one bounds it."""
+    t = spec.trainer
+    if t.max_tokens_per_micro_batch:
+        return max(t.max_tokens_per_micro_batch * max(t.sequence_parallel_size, 1), spec.data.max_len)
+    return micro_batch * spec.data.max_len
+
+
+def _attention_per_token(spec: ExperimentSpec, b: int, masked: bool) -> float:
+    """Bytes the attention keeps per token of the rank (the module docstring's attention line)."""
+    m, sp = spec.model, max(spec.trainer.sequence_parallel_size, 1)
+    a, k, d = m.num_heads, m.num_kv_heads, m.head_dim
+    lse = 4 * a
+    if sp > 1:  # Ulysses: exchanged q, k, v; the kernel's output in heads, and back in columns
+        kv = 2 * max(k, sp) if m.attn_implementation == "flash_attention_2" else 2 * a
+        return (a + kv + 2 * a) * d * b + lse
+    if masked:  # sdpa / eager with a block mask: transformers repeats k and v to every query head
+        return 4 * a * d * b + lse
+    return (2 * a + 2 * k) * d * b + lse
+
+
+def activation_parts(
+    spec: ExperimentSpec, micro_batch: int, *, role: str = "policy", samples_per_row: int = 1
+) -> dict[str, float]:
+    """Bytes per rank of one training micro-batch's activations, by part (the module docstring's formulas).
+    ``samples_per_row``: samples packed in each row (the plan's full-length samples: 1)."""
     m, t = spec.model, spec.trainer
-    # a sample longer than the token budget trains alone (rlhf.pipelines.batching): the longest one bounds it
-    tokens = (
-        max(t.max_tokens_per_micro_batch, spec.data.max_len)
-        if t.max_tokens_per_micro_batch
-        else micro_batch * spec.data.max_len
-    )
+    sp = max(t.sequence_parallel_size, 1)
+    total = micro_batch_tokens(spec, micro_batch)
+    tokens = math.ceil(total / sp)  # this rank's columns
     if t.activation_mb_per_token is not None:
-        return tokens * t.activation_mb_per_token * 1024**2
-    scale = 1 if t.precision in ("bf16", "fp16") else 2
-    per_layer_full = 34 * tokens * m.hidden_size * scale
-    if t.gradient_checkpointing:
-        body = 2 * tokens * m.hidden_size * scale * m.num_layers + per_layer_full
-    else:
-        body = per_layer_full * m.num_layers
-    return body + tokens * m.vocab_size * 4
+        return {"measured (trainer.activation_mb_per_token)": tokens * t.activation_mb_per_token * 1024**2}
+    b = 2 if t.precision in ("bf16", "fp16") else 4
+    h, a, k, d, L = m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim, m.num_layers
+    masked = sp == 1 and samples_per_row > 1 and t.packing and m.attn_implementation in ("sdpa", "eager")
+    norms = 2 * (4 + 2 * b) * h + ((4 + b) * (a + k) * d if m.architecture == "qwen3" else 0)
+    layer = tokens * (norms + _attention_per_token(spec, b, masked) + 4 * m.intermediate_size * b)
+    mask = 0.0
+    if masked:  # rows as wide as the longest sample: the block mask (booleans) and its float copy in each layer
+        width = min(spec.data.max_len, total)
+        square = math.ceil(total / width) * width * width
+        mask = square * (1 + (1 if t.gradient_checkpointing else L) * b)
+        if m.attn_implementation == "eager":
+            mask += square * a * b * (1 if t.gradient_checkpointing else L)
+    kept = tokens * h * b * L + layer if t.gradient_checkpointing else layer * L
+    logits = 0.0
+    if role != "critic":  # the critic's value head: one value per token
+        logits = LOGIT_TEMPORARIES * min(LOGIT_CHUNK_TOKENS, tokens) * m.vocab_size * 4
+    return {
+        "layers": kept,
+        "attention mask": mask,
+        "final norm, RoPE": tokens * ((4 + 2 * b) * h + 2 * d * b),
+        "logits": logits,
+    }
+
+
+def activation_bytes(
+    spec: ExperimentSpec, micro_batch: int, *, role: str = "policy", samples_per_row: int = 1
+) -> float:
+    """Bytes per rank of one training micro-batch's activations (:func:`activation_parts`, summed)."""
+    return sum(activation_parts(spec, micro_batch, role=role, samples_per_row=samples_per_row).values())
+
+
+def forward_bytes(spec: ExperimentSpec, micro_batch: int) -> float:
+    """Bytes per rank of a no-grad forward of ``micro_batch`` samples per sequence group (the experience pass's
+    log-probs, values, rewards): nothing is kept for a backward, so one layer's activations at a time beside its
+    input and output, and the scored logits' chunk."""
+    full = replace(spec, trainer=replace(spec.trainer, gradient_checkpointing=False, max_tokens_per_micro_batch=0))
+    parts = activation_parts(full, micro_batch)
+    m, sp = spec.model, max(spec.trainer.sequence_parallel_size, 1)
+    tokens = math.ceil(micro_batch * spec.data.max_len / sp)
+    b = 2 if spec.trainer.precision in ("bf16", "fp16") else 4
+    return parts["layers"] / m.num_layers + 2 * tokens * m.hidden_size * b + parts["logits"]
 
 
 def kv_bytes_per_token(m: ModelSpec, precision: str) -> int:
@@ -251,13 +341,15 @@ def estimate(spec: ExperimentSpec, derived: Derived) -> list[GroupMemory]:
         per_role: dict[str, StateBytes] = {}
         kv = 0.0
         for role in group:
+            # the states shard over every rank of the role, its sequence groups' too (DeepSpeed's ZeRO and FSDP2
+            # partition over all of them); the activations split by the sequence size (activation_parts)
             dp = max(derived.devices.get(role, 1), 1)
             if role in ("policy", "critic"):
                 trainable = lora if (role == "policy" and lora) else None
                 s = backend.trained_states(
                     spec, params=params + (lora if trainable else 0), largest_layer=largest, dp=dp, trainable=trainable
                 )
-                act = activation_bytes(spec, t.micro_batch_per_device)
+                act = activation_bytes(spec, t.micro_batch_per_device, role=role)
                 per_role[role] = StateBytes(s.weights, s.grads, s.optimizer, act, 0.0, s.host)
             elif role in ("reference", "reward", "teacher"):
                 offload = {"reference": spec.reference.offload, "reward": spec.reward.offload}.get(

@@ -37,7 +37,7 @@ class DeviceGroup:
 class RolePlacement:
     role: str
     group: int  # DeviceGroup index
-    ranks: int  # actors (trained roles: data-parallel ranks; rollout: engines)
+    ranks: int  # actors (model roles: every rank of its mesh, Derived.mesh; rollout: engines)
     bundles_per_rank: int  # rollout: tensor_parallel_size; others 1
     fraction: float  # share of each bundle's device (1 / roles in the group)
     engine_bundles: tuple[tuple[int, ...], ...] = ()  # rollout: bundle indices of each engine's TP workers

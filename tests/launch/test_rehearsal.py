@@ -102,6 +102,9 @@ RECIPES_8X = [
     "grpo_r1_distill_qwen_7b_8xh100",
     "sft_qwen3_8b_8xh100",
     "dpo_qwen3_8b_8xh100",
+    "grpo_qwen3_8b_32k_8xh100",  # sequence parallelism (long contexts)
+    "grpo_r1_distill_qwen_7b_32k_8xh100",
+    "grpo_qwen3_32b_64k_8xh100",
 ]
 RECIPES_1X = [
     "grpo_qwen2_5_0_5b",
