@@ -71,6 +71,8 @@ HEAVIEST_FIRST = (
     "tests/pipelines/test_rl_pipeline.py",
     "tests/launch/test_ray_cluster_launcher.py",
     "tests/backends/test_train_backends.py",
+    "tests/backends/test_sequence_parallel_engines.py",
+    "tests/pipelines/test_sequence_parallel_run.py",
     # the default tier (pytest -q)
     "tests/pipelines/test_grpo_learns.py",
     "tests/cli/test_sweeps.py",
