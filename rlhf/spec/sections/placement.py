@@ -11,7 +11,9 @@ from rlhf.spec.keys import key
 class RoleDevices:
     """Devices per role; null: derived (colocated roles share their group's devices, the rest split evenly)."""
 
-    policy: int | None = key(None, "devices (ranks) of the policy: data-parallel x trainer.sequence_parallel_size", ge=0)
+    policy: int | None = key(
+        None, "devices (ranks) of the policy: data-parallel x trainer.sequence_parallel_size", ge=0
+    )
     reference: int | None = key(None, "devices of the reference model", ge=0)
     teacher: int | None = key(None, "devices of the distillation teacher (algorithm=opd)", ge=0)
     critic: int | None = key(None, "devices of the critic", ge=0)
