@@ -22,8 +22,7 @@ SPEC = ModelSpec(make_local=True)
 
 @pytest.fixture(scope="module", autouse=True)
 def process_group():
-    import torch.distributed as dist
-
+    from rlhf.backends.shared.distributed import shutdown_distributed
     from rlhf.launch.ports import free_port
 
     env = {
@@ -37,7 +36,8 @@ def process_group():
     os.environ.update(env)
     init_distributed("cpu")
     yield
-    dist.destroy_process_group()
+    # as a run leaves it: DeepSpeed drops the groups it cached, or a later run in this process is handed a dead one
+    shutdown_distributed()
     for k, v in old.items():
         if v is None:
             os.environ.pop(k, None)
