@@ -498,7 +498,9 @@ class _Searcher:
                 self.result.invalid.append((cand.values, [str(e) for e in errors]))
                 continue
             self.found.append(replace(cand, changed=tuple(changed_keys(cand.values, self.spec))))
-        self.found = _distinct(sorted(self.found, key=_rank_key))
+        # only the best ``top`` layouts are ever read; a layout dropped here ranked below them, so any later
+        # candidate of it that could rank among them is kept as new
+        self.found = _distinct(sorted(self.found, key=_rank_key))[: self.top]
 
     def run(self) -> SearchResult:
         from rlhf.spec.validate import validate
@@ -615,9 +617,9 @@ def _maximal(at: Callable[[tuple[int, ...]], Any], sizes: list[int]) -> list[Any
 
 def _distinct(cands: list[Candidate]) -> list[Candidate]:
     """One candidate per layout (the best of its scan points), best first."""
-    seen, out = set(), []
+    seen, out, scanned = set(), [], _scan_keys()
     for c in cands:
-        key = tuple(sorted((k, repr(v)) for k, v in c.values.items() if k not in _scan_keys()))
+        key = tuple(sorted((k, repr(v)) for k, v in c.values.items() if k not in scanned))
         if key not in seen:
             seen.add(key)
             out.append(c)

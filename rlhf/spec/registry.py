@@ -103,8 +103,13 @@ def load(key: str, what: str, table: Mapping[str, Backend], name: str) -> Any:
         target = table[name]
     except KeyError:
         raise ValueError(f"{key}={name!r}: not {what}; valid: {', '.join(sorted(table))}") from None
-    module, attr = target.target.split(":")
-    return getattr(importlib.import_module(module), attr)
+    if target.target not in _LOADED:  # the planner's search asks hundreds of thousands of times
+        module, attr = target.target.split(":")
+        _LOADED[target.target] = getattr(importlib.import_module(module), attr)
+    return _LOADED[target.target]
+
+
+_LOADED: dict[str, Any] = {}  # registry target ("module:attr") -> the object it names
 
 
 def section_class(line: Backend) -> type | None:

@@ -5,9 +5,8 @@ communicator with two members on one device, colocated roles on exactly their gr
 of the plan). One cluster per hardware shape, in a process of its own, shared by all its configs; no model is
 loaded anywhere. A violation exits rlhf-plan non-zero naming role, process and device.
 
-In proportion: the default tier rehearses one config per shape class (SAMPLE: one node, colocated, TP > 1 in
-grpo_llama3_8b-zero3; two nodes in split-tp1-2n; the one-node rank variables in sft_llama3_8b); the Ray tier
-(``-m ray``) rehearses the rest of the matrix and every other shipped GPU recipe."""
+Every rehearsal starts a Ray cluster of several processes, so all of them are the Ray tier's (``-m ray``); the default
+tier keeps the check that every shipped GPU recipe is in the matrix, which starts nothing."""
 
 from __future__ import annotations
 
@@ -134,19 +133,16 @@ SHAPES = {
     "6x8x96": [("ppo_llama3_70b", ["+recipe=ppo_llama3_70b"])],
     "1x1x26": [(r, [f"+recipe={r}"]) for r in RECIPES_1X],
 }
-# One config per shape class, rehearsed in the default tier; every other case is the Ray tier's.
-SAMPLE = {"1x8x192": ("grpo_llama3_8b-zero3", "sft_llama3_8b"), "2x4x32": ("split-tp1-2n",)}
-CASES = [(shape, name) for shape, configs in SHAPES.items() for name, _ in configs if name not in SAMPLE.get(shape, ())]
-SAMPLED = [(shape, name) for shape, names in SAMPLE.items() for name in names]
-_results: dict[tuple[str, bool], dict] = {}
-WALL: dict[tuple[str, bool], float] = {}
+CASES = [(shape, name) for shape, configs in SHAPES.items() for name, _ in configs]
+_results: dict[str, dict] = {}
+WALL: dict[str, float] = {}
 
 
-def _run_shape(shape: str, sampled: bool) -> dict[str, dict]:
-    """The rehearsal results of ``shape``'s sampled configs (``sampled``) or of the rest, one cluster for them."""
-    key = (shape, sampled)
+def _run_shape(shape: str) -> dict[str, dict]:
+    """The rehearsal results of ``shape``'s configs, one cluster for them."""
+    key = shape
     if key not in _results:
-        configs = [(n, c) for n, c in SHAPES[shape] if (n in SAMPLE.get(shape, ())) == sampled]
+        configs = SHAPES[shape]
         t0 = time.monotonic()
         proc = subprocess.run(
             [sys.executable, str(HERE / "rehearse_configs.py"), shape, json.dumps([c for _, c in configs])],
@@ -162,16 +158,10 @@ def _run_shape(shape: str, sampled: bool) -> dict[str, dict]:
     return _results[key]
 
 
-@pytest.mark.parametrize(("shape", "name"), SAMPLED, ids=[n for _, n in SAMPLED])
-def test_the_rehearsal_passes_for_one_config_per_shape_class(shape, name):
-    result = _run_shape(shape, sampled=True)[name]
-    assert result["ok"], "\n".join(result["violations"]) + "\n" + result["map"]
-
-
 @pytest.mark.ray
 @pytest.mark.parametrize(("shape", "name"), CASES, ids=[n for _, n in CASES])
 def test_the_rehearsal_passes(shape, name):
-    result = _run_shape(shape, sampled=False)[name]
+    result = _run_shape(shape)[name]
     assert result["ok"], "\n".join(result["violations"]) + "\n" + result["map"]
 
 
@@ -194,8 +184,9 @@ def test_every_shipped_gpu_recipe_is_rehearsed_on_its_hardware_shape():
     assert rehearsed == shape_of
 
 
+@pytest.mark.ray
 def test_the_device_map_gives_each_tp_engine_its_own_bundles_and_a_share_beside_the_trainers():
-    text = _run_shape("1x8x192", sampled=True)["grpo_llama3_8b-zero3"]["map"]
+    text = _run_shape("1x8x192")["grpo_llama3_8b-zero3"]["map"]
     for e in range(4):
         assert f"VLLM_RAY_BUNDLE_INDICES={2 * e},{2 * e + 1} VLLM_RAY_PER_WORKER_GPUS=0.25" in text
     assert "rollout engine 0 worker 0      shared_memory  node0:gpu0" in text  # beside the sender: CUDA IPC
@@ -203,18 +194,19 @@ def test_the_device_map_gives_each_tp_engine_its_own_bundles_and_a_share_beside_
     assert "sync        trainers states+weights; engines weights" in text
 
 
+@pytest.mark.ray
 def test_each_shape_hands_the_ranks_their_variables_as_its_run_would():
     # one node: rlhf-run's private cluster, whose actors set their rank's variables in their own process (so they can
     # take a preloaded idle worker); several nodes: a cluster joined by ray.address, where runtime_env carries them
-    one_node = _run_shape("1x8x192", sampled=True)["sft_llama3_8b"]["map"]
+    one_node = _run_shape("1x8x192")["sft_llama3_8b"]["map"]
     assert "rank variables: set in each process by the actor" in one_node
-    two_nodes = _run_shape("2x4x32", sampled=True)["split-tp1-2n"]["map"]
+    two_nodes = _run_shape("2x4x32")["split-tp1-2n"]["map"]
     assert "rank variables: through each actor's runtime_env" in two_nodes
 
 
 @pytest.mark.ray
 def test_the_70b_engines_span_their_own_node_and_the_sync_broadcasts_to_every_worker():
-    text = _run_shape("6x8x96", sampled=False)["ppo_llama3_70b"]["map"]
+    text = _run_shape("6x8x96")["ppo_llama3_70b"]["map"]
     workers = [ln for ln in text.splitlines() if ln.startswith("  rollout") and "TP worker" in ln]
     assert len(workers) == 16 and "shared_memory" not in text  # split placement: every worker elsewhere
     engine_nodes = {ln.split()[-1].split(":")[0] for ln in workers}
