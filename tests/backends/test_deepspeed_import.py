@@ -55,35 +55,3 @@ def test_importing_deepspeed_beside_a_printing_thread_loses_none_of_its_lines_an
     assert printed == [f"line {i}" for i in range(total)], run.stderr[-2000:]
     # async_io's probe (the one that points stderr at a file while it compiles) never ran
     assert "probed: ['deepspeed_shm_comm']" in run.stdout, run.stdout
-
-
-# A ZeRO engine built as the engines build theirs (a torch optimizer handed in): DeepSpeed's optimizer check takes
-# its "Muon not installed" path, so the engine's process never imports Muon's module nor, through its
-# torch.compile decorator, torch's inductor.
-_ENGINE_SCRIPT = """
-import os, sys
-os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
-import torch
-from rlhf.backends.train.deepspeed.deepspeed_import import MUON_MODULE, import_deepspeed
-from rlhf.backends.train.deepspeed.engine import init_distributed
-ds = import_deepspeed()
-init_distributed("cpu")
-model = torch.nn.Linear(4, 4)
-config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}
-engine, *_ = ds.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters()), config=config)
-print("muon imported:", sys.modules.get(MUON_MODULE) is not None)
-print("inductor imported:", "torch._inductor.compile_fx" in sys.modules)
-"""
-
-
-def test_a_zero_engine_is_built_without_importing_deepspeeds_muon_or_torchs_inductor():
-    from rlhf.launch.ports import free_port
-
-    run = subprocess.run(
-        [sys.executable, "-c", _ENGINE_SCRIPT, str(free_port())],
-        capture_output=True,
-        text=True,
-        timeout=ceiling(180),
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "muon imported: False" in run.stdout and "inductor imported: False" in run.stdout, run.stdout

@@ -85,26 +85,12 @@ def _quiet_op_probe() -> None:
     logging.getLogger("compilers.C.base").setLevel(logging.WARNING)
 
 
-# DeepSpeed's Muon optimizer, which nothing here configures (OpenRLHF's --muon.* flags convert to '--').
-MUON_MODULE = "deepspeed.runtime.zero.muon.muon_optimizer"
-
-
-def _skip_muon() -> None:
-    # Every ZeRO engine's optimizer check (is_zero_supported_optimizer, DeepSpeed 0.19) first tries to import Muon to
-    # add it to the supported list, passing on ImportError ("if muon is installed"); the import decorates a function
-    # with torch.compile, which imports torch._dynamo and torch._inductor: about 3 s of CPU in every process that
-    # builds an engine (bench: python -X importtime). None in sys.modules is Python's documented "this import raises
-    # ImportError", so DeepSpeed takes its own not-installed path; our optimizers are its supported torch.optim ones.
-    sys.modules.setdefault(MUON_MODULE, None)  # type: ignore[arg-type]
-
-
 def import_deepspeed() -> ModuleType:
     """The deepspeed module, imported (once per process) without its mlflow import and with the CPU shared-memory
     op marked unbuildable (the backend then reduces through the process group, as it does on platforms without
     it). MLflow is hidden for the import's duration: a thread of the same process importing MLflow meanwhile would
     be told it is not installed, so a process that also opens MLflow imports it first (rlhf.launch.local)."""
     _quiet_op_probe()
-    _skip_muon()
     loaded = sys.modules.get("deepspeed")
     if loaded is not None:  # imported already (transformers' own import of it, in the local executor's process)
         import deepspeed.ops
