@@ -23,7 +23,7 @@ from rlhf.tracking.tracker import read_metrics
 
 pytestmark = pytest.mark.slow
 
-STEPS, SAVE_EVERY = 16, 4
+STEPS, SAVE_EVERY = 8, 2
 OVERRIDES = [
     f"trainer.max_steps={STEPS}",
     f"checkpoint.save_steps={SAVE_EVERY}",
