@@ -101,7 +101,7 @@ def task(cfg) -> float | None:
     from rlhf.spec.store import register
 
     mark_job_start()  # a multirun's later jobs time their launch from here, not from the sweep's start
-    register()  # resolvers and recipes, in a launcher's fresh process too
+    register(recipes=())  # the resolvers, in a launcher's fresh process too (the job's config is composed)
     hc = HydraConfig.get()
     with_recipe_name(cfg, hc.runtime.choices)
     markers_to_missing(cfg)  # a recipe's ??? not given on the command line: build() names it
@@ -285,12 +285,12 @@ def _main() -> None:
     from rlhf.spec.build import PRIMARY_CONFIG, rewrite_recipe_paths
     from rlhf.spec.paths import conf_dir, user_config_dir
     from rlhf.spec.reasoning_gym_source import quote_sources
-    from rlhf.spec.store import register
+    from rlhf.spec.store import recipes_named, register
 
     if _flag_value(flags, "-cp", "--config-path"):
         fail("--config-path replaces rlhf's shipped config folder; add yours with -cd DIR (--config-dir) instead")
     source = ConfigSource(_flag_value(flags, "-cd", "--config-dir"), _flag_value(flags, "-cn", "--config-name"))
-    register()
+    register(recipes=())  # the schema and resolvers; the recipes Hydra's app reads are stored below
     try:
         if source.config_dir:
             user_config_dir(source.config_dir)
@@ -300,6 +300,8 @@ def _main() -> None:
             overrides = quote_sources(rewrite_recipe_paths(with_default_recipe(overrides, source)))
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
+    help_or_sweep = any(f in flags for f in ("--help", "-h", "--hydra-help", "--info", "-i", "-m", "--multirun"))
+    register(None if help_or_sweep else recipes_named(overrides, source.config_name))  # --help lists them all
     groups: Any = contextlib.nullcontext()
     if "-m" in flags or "--multirun" in flags:
         from rlhf.cli.multirun import prepare

@@ -134,17 +134,19 @@ def rewrite_recipe_paths(overrides: Sequence[str]) -> list[str]:
 
 
 @contextmanager
-def initialized(config_dir: str | os.PathLike[str] | None = None) -> Iterator[Any]:
+def initialized(
+    config_dir: str | os.PathLike[str] | None = None, recipes: Sequence[str] | None = None
+) -> Iterator[Any]:
     """Hydra's compose API set up as ``rlhf-run`` sets up its app: the shipped conf/ as the primary config folder,
-    the user's ``-cd`` folder in front of it, the schema and recipes in the ConfigStore. Yields Hydra's
-    ConfigLoader (group options, sources)."""
+    the user's ``-cd`` folder in front of it, the schema and the recipes ``recipes`` (every one when None) in the
+    ConfigStore. Yields Hydra's ConfigLoader (group options, sources)."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     from rlhf.spec.paths import conf_dir, config_dirs_on_search_path
     from rlhf.spec.store import plugins_in_place, register
 
-    register()
+    register(recipes)
     plugins_in_place()
     with config_dirs_on_search_path(config_dir), initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
         yield GlobalHydra.instance().config_loader()
@@ -181,7 +183,9 @@ def compose(
     if key is not None and key in _COMPOSED:
         _COMPOSED.move_to_end(key)
         return copy.deepcopy(_COMPOSED[key])
-    with initialized(config_dir):
+    from rlhf.spec.store import recipes_named
+
+    with initialized(config_dir, recipes_named(rewritten, config_name)):
         cfg = hydra_compose(
             config_name=config_name or PRIMARY_CONFIG, overrides=list(rewritten), return_hydra_config=True
         )

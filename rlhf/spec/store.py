@@ -10,6 +10,8 @@ is the last entry of Hydra's search path, so a user's ``recipe/NAME.yaml`` in a 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,10 +91,34 @@ def register_recipe_file(path: Path, name: str | None = None) -> str:
     node["recipe"] = name
     as_markers(node)  # its ??? values must survive Hydra's merge over the defaults (rlhf.spec.required)
     ConfigStore.instance().store(group=RECIPE_GROUP, name=name, node=node, package="_global_")
+    _stored.add(name)
     return name
 
 
-_registered = False
+def recipes_named(overrides: Iterable[str], config_name: str | None = None) -> list[str] | None:
+    """The stored recipes a composition of ``overrides`` reads (``+recipe=NAME``), or None when it may read any:
+    no recipe named (a primary config of the user's may choose one), a sweep or an interpolation over recipes, or
+    a name that is no stored recipe (Hydra's error then lists every option). A recipe file (``+recipe=FILE.yaml``)
+    needs none: rlhf.spec.build.rewrite_recipe_paths stores it."""
+    if config_name:
+        return None
+    names = []
+    for o in overrides:
+        key, sep, value = str(o).partition("=")
+        if not sep or key.lstrip("+~") != RECIPE_GROUP or value.endswith((".yaml", ".yml")):
+            continue
+        if not re.fullmatch(r"[\w.-]+", value):
+            return None
+        names.append(value)
+    if not names:
+        return None
+    known = find_recipes()
+    return names if all(n in known for n in names) else None
+
+
+_registered = False  # the schema and the resolvers
+_all_stored = False  # every recipe stored
+_stored: set[str] = set()  # the recipe options stored so far
 
 
 def expose_hydra_plugins() -> None:
@@ -146,20 +172,29 @@ def _store_shared_by_copies() -> None:
     ConfigStore.__deepcopy__ = lambda self, memo: self  # type: ignore[attr-defined]
 
 
-def register() -> None:
-    """Idempotent: the schema plus every recipe (and rlhf's Hydra plugins made discoverable)."""
-    global _registered
+def register(recipes: Iterable[str] | None = None) -> None:
+    """Idempotent: the schema plus the recipes named (every recipe when None; :func:`recipes_named` says which a
+    composition reads), and rlhf's Hydra plugins made discoverable. Storing a recipe parses its YAML: all 57 took
+    0.37 s of every command's start (2026-12-07, this 2-core machine), where a run reads one."""
+    global _registered, _all_stored
     check_built()  # a backend registered too late to have its keys in the schema is named, with how to register it
-    if _registered:
+    if not _registered:
+        expose_hydra_plugins()
+        _store_shared_by_copies()
+        # ${rlhf.examples:} in a recipe: the examples folder wherever the package runs from (checkout or wheel).
+        OmegaConf.register_new_resolver("rlhf.examples", lambda: str(examples_dir()), replace=True)
+        OmegaConf.register_new_resolver("rlhf.required", unconverted_marker, replace=True)
+        schema = OmegaConf.structured(ExperimentSpec)
+        _unfreeze(schema)
+        ConfigStore.instance().store(name=SCHEMA_NAME, node=schema)
+        _registered = True
+    if recipes is None and _all_stored:
         return
-    expose_hydra_plugins()
-    _store_shared_by_copies()
-    # ${rlhf.examples:} in a recipe: the examples folder wherever the package runs from (checkout or wheel).
-    OmegaConf.register_new_resolver("rlhf.examples", lambda: str(examples_dir()), replace=True)
-    OmegaConf.register_new_resolver("rlhf.required", unconverted_marker, replace=True)
-    schema = OmegaConf.structured(ExperimentSpec)
-    _unfreeze(schema)
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=schema)
-    for info in find_recipes().values():
-        register_recipe_file(info.path, info.name)
-    _registered = True
+    wanted = None if recipes is None else {n for n in recipes if n not in _stored}  # one added to the path since
+    if wanted is not None and not wanted:
+        return
+    for name, info in find_recipes().items():
+        # a name stored already may be a user's recipe file of that name (rewrite_recipe_paths): it stays
+        if name not in _stored and (wanted is None or name in wanted):
+            register_recipe_file(info.path, name)
+    _all_stored = recipes is None

@@ -1,15 +1,13 @@
 """The two reasoning-gym recipes chained as the README gives them: SFT on generated tasks, then GRPO from the SFT
-model with each sample scored by its task's score_answer and eval pass@1 reported per task (a few steps each)."""
+model with each sample scored by its task's score_answer and eval pass@1 reported per task (a few steps each),
+through ``rlhf.run`` in this process (the same compose, validation, preflight and local executor as rlhf-run)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from ceilings import ceiling
+
+import rlhf
+from rlhf.tracking.tracker import read_metrics
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("reasoning_gym")
@@ -17,27 +15,22 @@ pytest.importorskip("reasoning_gym")
 TASKS = ("basic_arithmetic", "chain_sum", "spell_backward")
 
 
-def rlhf_run(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "rlhf.cli.run", *overrides, "logging.progress=false"]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=ceiling(900))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done
-
-
-def test_sft_then_grpo_on_reasoning_gym_tasks(tmp_path):
-    rlhf_run(tmp_path, "+recipe=sft_reasoning_gym_tiny_cpu", "hydra.run.dir=runs/sft", "trainer.max_steps=4")
-    assert (tmp_path / "runs/sft/model/config.json").is_file()
-    done = rlhf_run(
-        tmp_path,
-        "+recipe=grpo_reasoning_gym_tiny_cpu",
+def test_sft_then_grpo_on_reasoning_gym_tasks(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the MLflow store of each stage: ./mlflow.db
+    quiet = "logging.progress=false"
+    sft = rlhf.run("sft_reasoning_gym_tiny_cpu", "trainer.max_steps=4", quiet, run_dir=tmp_path / "runs/sft")
+    assert (sft.model_dir / "config.json").is_file()
+    grpo = rlhf.run(
+        "grpo_reasoning_gym_tiny_cpu",
         "model.make_local=false",
-        "model.path=runs/sft/model",
-        "hydra.run.dir=runs/grpo",
+        f"model.path={sft.model_dir}",
         "trainer.max_steps=2",
         "eval.steps=2",
+        quiet,
+        run_dir=tmp_path / "runs/grpo",
     )
-    assert "done: rl 2 steps" in done.stderr
-    rows = [json.loads(line) for line in (tmp_path / "runs/grpo/metrics.jsonl").read_text().splitlines()]
+    assert grpo.summary["steps"] == 2
+    rows = read_metrics(grpo.run_dir)
     train = [r for r in rows if "train/reward" in r]
     assert len(train) == 2 and all(r["train/verifier_timeout"] == 0.0 for r in train)
     evals = [r for r in rows if any(k.startswith("eval/") for k in r)]

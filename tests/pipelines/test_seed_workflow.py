@@ -1,54 +1,46 @@
 """The seed workflow as the README gives it: SFT, then a reward model from the SFT model, then PPO from the SFT
-model with that reward model (its critic starts from the reward model), each stage reading the previous output."""
+model with that reward model (its critic starts from the reward model), each stage reading the previous output.
+The stages run through ``rlhf.run`` in this process (the same compose, validation, preflight and local executor as
+``rlhf-run``; tests/docs/test_readme_commands.py runs the README's commands themselves, each in a process)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
+import json
 
 import pytest
-from ceilings import ceiling
+
+import rlhf
+from rlhf.tracking.tracker import read_metrics
 
 pytestmark = pytest.mark.slow
 
 
-def rlhf_run(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "rlhf.cli.run", *overrides, "logging.progress=false"]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=ceiling(900))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "executor: local" in done.stderr  # each stage one process, as the README's commands run it
-    return done
-
-
-def test_sft_then_rm_then_ppo(tmp_path):
-    rlhf_run(tmp_path, "+recipe=sft_tiny_cpu", "hydra.run.dir=runs/sft", "trainer.max_steps=6")
-    sft = tmp_path / "runs/sft/model"
-    assert (sft / "config.json").is_file()
-    rlhf_run(
-        tmp_path,
-        "+recipe=rm_tiny_cpu",
+def test_sft_then_rm_then_ppo(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the MLflow store of each stage: ./mlflow.db
+    quiet = "logging.progress=false"
+    sft = rlhf.run("sft_tiny_cpu", "trainer.max_steps=6", quiet, run_dir=tmp_path / "runs/sft")
+    assert sft.model_dir == tmp_path / "runs/sft/model" and (sft.model_dir / "config.json").is_file()
+    rm = rlhf.run(
+        "rm_tiny_cpu",
         "model.make_local=false",
-        "model.path=runs/sft/model",
-        "hydra.run.dir=runs/rm",
+        f"model.path={sft.model_dir}",
         "trainer.max_steps=6",
+        quiet,
+        run_dir=tmp_path / "runs/rm",
     )
-    import json
-
-    rm_config = json.loads((tmp_path / "runs/rm/model/config.json").read_text())
+    rm_config = json.loads((rm.model_dir / "config.json").read_text())
     assert "mean" in rm_config and "std" in rm_config  # for reward.normalize in the next stage
-    done = rlhf_run(
-        tmp_path,
-        "+recipe=ppo_tiny_cpu",
+    ppo = rlhf.run(
+        "ppo_tiny_cpu",
         "model.make_local=false",
-        "model.path=runs/sft/model",
+        f"model.path={sft.model_dir}",
         "reward.verifier=",
-        "reward.model_path=runs/rm/model",
+        f"reward.model_path={rm.model_dir}",
         "reward.normalize=true",
-        "hydra.run.dir=runs/ppo",
         "trainer.max_steps=2",
+        quiet,
+        run_dir=tmp_path / "runs/ppo",
     )
-    assert "done: rl 2 steps" in done.stderr
-    rows = [json.loads(line) for line in (tmp_path / "runs/ppo/metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in rows if "train/critic_loss" in r]
+    assert ppo.summary["steps"] == 2
+    steps = [r for r in read_metrics(ppo.run_dir) if "train/critic_loss" in r]
     assert len(steps) == 2 and all(r["train/reward"] == r["train/reward"] for r in steps)

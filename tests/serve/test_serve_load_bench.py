@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "serve_load.py"
 
 def test_serve_load_drives_both_servers_without_errors(tmp_path):
     out = tmp_path / "figures.json"
-    args = ["--clients", "4", "--duration", "2", "--huge-queries", "64", "--over-limit-queries", "5000"]
+    args = ["--clients", "4", "--duration", "1", "--huge-queries", "64", "--over-limit-queries", "5000"]
     args += ["--large-mb", "2", "--large-queries", "2", "--json", str(out)]
     r = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=ceiling(400))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -46,11 +46,8 @@ def test_recipe_given_as_a_file_is_accepted(tmp_path):
 
 
 def test_user_recipe_folder_from_env(tmp_path, monkeypatch):
-    import rlhf.spec.store as store
-
     (tmp_path / "mine_cpu.yaml").write_text("# @package _global_\n# my own\ndefaults:\n  - override /algorithm: rloo\n")
     monkeypatch.setenv("RLHF_RECIPE_PATH", str(tmp_path))
-    monkeypatch.setattr(store, "_registered", False)
     assert find_recipes()["mine_cpu"].purpose == "my own"
     assert load_spec(["+recipe=mine_cpu"]).algorithm.name == "rloo"
 
