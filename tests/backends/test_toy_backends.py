@@ -35,6 +35,7 @@ from rlhf.spec.validate import validate
 from rlhf.tracking.tracker import read_metrics
 
 PLUGIN = Path(__file__).parent / "toy_plugin"
+INIT_FROM = Path(__file__).parents[1] / "pipelines" / "test_init_from.py"
 INSTALLED = "toy" in registry.TRAIN_BACKENDS  # this process started with the plug-in on its path
 in_plugin_process = pytest.mark.skipif(not INSTALLED, reason="runs in a process with the plug-in installed")
 outside = pytest.mark.skipif(INSTALLED, reason="starts the plug-in's process (this is it)")
@@ -63,13 +64,14 @@ def toy_conf():
         yield
 
 
-def _pytest_with_the_plugin(*args: str, timeout: float) -> None:
-    """This file's tests selected by ``args``, in a pytest process with the plug-in installed; their output on
-    failure."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", __file__, *args]
+def _pytest_with_the_plugin(*args: str, timeout: float) -> str:
+    """This file's tests selected by ``args``, in a pytest process with the plug-in installed; their output (every
+    passed test named), shown on failure."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-n", "0", "-p", "no:cacheprovider", __file__, *args]
     done = subprocess.run(cmd, capture_output=True, text=True, env=_plugin_env(), timeout=ceiling(timeout))
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert " passed" in done.stdout.splitlines()[-1], done.stdout[-2000:]
+    return done.stdout
 
 
 # ------------------------------------------------------------------------------------------------ from here
@@ -77,7 +79,12 @@ def _pytest_with_the_plugin(*args: str, timeout: float) -> None:
 
 @outside
 def test_the_toy_checks_pass_in_a_process_with_the_plugin_installed():
-    _pytest_with_the_plugin("-m", "not slow and not ray", timeout=600)
+    """This file's quick tests, and tests/pipelines/test_init_from.py's tests parametrized by training backend, in
+    one process: the toy saves its weights in a layout of its own, which nothing in rlhf names, and its checkpoints
+    are refused when incomplete and read back whole through its answers alone (checkpoint_weights, ...)."""
+    out = _pytest_with_the_plugin(str(INIT_FROM), "-m", "not slow and not ray", "-k", "toy", timeout=600)
+    toy_init_from = [ln for ln in out.splitlines() if ln.startswith("PASSED tests/pipelines/test_init_from.py::")]
+    assert len(toy_init_from) == 3 and all("toy" in ln for ln in toy_init_from), out[-3000:]
 
 
 @outside

@@ -14,21 +14,17 @@ checkpoint_weights, checkpoint_state_dict): for each one (rlhf.spec.registry.TRA
 covered without an edit here), one-step runs in this process (the local executor) write an RL checkpoint (policy/ and
 critic/) and a LoRA SFT checkpoint, a new run starts from each, and its weights are those the source run saved. The
 toy plug-in (tests/backends/toy_plugin/toy_train/, its own layout) runs the same tests in a process with the plug-in
-on its path.
+on its path (tests/backends/test_toy_backends.py starts it).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-from ceilings import ceiling
 
 from rlhf.pipelines.init_from import starting_weights, value_head_trained
 from rlhf.run_files.init_source import InitFromError, check
@@ -416,27 +412,3 @@ def test_a_lora_sft_checkpoint_of_every_backend_merges_into_what_its_adapters_gi
     torch.testing.assert_close(_logits(first, ids), _logits(adapted, ids), atol=1e-5, rtol=1e-5)
     untrained = AutoModelForCausalLM.from_pretrained(base).eval()
     assert (_logits(first, ids) - _logits(untrained, ids)).abs().max() > 1e-3  # the adapters trained: merged
-
-
-@pytest.mark.skipif("toy" in TRAIN_BACKENDS, reason="this process has the toy plug-in: the tests above run it")
-def test_a_plugin_backend_with_a_checkpoint_layout_of_its_own_is_read_through_its_answers_alone():
-    """The toy training backend (a plug-in: its folder, its conf file, its registry line as an entry point) saves its
-    weights in a layout of its own, which nothing in rlhf names: the tests above parametrized by backend, run in a
-    process with the plug-in on its path, pass for it (its checkpoints refused when incomplete, read back whole)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(TOY_PLUGIN), os.environ.get("PYTHONPATH")) if p)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-n",
-        "0",
-        "-p",
-        "no:cacheprovider",
-        __file__,
-        "-k",
-        "toy",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=ceiling(900))
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    assert done.stdout.splitlines()[-1].startswith("3 passed"), done.stdout[-2000:]
