@@ -71,7 +71,7 @@ the devices themselves are host memory, so their peaks count too.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from rlhf.backends.contract.rollout import kv_cache_bytes_per_token
 from rlhf.backends.contract.training import ModelStates
@@ -175,6 +175,19 @@ def _attention_per_token(spec: ExperimentSpec, b: int, masked: bool) -> float:
     return (2 * a + 2 * k) * d * b + lse
 
 
+def _layer_bytes(spec: ExperimentSpec, tokens: int, b: int, masked: bool) -> float:
+    """One decoder layer's activations for ``tokens`` of this rank's columns."""
+    m = spec.model
+    h, a, k, d = m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim
+    norms = 2 * (4 + 2 * b) * h + ((4 + b) * (a + k) * d if m.architecture == "qwen3" else 0)
+    return tokens * (norms + _attention_per_token(spec, b, masked) + 4 * m.intermediate_size * b)
+
+
+def _logit_bytes(spec: ExperimentSpec, tokens: int) -> float:
+    """The scored logits' chunk (fp32)."""
+    return LOGIT_TEMPORARIES * min(LOGIT_CHUNK_TOKENS, tokens) * spec.model.vocab_size * 4
+
+
 def activation_parts(
     spec: ExperimentSpec, micro_batch: int, *, role: str = "policy", samples_per_row: int = 1
 ) -> dict[str, float]:
@@ -187,10 +200,9 @@ def activation_parts(
     if t.activation_mb_per_token is not None:
         return {"measured (trainer.activation_mb_per_token)": tokens * t.activation_mb_per_token * 1024**2}
     b = 2 if t.precision in ("bf16", "fp16") else 4
-    h, a, k, d, L = m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim, m.num_layers
+    h, a, d, L = m.hidden_size, m.num_heads, m.head_dim, m.num_layers
     masked = sp == 1 and samples_per_row > 1 and t.packing and m.attn_implementation in ("sdpa", "eager")
-    norms = 2 * (4 + 2 * b) * h + ((4 + b) * (a + k) * d if m.architecture == "qwen3" else 0)
-    layer = tokens * (norms + _attention_per_token(spec, b, masked) + 4 * m.intermediate_size * b)
+    layer = _layer_bytes(spec, tokens, b, masked)
     mask = 0.0
     if masked:  # rows as wide as the longest sample: the block mask (booleans) and its float copy in each layer
         width = min(spec.data.max_len, total)
@@ -199,14 +211,11 @@ def activation_parts(
         if m.attn_implementation == "eager":
             mask += square * a * b * (1 if t.gradient_checkpointing else L)
     kept = tokens * h * b * L + layer if t.gradient_checkpointing else layer * L
-    logits = 0.0
-    if role != "critic":  # the critic's value head: one value per token
-        logits = LOGIT_TEMPORARIES * min(LOGIT_CHUNK_TOKENS, tokens) * m.vocab_size * 4
     return {
         "layers": kept,
         "attention mask": mask,
         "final norm, RoPE": tokens * ((4 + 2 * b) * h + 2 * d * b),
-        "logits": logits,
+        "logits": _logit_bytes(spec, tokens) if role != "critic" else 0.0,  # the critic's head: a value per token
     }
 
 
@@ -220,13 +229,12 @@ def activation_bytes(
 def forward_bytes(spec: ExperimentSpec, micro_batch: int) -> float:
     """Bytes per rank of a no-grad forward of ``micro_batch`` samples per sequence group (the experience pass's
     log-probs, values, rewards): nothing is kept for a backward, so one layer's activations at a time beside its
-    input and output, and the scored logits' chunk."""
-    full = replace(spec, trainer=replace(spec.trainer, gradient_checkpointing=False, max_tokens_per_micro_batch=0))
-    parts = activation_parts(full, micro_batch)
-    m, sp = spec.model, max(spec.trainer.sequence_parallel_size, 1)
-    tokens = math.ceil(micro_batch * spec.data.max_len / sp)
-    b = 2 if spec.trainer.precision in ("bf16", "fp16") else 4
-    return parts["layers"] / m.num_layers + 2 * tokens * m.hidden_size * b + parts["logits"]
+    input and output, and the scored logits' chunk; ``micro_batch`` samples of data.max_len whatever the token
+    budget. Called for every candidate of rlhf-plan --auto: computed from the spec as it is, not a copy of it."""
+    m, t = spec.model, spec.trainer
+    tokens = math.ceil(micro_batch * spec.data.max_len / max(t.sequence_parallel_size, 1))
+    b = 2 if t.precision in ("bf16", "fp16") else 4
+    return _layer_bytes(spec, tokens, b, False) + 2 * tokens * m.hidden_size * b + _logit_bytes(spec, tokens)
 
 
 def kv_bytes_per_token(m: ModelSpec, precision: str) -> int:
