@@ -19,6 +19,10 @@ from rlhf.backends.weight_sync.wire import Header, checksum, pack
 
 TIMEOUT = 60.0
 LISTENING: list[tuple[str, int]] = []
+# Receivers are processes forked from one server that imported torch and the receiver once (about 1 s each of a
+# spawned process's start, 17 times in this module); the server itself started no thread of torch's.
+CTX = mp.get_context("forkserver")
+CTX.set_forkserver_preload(["torch", "rlhf.backends.weight_sync.receiver", __name__])
 
 
 def _weights(seed: int = 0) -> list[tuple[str, torch.Tensor]]:
@@ -80,7 +84,7 @@ def _run(
     world = 1 + len(routes)
     data_ranks = (0,) + tuple(i + 1 for i, r in enumerate(routes) if r == "broadcast")
     base = GroupConfig("127.0.0.1", port, world, 0, "gloo", data_ranks, TIMEOUT)
-    ctx = mp.get_context("spawn")
+    ctx = CTX
     out = ctx.Queue()
     procs = []
     for i, route in enumerate(routes):
