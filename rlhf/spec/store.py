@@ -102,16 +102,19 @@ def recipes_named(overrides: Iterable[str], config_name: str | None = None) -> l
     needs none: rlhf.spec.build.rewrite_recipe_paths stores it."""
     if config_name:
         return None
-    names = []
+    names, files = [], 0
     for o in overrides:
         key, sep, value = str(o).partition("=")
-        if not sep or key.lstrip("+~") != RECIPE_GROUP or value.endswith((".yaml", ".yml")):
+        if not sep or key.lstrip("+~") != RECIPE_GROUP:
+            continue
+        if value.endswith((".yaml", ".yml")):
+            files += 1
             continue
         if not re.fullmatch(r"[\w.-]+", value):
             return None
         names.append(value)
     if not names:
-        return None
+        return [] if files else None
     known = find_recipes()
     return names if all(n in known for n in names) else None
 
