@@ -56,6 +56,10 @@ class Interrupts:
 
     def _exit_now(self, why: str) -> None:
         hint = self._resume_hint()
+        if not self.abandoned:  # the signal came between two calls: what the unwinding step or teardown waits on now
+            from rlhf.waits import waiting_on
+
+            self.abandoned = waiting_on()
         stuck = f" (waiting on {self.abandoned})" if self.abandoned else ""
         trackers = self._trackers()
         print(

@@ -60,3 +60,16 @@ def test_the_interrupted_line_names_what_a_second_signal_abandoned():
     e = RunInterrupted("second SIGINT", 3, None, "R")
     e.abandoned = "role rollout rank 0 in generate (for 4 s)"
     assert e.line().startswith("interrupted at step 3 (abandoned waiting on role rollout rank 0 in generate (for 4 s))")
+
+
+def test_a_second_signal_between_two_calls_names_what_the_teardown_waits_on_when_it_leaves(capsys, monkeypatch):
+    exits = []
+    monkeypatch.setattr("os._exit", exits.append)
+    stop = Interrupts()
+    assert stop.abandoned == ""  # the signal came while the driver waited on nothing
+    stuck = [Call("r0", "rollout", 0)]
+    monkeypatch.setitem(waits._WAITING, -1, ("shutdown", lambda: stuck, time.monotonic() - 3))
+    stop._exit_now("second SIGINT")
+    err = capsys.readouterr().err
+    assert "abandoned the step under way (waiting on role rollout rank 0 in shutdown (for 3 s))" in err
+    assert exits == [130]
