@@ -17,8 +17,13 @@ made::
 shows (TRL's keyword call above; rlhf.rewards.contracts), weighted by ``reward.weights`` when given. A callable is
 scored in this process, so a run given one uses the local executor or a driver-side reward (rewards are scored in
 the driver on both executors). ``train_dataset`` / ``eval_dataset``: a ``datasets.Dataset`` or a list of row
-dicts, written as parquet into the run folder (what every worker and a later ``rlhf-run --resume`` read). The run
-folder is ``run_dir``, else ``outputs/<recipe>/<time>`` as rlhf-run makes it.
+dicts, written as parquet into the run folder (what every worker and a later ``rlhf-run --resume`` read). As in
+TRL, the format of the data decides the chat template: rows whose ``prompt`` is a string (TRL's standard format)
+are used as they are and reward functions get strings, unless an override sets ``data.apply_chat_template``; a
+message-list ``prompt`` (conversational) is rendered with the chat template and functions get message lists. With
+``reward_funcs``, a dataset without the recipe's label column (``data.label_key``) is read as TRL reads it: no label,
+every column reaching the functions by its name. The run folder is ``run_dir``, else ``outputs/<recipe>/<time>`` as
+rlhf-run makes it.
 """
 
 from __future__ import annotations
@@ -73,6 +78,20 @@ def _dataset_file(data: Any, folder: Path, name: str) -> str:
     return str(path)
 
 
+def _chosen(overrides: Sequence[str], key: str) -> bool:
+    return any(o.split("=", 1)[0].lstrip("+~") == key for o in overrides)
+
+
+def _first_row(data: Any) -> dict[str, Any]:
+    first = data[0] if len(data) else None
+    return first if isinstance(first, dict) else {}
+
+
+def _standard_format(data: Any) -> bool:
+    """TRL's standard format: the first row's ``prompt`` is a string (TRL decides by the first example too)."""
+    return isinstance(_first_row(data).get("prompt"), str)
+
+
 def _default_run_dir(recipe: str) -> Path:
     return Path("outputs") / (recipe or "run") / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
 
@@ -104,11 +123,17 @@ def run(
         added += [f"reward.function=[{','.join(refs)}]", "reward.verifier="]
     if train_dataset is not None:
         added.append(f"data.train_files=[{_dataset_file(train_dataset, folder / 'data', 'train')}]")
+        if not _chosen(overrides, "data.apply_chat_template") and _standard_format(train_dataset):
+            added.append("data.apply_chat_template=false")
         if eval_dataset is None:
             added.append("data.eval_files=[]")
     if eval_dataset is not None:
         added.append(f"data.eval_files=[{_dataset_file(eval_dataset, folder / 'data', 'eval')}]")
     spec = load_spec([*added, *overrides])
+    label = spec.data.label_key
+    if reward_funcs is not None and train_dataset is not None and label and not _chosen(overrides, "data.label_key"):
+        if label not in _first_row(train_dataset):  # TRL's data: no label; the functions read the columns
+            spec = load_spec([*added, "data.label_key=null", *overrides])
     check(spec)
     set_ray_env(spec.ray)
     for warning in require_preflight(spec).warnings:

@@ -2,8 +2,10 @@
 
 Prompts for RL follow OpenRLHF ``PromptDataset``: with ``data.apply_chat_template`` a string becomes one user
 message and the template is rendered with ``add_generation_prompt=True``; otherwise ``input_template.format(x)``
-(or the string itself). Training sequences (SFT, preference) are rendered as *segments*, each marked trainable or
-not, and tokenised segment by segment, so that loss masks and prompt lengths line up exactly with the tokens.
+(or the string itself). A prompt given as a message list is rendered with the template either way: a chat has no
+other text (TRL's rule: the data's format decides, a string prompt is used as it is). Training sequences (SFT,
+preference) are rendered as *segments*, each marked trainable or not, and tokenised segment by segment, so that loss
+masks and prompt lengths line up exactly with the tokens.
 """
 
 from __future__ import annotations
@@ -73,8 +75,15 @@ class Formatter:
         """The prompt text a policy continues from."""
         if self.apply_chat_template:
             return self.chat(to_messages(value, "user"), add_generation_prompt=True)
-        if not isinstance(value, str):
-            raise BadRow(key, "is a list of chat messages", "set data.apply_chat_template=true for chat data")
+        if not isinstance(value, str):  # a chat: rendered by the template, as TRL renders a conversational prompt
+            if not (self.chat_template or getattr(self.tokenizer, "chat_template", None)):
+                raise BadRow(
+                    key,
+                    "is a list of chat messages and the tokenizer has no chat template",
+                    "set model.chat_template",
+                    skippable=False,  # the same on every chat row: a setting, not the row
+                )
+            return self.chat(list(value), add_generation_prompt=True)
         return self.input_template.format(value) if self.input_template else value
 
     def pair_segments(self, prompt: TextOrMessages | None, response: TextOrMessages, key: str) -> list[Segment]:

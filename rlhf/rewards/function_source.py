@@ -66,8 +66,7 @@ class FunctionReward:
 
     ``contract``: reward.contract (``auto``: each function's own); ``weights``: one per function (empty: 1.0
     each); ``aggregation``: reward.multi_objective_aggregation; ``label_key``: the column the labels come from (TRL
-    functions get them by that name when the data carries no columns); ``conversational``: the prompts were
-    chat-templated (TRL's conversational format)."""
+    functions get them by that name when the data carries no columns)."""
 
     def __init__(
         self,
@@ -76,7 +75,6 @@ class FunctionReward:
         weights: Sequence[float] = (),
         aggregation: str = "sum_then_normalize",
         label_key: str | None = "label",
-        conversational: bool = False,
     ) -> None:
         refs = [str(path)] if isinstance(path, (str, Path)) else [str(p) for p in path]
         if not refs:
@@ -86,7 +84,7 @@ class FunctionReward:
         self.path = refs[0] if len(refs) == 1 else ", ".join(refs)
         self.weights = [float(w) for w in weights] or [1.0] * len(refs)
         self.aggregation = aggregation
-        self.options = CallOptions(label_key=label_key, conversational=conversational)
+        self.options = CallOptions(label_key=label_key)
         self.functions: list[_Function] = []
         modules: dict[str, ModuleType] = {}
         for text in refs:

@@ -66,8 +66,8 @@ def make_reward_source(spec: RewardSpec | ExperimentSpec, model_scorer: ModelSco
         raise RewardError(f"set exactly one reward source ({REWARD_SOURCE_KEYS_TEXT}); got {found}")
     if r.function:
         options: dict[str, Any] = {}
-        if isinstance(spec, ExperimentSpec):  # TRL functions get the label by its column's name, chats as messages
-            options = {"label_key": spec.data.label_key, "conversational": spec.data.apply_chat_template}
+        if isinstance(spec, ExperimentSpec):  # TRL functions get the label by its column's name
+            options = {"label_key": spec.data.label_key}
         return FunctionReward(r.functions(), r.contract, r.weights, r.multi_objective_aggregation, **options)
     if r.urls:
         return RemoteReward(r.urls, r.timeout_s, r.retries, r.request_batch)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlhf.data import DataError, build_kto, build_preference, build_prompts, build_sft, load_rows
+from rlhf.models.tokenizer import byte_level_tokenizer
 
 USER = {"role": "user", "content": "2+3="}
 ASSISTANT = {"role": "assistant", "content": "5"}
@@ -39,6 +40,25 @@ def test_prompt_only_conversational_keeps_the_messages_as_the_raw_prompt(spec, t
     s = build_prompts(spec(), tokenizer, rows_of(write_jsonl, [{"prompt": [system, USER], "solution": "5"}]))[0]
     assert s["prompt"] == "<|system|>\nbe brief<|end|>\n<|user|>\n2+3=<|end|>\n<|assistant|>\n"
     assert s["raw_prompt"] == [system, USER]
+
+
+def test_without_the_chat_template_a_string_prompt_is_used_as_it_is_and_a_message_list_still_rendered(
+    spec, tokenizer, write_jsonl
+):
+    """TRL's rule (what rlhf.run and import-trl's recipes set: data.apply_chat_template=false): the data's format
+    decides, row by row."""
+    rows = rows_of(write_jsonl, [{"prompt": "2+3=", "solution": "5"}, {"prompt": [USER], "solution": "5"}])
+    ds = build_prompts(spec(apply_chat_template=False), tokenizer, rows)
+    assert ds[0]["prompt"] == "2+3=" and ds[0]["raw_prompt"] == "2+3="
+    assert ds[1]["prompt"] == "<|user|>\n2+3=<|end|>\n<|assistant|>\n" and ds[1]["raw_prompt"] == [USER]
+
+
+def test_a_message_list_prompt_without_any_chat_template_is_refused_naming_the_setting(spec, write_jsonl):
+    tokenizer = byte_level_tokenizer()  # its own: the session's is shared
+    tokenizer.chat_template = None
+    rows = rows_of(write_jsonl, [{"prompt": [USER], "solution": "5"}])
+    with pytest.raises(DataError, match=r"row 0 .*'prompt'.*no chat template.*model.chat_template"):
+        build_prompts(spec(apply_chat_template=False), tokenizer, rows)
 
 
 def test_a_key_the_user_set_is_never_replaced(spec, tokenizer, write_jsonl):

@@ -85,18 +85,70 @@ def test_a_trl_signature_named_reward_func_is_called_with_trls_arguments(write):
     assert res.extra_logs["my_metric"] == [0.5, 0.5] and res.extra_logs["reward/reward_func"] == [1.0, 0.0]
 
 
-def test_trl_functions_get_the_rows_columns_and_conversational_completions(write):
+def chat_rows() -> list[dict]:
+    """Rows whose prompt the data gave as a message list (TRL's conversational format)."""
+    return [
+        {"prompt": p, "label": lab, "raw_prompt": [{"role": "user", "content": p}]}
+        for p, lab in zip(PROMPTS, LABELS, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("conversational", [False, True], ids=["string prompt", "message-list prompt"])
+def test_trl_functions_get_the_rows_columns_and_completions_in_the_datas_format(write, conversational):
+    """TRL's rule: the data's format decides, whatever template rendered the prompt for the policy."""
     path = write(TRL_DOC_STYLE)
-    src = FunctionReward(path, conversational=True)
+    src = FunctionReward(path)
     rows = [
-        {"prompt": p, "label": "x", "raw_prompt": f"raw {i}", "columns": {"answer": a, "level": i}}
-        for i, (p, a) in enumerate(zip(PROMPTS, LABELS, strict=True))
+        {
+            "prompt": f"<|user|>\nraw {i}<|end|>\n",  # rendered with the chat template for the policy
+            "label": "x",
+            "raw_prompt": [{"role": "user", "content": f"raw {i}"}] if conversational else f"raw {i}",
+            "columns": {"answer": a, "level": i},
+        }
+        for i, a in enumerate(LABELS)
     ]
     score_batch(src, batch(rows=rows))
     (call,) = src.fn.__globals__["CALLS"]
     assert call["answer"] == LABELS and call["level"] == [0, 1]
-    assert call["prompts"][0] == [{"role": "user", "content": "raw 0"}]  # the prompt before its chat template
-    assert call["completions"][1] == [{"role": "assistant", "content": "6"}]
+    if conversational:
+        assert call["prompts"][0] == [{"role": "user", "content": "raw 0"}]  # the prompt before its chat template
+        assert call["completions"][1] == [{"role": "assistant", "content": "6"}]
+    else:
+        assert call["prompts"] == ["raw 0", "raw 1"] and call["completions"] == COMPLETIONS
+
+
+# TRL's documentation's examples (GRPOTrainer, "Using a custom reward function"), as a user copies them.
+TRL_DOC_EXAMPLES = r"""
+    import re
+
+    def reward_len(completions, **kwargs):
+        return [-abs(20 - len(completion)) for completion in completions]
+
+    def reward_func(completions, ground_truth, **kwargs):
+        # Regular expression to capture content inside \boxed{}
+        matches = [re.search(r"\\boxed\{(.*?)\}", completion) for completion in completions]
+        contents = [match.group(1) if match else "" for match in matches]
+        # Reward 1 if the content is the same as the ground truth, 0 otherwise
+        return [1.0 if c == gt else 0.0 for c, gt in zip(contents, ground_truth)]
+
+    def format_reward_func(completions, **kwargs):
+        pattern = r"^<think>.*?</think><answer>.*?</answer>$"
+        completion_contents = [completion[0]["content"] for completion in completions]
+        matches = [re.match(pattern, content) for content in completion_contents]
+        return [1.0 if match else 0.0 for match in matches]
+"""
+
+
+def test_trls_documentation_examples_score_standard_and_conversational_data(write):
+    path = write(TRL_DOC_EXAMPLES, "trl_docs.py")
+    completions = ["The sum is \\boxed{4}", "<think>3+3</think><answer>6</answer>"]
+    standard = batch(completions=completions, rows=[{"raw_prompt": p} for p in PROMPTS], labels=["4", "7"])
+    len_src = FunctionReward(f"{path}:reward_len")
+    assert score_batch(len_src, standard).rewards == [-abs(20 - len(c)) for c in completions]
+    boxed = FunctionReward(f"{path}:reward_func", label_key="ground_truth")
+    assert score_batch(boxed, standard).rewards == [1.0, 0.0]
+    fmt = FunctionReward(f"{path}:format_reward_func")
+    assert score_batch(fmt, batch(completions=completions, rows=chat_rows())).rewards == [0.0, 1.0]
 
 
 def test_a_trl_function_missing_its_column_is_named(write):
@@ -112,7 +164,7 @@ def test_trls_own_reward_functions_score_through_the_loader():
     from trl.rewards import accuracy_reward, get_soft_overlong_punishment, think_format_reward
 
     conversational = [[{"role": "assistant", "content": c}] for c in COMPLETIONS]
-    b = batch(labels=["$4$", "$7$"], completion_ids=[[1] * 1100, [1] * 1300])
+    b = batch(labels=["$4$", "$7$"], completion_ids=[[1] * 1100, [1] * 1300], rows=chat_rows())
     for ref, expected in [
         ("trl.rewards.think_format_reward", think_format_reward(conversational)),
         ("think_format_reward", think_format_reward(conversational)),  # TRL's CLI short name
@@ -122,7 +174,7 @@ def test_trls_own_reward_functions_score_through_the_loader():
             get_soft_overlong_punishment(1280, 256)(completion_ids=b.completion_ids),
         ),
     ]:
-        src = FunctionReward(ref, label_key="solution", conversational=True)
+        src = FunctionReward(ref, label_key="solution")
         assert src.contracts == ["trl"], ref
         assert score_batch(src, b).rewards == pytest.approx(expected), ref
     assert think_format_reward(conversational) == [1.0, 0.0]  # the cases differ, so the comparison means something
@@ -137,10 +189,8 @@ def test_a_weighted_list_sums_what_each_function_scored_and_none_drops_a_functio
         """,
         "partial.py",
     )
-    src = FunctionReward(
-        [f"{declines}:partial", "trl.rewards.think_format_reward"], weights=[0.5, 3.0], conversational=True
-    )
-    res = score_batch(src, batch())
+    src = FunctionReward([f"{declines}:partial", "trl.rewards.think_format_reward"], weights=[0.5, 3.0])
+    res = score_batch(src, batch(rows=chat_rows()))
     assert res.rewards == [3.0 * 1.0, 0.5 * 2.0 + 3.0 * 0.0]
     assert math.isnan(res.extra_logs["reward/partial"][0]) and res.extra_logs[UNSCORED_LOG] == [0.0, 0.0]
 

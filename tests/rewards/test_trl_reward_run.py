@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 
-# TRL's documented form: the completion is a message list when the prompt was a chat; extra columns by name.
+# TRL's documented form: the completion is a message list when the prompt is one (conversational data, which
+# think_format_reward needs); extra columns by name.
 REWARD = """\
 import json, os
 
@@ -36,7 +37,9 @@ def test_a_trl_reward_file_and_trls_think_format_reward_train_the_tiny_recipe(tm
     pytest.importorskip("trl")
     reward = tmp_path / "my_reward.py"
     reward.write_text(REWARD)
-    rows = [{"input": f"Repeat the digit: {d}", "answer": str(d)} for d in range(8)]  # 8 prompts: one step
+    rows = [  # TRL's conversational prompt-only format, 8 prompts: one step
+        {"prompt": [{"role": "user", "content": f"Repeat the digit: {d}"}], "answer": str(d)} for d in range(8)
+    ]
     (tmp_path / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     calls, run_dir = tmp_path / "calls.jsonl", tmp_path / "run"
     done = subprocess.run(

@@ -273,6 +273,13 @@ class _Mapper(OutcomeBook):
             self.none("datasets", UNSUPPORTED, "a dataset mixture: list its files in data.train_files")
         else:
             self.notes.append("data: the input names no dataset (dataset_name); give data.train_files=[...]")
+        if self.rl:  # TRL's rule: a string prompt is used as it is, a message list rendered with the chat template
+            self.values["data.apply_chat_template"] = False
+            self.notes.append(
+                "data: as in TRL, the data's format decides the chat template (data.apply_chat_template=false): a "
+                "string prompt is used as it is and reward functions get strings; a message-list prompt is rendered "
+                "with the template and they get message lists"
+            )
         # The data keys are left to the columns: a file in TRL's formats is read by its column names here too.
         self.notes.append(
             "data: TRL's dataset formats are read by their columns (prompt; prompt/completion; messages; "

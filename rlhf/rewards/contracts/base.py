@@ -28,11 +28,9 @@ class Scores:
 
 @dataclass
 class CallOptions:
-    """What the call needs beyond the batch: the dataset column the label comes from (TRL passes it by that name),
-    and whether prompts were chat-templated (TRL's conversational format)."""
+    """What the call needs beyond the batch: the dataset column the label comes from (TRL passes it by that name)."""
 
     label_key: str | None = "label"
-    conversational: bool = False
 
 
 class Contract(Protocol):

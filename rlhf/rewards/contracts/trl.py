@@ -3,10 +3,10 @@
     f(prompts=..., completions=..., completion_ids=..., **dataset_columns, trainer_state=..., log_extra=...,
       log_metric=...)
 
-one value per completion, a float or None (None: this function declines the sample). Prompts and completions are
-strings (standard format) or, where the prompt was a chat (a message list, or a string rendered with the chat
-template: data.apply_chat_template), message lists (conversational: a completion is ``[{"role": "assistant",
-"content": text}]``), as TRL hands them.
+one value per completion, a float or None (None: this function declines the sample). As in TRL, the format of the
+user's data decides what a function receives: a prompt given as a string (TRL's standard format) gives strings, even
+where data.apply_chat_template rendered it with the chat template for the policy; a prompt given as a message list
+(conversational) gives message lists, a completion being ``[{"role": "assistant", "content": text}]``.
 """
 
 from __future__ import annotations
@@ -49,16 +49,10 @@ def columns(batch: RewardBatch, options: CallOptions) -> dict[str, list[Any]]:
     return {k: [c.get(k) for c in per_row] for k in keys}
 
 
-def prompts_and_completions(batch: RewardBatch, options: CallOptions) -> tuple[list[Any], list[Any]]:
-    prompts: list[Any] = []
-    for row, text in zip(batch.rows, batch.prompts, strict=True):
-        # The prompt before its chat template (the data's raw_prompt); the rendered text where a record lacks it.
-        raw = row.get("raw_prompt", text)
-        if isinstance(raw, str) and options.conversational:
-            # A string the chat template wrapped as the user's turn: the policy answered a chat, so its completion
-            # is an assistant message, as TRL hands conversational completions (think_format_reward reads them so).
-            raw = [{"role": "user", "content": raw}]
-        prompts.append(raw)
+def prompts_and_completions(batch: RewardBatch) -> tuple[list[Any], list[Any]]:
+    # The prompt as the data gave it (its raw_prompt, before any chat template); the rendered text where a record
+    # lacks it. TRL decides by the first example (is_conversational(inputs[0])); a batch comes from one dataset.
+    prompts: list[Any] = [row.get("raw_prompt", text) for row, text in zip(batch.rows, batch.prompts, strict=True)]
     conversational = bool(prompts) and isinstance(prompts[0], list)
     if conversational:
         completions: list[Any] = [[{"role": "assistant", "content": c}] for c in batch.completions]
@@ -80,7 +74,7 @@ class TRLContract:
         return None
 
     def invoke(self, fn: Callable[..., Any], batch: RewardBatch, options: CallOptions) -> Any:
-        prompts, completions = prompts_and_completions(batch, options)
+        prompts, completions = prompts_and_completions(batch)
         cols = columns(batch, options)
         params = Params.of(fn)
         if params is not None:

@@ -54,7 +54,12 @@ class DataSpec:
         nonempty=True,
     )
     input_template: str | None = key(None, 'e.g. "User: {}\\nAssistant: "; {} is the input', contains="{}")
-    apply_chat_template: bool = key(True, "render inputs with the tokenizer's chat template")
+    apply_chat_template: bool = key(
+        True,
+        "render inputs with the tokenizer's chat template, a string as the user's turn; false: a string is used as it "
+        "is (TRL's standard format), while an RL prompt given as a message list is still rendered with the template "
+        "(TRL's rule: the data's format decides)",
+    )
     max_len: int = key(2048, "prompt + response tokens", ge=2)
     max_prompt_len: int | None = key(None, "prompt tokens at most (null: max_len - rollout.max_new_tokens)", ge=1)
     max_samples: int | None = key(None, "use at most this many rows per dataset (null: all)", ge=1)
