@@ -1,5 +1,5 @@
-"""Policy losses (PPO clip, dual clip, GSPO, CISPO, GPG, SAPO, GMPO, Clip-Cov, KL-Cov) with the rollout/trainer
-importance-sampling correction (:mod:`rlhf.algo.is_correction`), value loss, entropy bonus.
+"""Policy losses (PPO clip, dual clip, GSPO, CISPO, GPG, SAPO, GMPO, Clip-Cov, KL-Cov, DPPO, DRO) with the
+rollout/trainer importance-sampling correction (:mod:`rlhf.algo.is_correction`), value loss, entropy bonus.
 
 OpenRLHF ``PolicyLoss`` and ``ValueLoss`` in ``openrlhf/models/loss.py``; the total actor loss is assembled in
 ``ActorPPOTrainer.training_step``: ``L_pg + kl_coef · agg(KL) [KL as loss] - entropy_coef · agg(H)``.
@@ -37,6 +37,9 @@ class PolicyLossParams:
         cov_fraction: Clip-Cov's and KL-Cov's share of a micro-batch's tokens selected by covariance (>= 1 token).
         clip_cov_low, clip_cov_high: Clip-Cov's open band of eligible covariances.
         kl_cov_coef: KL-Cov's weight of ``|log ρ|`` on the selected tokens.
+        dppo_ratio_cap: DPPO's truncation of the detached ratio (veRL's ``clip_ratio_c``); its trust region's bounds
+            are ``clip_eps_low`` / ``clip_eps_high``.
+        dro_beta: DRO's weight of the quadratic log-ratio penalty.
         seq_ratio_aggregation: a sequence-ratio loss (gspo) is aggregated by ``seq_mean`` whatever is configured
             (``seq_mean``: OpenRLHF, the GSPO paper) or by the configured aggregation (``configured``: veRL, TRL).
         seq_ratio_is_correction: with an enabled IS correction, a sequence-ratio loss takes its ratio against the
@@ -58,6 +61,8 @@ class PolicyLossParams:
     clip_cov_low: float = 1.0
     clip_cov_high: float = 5.0
     kl_cov_coef: float = 0.1
+    dppo_ratio_cap: float = 3.0
+    dro_beta: float = 0.0
     seq_ratio_aggregation: str = "seq_mean"
     seq_ratio_is_correction: str = "rollout_ratio"
     seq_ratio_gradient: str = "sequence"
@@ -231,6 +236,56 @@ def kl_cov_token_loss(
     return torch.where(selected, loss + p.kl_cov_coef * log_ratio.abs(), loss), selected
 
 
+def _dppo_token_loss(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, inside: Tensor, cap: float
+) -> tuple[Tensor, Tensor]:
+    """DPPO's loss on the tokens ``inside`` its trust region: ``-A · sg[min(ρ, cap)] · log π`` (a truncated
+    importance weight instead of PPO's clip); the tokens outside get no gradient and count as clipped."""
+    ratio = (log_probs - old_log_probs).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp()
+    weight = ratio.clamp(max=cap).detach()
+    keep = inside.detach().float()
+    return -advantages * weight * log_probs * keep, keep == 0
+
+
+def dppo_tv_token_loss(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, action_mask: Tensor, p: PolicyLossParams
+) -> tuple[Tensor, Tensor]:
+    """DPPO-Binary-TV (arXiv 2602.04879; veRL ``compute_policy_loss_dppo_tv``): a token is inside the trust region
+    when its probability moved by at most ``clip_eps_high`` up (``A > 0``) or ``clip_eps_low`` down (``A <= 0``)."""
+    moved = log_probs.exp() - old_log_probs.exp()
+    inside = torch.where(advantages > 0, moved <= p.clip_eps_high, moved >= -p.clip_eps_low)
+    return _dppo_token_loss(log_probs, old_log_probs, advantages, inside, p.dppo_ratio_cap)
+
+
+def dppo_kl_token_loss(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, action_mask: Tensor, p: PolicyLossParams
+) -> tuple[Tensor, Tensor]:
+    """DPPO-Binary-KL (veRL ``compute_policy_loss_dppo_kl``): the binary KL ``p_old log(p_old / p) + (1 - p_old)
+    log((1 - p_old) / (1 - p))`` of the token's old and new probabilities bounds it, by ``clip_eps_high`` where the
+    probability rose with ``A > 0`` and by ``clip_eps_low`` where it fell with ``A <= 0``; a move with the
+    advantage's grain the other way is always inside."""
+    prob, old_prob = log_probs.exp(), old_log_probs.exp()
+    binary_kl = old_prob * (old_log_probs - log_probs) + (1 - old_prob) * torch.log(
+        (1.0 - old_prob + 1e-8) / (1.0 - prob + 1e-8)
+    )
+    inside = torch.where(
+        advantages > 0,
+        (binary_kl <= p.clip_eps_high) | (prob <= old_prob),
+        (binary_kl <= p.clip_eps_low) | (prob >= old_prob),
+    )
+    return _dppo_token_loss(log_probs, old_log_probs, advantages, inside, p.dppo_ratio_cap)
+
+
+def dro_token_loss(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, action_mask: Tensor, p: PolicyLossParams
+) -> tuple[Tensor, Tensor]:
+    """DRO (veRL ``compute_policy_loss_dro``): ``-(A · log π - β/2 · (log π - log π_old)²)``, no clip."""
+    log_ratio = log_probs - old_log_probs
+    return -(log_probs * advantages - 0.5 * p.dro_beta * log_ratio.square()), torch.zeros_like(
+        log_probs, dtype=torch.bool
+    )
+
+
 POLICY_LOSSES.add("ppo", PolicyObjective(ratio=ppo_ratio, sequence_level=False))
 POLICY_LOSSES.add("gspo", PolicyObjective(ratio=gspo_ratio, sequence_level=True, token_form=gspo_token_ratio))
 POLICY_LOSSES.add("cispo", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=cispo_token_loss))
@@ -246,6 +301,9 @@ POLICY_LOSSES.add(
 )
 POLICY_LOSSES.add("clip_cov", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=clip_cov_token_loss))
 POLICY_LOSSES.add("kl_cov", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=kl_cov_token_loss))
+POLICY_LOSSES.add("dppo_tv", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=dppo_tv_token_loss))
+POLICY_LOSSES.add("dppo_kl", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=dppo_kl_token_loss))
+POLICY_LOSSES.add("dro", PolicyObjective(ratio=ppo_ratio, sequence_level=False, token_loss=dro_token_loss))
 
 
 @dataclass(frozen=True)

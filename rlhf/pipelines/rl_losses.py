@@ -102,8 +102,8 @@ def rollout_is_weight_totals(exp, correction: ISCorrection) -> Tensor:
 
 
 def policy_loss_params(pl) -> PolicyLossParams:
-    """The settings of algorithm.policy_loss (a PolicyLossSpec) the sapo, geo_mean, clip_cov and kl_cov losses
-    read, and gspo's seq_ratio_* choices."""
+    """The settings of algorithm.policy_loss (a PolicyLossSpec) the sapo, geo_mean, clip_cov, kl_cov, dppo and dro
+    losses read, and gspo's seq_ratio_* choices."""
     low, high = pl.clip_cov_bounds
     return PolicyLossParams(
         clip_eps_low=pl.eps_clip_low,
@@ -114,6 +114,8 @@ def policy_loss_params(pl) -> PolicyLossParams:
         clip_cov_low=float(low),
         clip_cov_high=float(high),
         kl_cov_coef=pl.kl_cov_coef,
+        dppo_ratio_cap=pl.dppo_ratio_cap,
+        dro_beta=pl.dro_beta if pl.dro_beta is not None else 0.0,
         seq_ratio_aggregation=pl.seq_ratio_aggregation,
         seq_ratio_is_correction=pl.seq_ratio_is_correction,
         seq_ratio_gradient=pl.seq_ratio_gradient,

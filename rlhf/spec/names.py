@@ -63,9 +63,12 @@ GAMMA_ONE_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.gamma_o
 CRITIC_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.needs_critic)
 TEACHER_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.teacher)
 GREEDY_BASELINE_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.greedy_baseline)
-POLICY_LOSSES = ("ppo", "gspo", "cispo", "gpg", "sapo", "geo_mean", "clip_cov", "kl_cov")
-# Policy losses with no dual clip (veRL applies clip_ratio_c in its vanilla loss only).
-NO_DUAL_CLIP_LOSSES = ("cispo", "gpg", "sapo", "geo_mean", "clip_cov", "kl_cov")
+POLICY_LOSSES = ("ppo", "gspo", "cispo", "gpg", "sapo", "geo_mean", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "dro")
+# Policy losses with no dual clip (veRL applies clip_ratio_c in its vanilla loss only; its DPPO losses read it as
+# their own ratio cap: algorithm.policy_loss.dppo_ratio_cap).
+NO_DUAL_CLIP_LOSSES = ("cispo", "gpg", "sapo", "geo_mean", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "dro")
+# DPPO's losses: eps_clip_low / eps_clip_high bound a divergence between the new and old token probabilities.
+DPPO_LOSSES = ("dppo_tv", "dppo_kl")
 # Policy losses that clip the ratio below at 1 - eps_clip_low, which must then stay > 0 (eps_clip_low < 1).
 RATIO_FLOOR_LOSSES = ("ppo", "gspo", "clip_cov")
 # Sequence-level policy losses: one value per sequence, so seq_mean aggregation (veRL's sapo and geo_mean ignore

@@ -215,6 +215,13 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             pl.dual_clip,
             f"{pl.type} has no clipped surrogate for a dual clip to bound: remove it (null)",
         )
+    if pl.type == "dro":
+        c.require(
+            pl.dro_beta is not None,
+            "algorithm.policy_loss.dro_beta",
+            pl.dro_beta,
+            "dro weighs its quadratic log-ratio penalty by dro_beta: give a value > 0 (veRL requires one too)",
+        )
     if pl.type in names.RATIO_FLOOR_LOSSES:
         c.require(
             pl.eps_clip_low < 1,

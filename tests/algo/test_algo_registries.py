@@ -71,7 +71,10 @@ def test_real_registry_unknown_name_lists_every_estimator() -> None:
                 "remax",
             },
         ),
-        (algo.POLICY_LOSSES, {"ppo", "gspo", "cispo", "gpg", "sapo", "geo_mean", "clip_cov", "kl_cov"}),
+        (
+            algo.POLICY_LOSSES,
+            {"ppo", "gspo", "cispo", "gpg", "sapo", "geo_mean", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "dro"},
+        ),
         (algo.KL_ESTIMATORS, {"k1", "k2", "k3", "abs"}),
         (
             algo.LOSS_AGGREGATIONS,

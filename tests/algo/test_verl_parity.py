@@ -433,6 +433,7 @@ VERL_LOSS_DEFAULTS = {
     "policy_loss.clip_cov_ub": 5.0,
     "policy_loss.kl_cov_ratio": 0.0002,
     "policy_loss.ppo_kl_coef": 0.1,
+    "policy_loss.dro_beta": None,
 }
 
 
@@ -457,11 +458,17 @@ def _verl_config(overrides: list[str]):
         ("kl_cov", []),
         ("kl_cov", [f"{A}.policy_loss.kl_cov_ratio=0.1", f"{A}.policy_loss.ppo_kl_coef=1.0"]),
         ("kl_cov", [f"{A}.policy_loss.kl_cov_ratio=0.2", f"{A}.loss_agg_mode=seq-mean-token-mean"]),
+        ("dppo_tv", []),
+        ("dppo_tv", [f"{A}.clip_ratio_low=0.1", f"{A}.clip_ratio_high=0.3", f"{A}.clip_ratio_c=1.5"]),
+        ("dppo_kl", []),
+        ("dppo_kl", [f"{A}.clip_ratio_low=0.02", f"{A}.clip_ratio_high=0.05", f"{A}.loss_agg_mode=seq-mean-token-sum"]),
+        ("dro", [f"{A}.policy_loss.dro_beta=0.5"]),
+        ("dro", [f"{A}.policy_loss.dro_beta=2.0", f"{A}.loss_agg_mode=seq-mean-token-mean"]),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(o.split(".")[-1] for o in v) or "defaults",
 )
 @pytest.mark.parametrize("seed", SEEDS)
-def test_sapo_geo_mean_and_cov_losses_match_verl(ref, loss_mode, overrides, seed):
+def test_sapo_geo_mean_cov_dppo_and_dro_losses_match_verl(ref, loss_mode, overrides, seed):
     overrides = [*overrides, f"{A}.policy_loss.loss_mode={loss_mode}"]
     values = mapped(*overrides)
     config = _verl_config(overrides)
@@ -474,13 +481,16 @@ def test_sapo_geo_mean_and_cov_losses_match_verl(ref, loss_mode, overrides, seed
     if loss_mode == "geo_mean":  # one advantage per sequence, as GMPO (and every outcome estimator) gives
         advantages = advantages[:, :1].expand_as(advantages).clone()
 
+    metrics = {}
+
     def theirs(lp):
         torch.manual_seed(100 + seed)  # clip_cov draws its tokens with torch.randperm
-        return verl_loss(old, lp, advantages, mask, config.loss_agg_mode, config)[0]
+        loss, metrics["theirs"] = verl_loss(old, lp, advantages, mask, config.loss_agg_mode, config)
+        return loss
 
     def ours(lp):
         torch.manual_seed(100 + seed)
-        return policy_loss(
+        out = policy_loss(
             lp,
             old,
             advantages,
@@ -491,12 +501,22 @@ def test_sapo_geo_mean_and_cov_losses_match_verl(ref, loss_mode, overrides, seed
             aggregation=pl["aggregation"],
             norm=_ours_norm(values, mask),
             params=params,
-        ).loss
+        )
+        metrics["ours"] = out
+        return out.loss
 
     value_t, grad_t = _grad(theirs, log_probs)
     value_o, grad_o = _grad(ours, log_probs)
     torch.testing.assert_close(value_o, value_t)
     torch.testing.assert_close(grad_o, grad_t)
+    if loss_mode in ("dppo_tv", "dppo_kl"):  # veRL's clip fraction: the tokens outside the trust region
+        clipfrac = metrics["theirs"]["actor/pg_clipfrac"]
+        # both kinds of token are in the batch, so the comparison means something (the KL region's default bound,
+        # 0.2, holds every token of these batches)
+        assert clipfrac < 1 and (clipfrac > 0 or loss_mode == "dppo_kl" and len(overrides) == 1)
+        assert metrics["ours"].clip_ratio.item() == pytest.approx(clipfrac, abs=1e-6)
+    if loss_mode in ("dppo_tv", "dppo_kl", "dro"):
+        assert metrics["ours"].ppo_kl.item() == pytest.approx(metrics["theirs"]["actor/ppo_kl"], abs=1e-6)
 
 
 # -- gspo ------------------------------------------------------------------------------------------------------------

@@ -15,13 +15,11 @@ POLICY_LOSSES = {
     "geo_mean": "geo_mean",
     "clip_cov": "clip_cov",
     "kl_cov": "kl_cov",
+    "dppo_tv": "dppo_tv",
+    "dppo_kl": "dppo_kl",
+    "dro": "dro",
 }
-OTHER_POLICY_LOSSES = {
-    "dppo_tv": "DPPO (total-variation trust region)",
-    "dppo_kl": "DPPO (KL trust region)",
-    "dro": "DRO",
-    "bypass_mode": "the rollout-correction bypass mode",
-}
+OTHER_POLICY_LOSSES = {"bypass_mode": "the rollout-correction bypass mode"}
 # veRL's policy losses that aggregate by seq-mean-token-mean (sapo) or a mean over sequences (geo_mean) whatever
 # loss_agg_mode says: seq_mean here.
 SEQUENCE_MEAN_LOSSES = ("sapo", "geo_mean")
@@ -60,7 +58,11 @@ def map_policy_loss(m: VerlMapper) -> None:
     if m.given(clip_k) and low is not None and high is not None:
         m.explain(clip_k, "no effect in veRL 0.9.1: clip_ratio_low and clip_ratio_high (0.2 by default) win")
     c_k = f"{ACTOR}.clip_ratio_c"
-    if POLICY_LOSSES.get(mode) in names.NO_DUAL_CLIP_LOSSES or mode == "gspo":
+    if mode in names.DPPO_LOSSES:
+        # veRL's DPPO losses read clip_ratio_c as the cap of their truncated ratio weight, and clip_ratio_low/high
+        # as their trust region's bounds.
+        m.put("algorithm.policy_loss.dppo_ratio_cap", m.eff(c_k, float), c_k)
+    elif POLICY_LOSSES.get(mode) in names.NO_DUAL_CLIP_LOSSES or mode == "gspo":
         m.handled.add(c_k)
         if m.given(c_k):
             why = "it applies no dual clip" if mode == "gspo" else "no clipped surrogate to bound"
@@ -105,7 +107,7 @@ def map_policy_loss(m: VerlMapper) -> None:
 
 
 def _loss_settings(m: VerlMapper, mode: str) -> None:
-    """The settings veRL's sapo, clip_cov and kl_cov losses read (its defaults carried: actor.yaml's)."""
+    """The settings veRL's sapo, clip_cov, kl_cov and dro losses read (its defaults carried: actor.yaml's)."""
     p = f"{ACTOR}.policy_loss"
     keys = {
         "sapo": (
@@ -117,6 +119,7 @@ def _loss_settings(m: VerlMapper, mode: str) -> None:
             ("algorithm.policy_loss.cov_fraction", f"{p}.kl_cov_ratio"),
             ("algorithm.policy_loss.kl_cov_coef", f"{p}.ppo_kl_coef"),
         ),
+        "dro": (("algorithm.policy_loss.dro_beta", f"{p}.dro_beta"),),
     }
     for ours, theirs in keys.get(mode, ()):
         m.put(ours, m.eff(theirs, float), theirs)
@@ -131,6 +134,7 @@ def _loss_settings(m: VerlMapper, mode: str) -> None:
         f"{p}.clip_cov_ub",
         f"{p}.kl_cov_ratio",
         f"{p}.ppo_kl_coef",
+        f"{p}.dro_beta",
     )
     for k in every:
         if k not in m.handled:

@@ -88,6 +88,7 @@ PPO_DEFAULTS: dict[str, Any] = {
     f"{_ACTOR}.policy_loss.clip_cov_ub": 5.0,
     f"{_ACTOR}.policy_loss.kl_cov_ratio": 0.0002,
     f"{_ACTOR}.policy_loss.ppo_kl_coef": 0.1,
+    f"{_ACTOR}.policy_loss.dro_beta": None,
     f"{_ACTOR}.tau_pos": 1.0,
     f"{_ACTOR}.tau_neg": 1.05,
     f"{_ACTOR}.ulysses_sequence_parallel_size": 1,  # deprecated for fsdp_config's; above 1 it wins
@@ -299,7 +300,6 @@ NONE_PATTERNS: list[tuple[str, tuple[str, str]]] = [
     ("*.checkpoint.*", (NOT_NEEDED, "checkpoints here always hold the model, the optimizer and the run's state")),
     ("*.nccl_timeout", (SUPERSEDED, "rollout.weight_sync_timeout_s and trainer.remote_timeout_s")),
     (f"{_ARA}.hybrid_engine", (NOT_NEEDED, "the hybrid engine is placement=colocate_all here, chosen from the roles")),
-    (f"{_ACTOR}.policy_loss.dro_beta", (UNSUPPORTED, "DRO policy loss")),
     (f"{_ACTOR}.calculate_entropy", (NOT_NEEDED, "entropy is computed when algorithm.policy_loss.entropy_coef is set")),
     (f"{_ACTOR}.calculate_sum_pi_squared", (UNSUPPORTED, "the optimal-token baseline's statistic")),
     (f"{_ACTOR}.freeze_vision_tower", (UNSUPPORTED, "vision-language models")),

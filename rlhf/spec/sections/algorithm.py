@@ -63,8 +63,12 @@ class PolicyLossSpec:
         "[-eps_clip_low, eps_clip_high] on the side the advantage's sign says, times the sequence's mean advantage; "
         "seq_mean) | clip_cov (Clip-Cov, from veRL: PPO's clip, and a random cov_fraction of the tokens whose "
         "centred A x log pi covariance lies in clip_cov_bounds get no gradient) | kl_cov (KL-Cov, from veRL: "
-        "-A x ratio, plus kl_cov_coef x |log ratio| on the cov_fraction of tokens with the largest covariance); none "
-        "of the last four has a dual clip",
+        "-A x ratio, plus kl_cov_coef x |log ratio| on the cov_fraction of tokens with the largest covariance) | "
+        "dppo_tv, dppo_kl (DPPO, arXiv 2602.04879, from veRL: -A x sg[min(ratio, dppo_ratio_cap)] x log pi on the "
+        "tokens inside a trust region of the token probability: p - p_old <= eps_clip_high where A > 0 and >= "
+        "-eps_clip_low otherwise (tv), or the binary KL of the two probabilities <= eps_clip_high / eps_clip_low on "
+        "the side that moves against A's sign (kl); the clip fraction counts the tokens outside it) | dro (DRO, from "
+        "veRL: -(A x log pi - dro_beta / 2 x (log ratio)^2), no clip); none of the last seven has a dual clip",
         choices=names.POLICY_LOSSES,
     )
     eps_clip_low: float = key(
@@ -142,6 +146,15 @@ class PolicyLossSpec:
         increasing=True,
     )
     kl_cov_coef: float = key(0.1, "kl_cov: weight of |log ratio| on the selected tokens (veRL's ppo_kl_coef)", ge=0)
+    dppo_ratio_cap: float = key(
+        3.0,
+        "dppo_tv and dppo_kl: the detached ratio weighing each token is truncated at this (veRL's clip_ratio_c, which "
+        "its DPPO losses read as this cap; 3 by default there, the paper advises a large one)",
+        gt=0,
+    )
+    dro_beta: float | None = key(
+        None, "dro: weight of the quadratic log-ratio penalty dro_beta / 2 x (log ratio)^2 (veRL's dro_beta)", gt=0
+    )
 
 
 @dataclass(frozen=True)
