@@ -8,7 +8,8 @@
   that need one (tests/launch/test_realize.py keeps its own, module-scoped, for its own teardown); a test that asks
   for it is in the Ray tier.
 - The tiers (README, "Tests"): ``pytest -q`` runs unit tests and the end-to-end runs the local executor hosts;
-  ``pytest -q -m ray`` what only Ray shows.
+  ``pytest -q -m "ray or learning"`` what only Ray shows, and the run that proves RL learns (``learning``: the
+  embedded default, the largest single test, moved there to keep the default tier within its 8 minutes).
 - The default tier's processes compute on one thread each (``OMP_NUM_THREADS=1`` unless set): its two workers
   (addopts ``-n 2``) already fill two cores, and a second thread per process only contends with the other worker
   (measured on the 2-core machine, same tree: 618 s with torch's default threads, 575 s with one). The Ray tier's
@@ -42,7 +43,7 @@ _hypothesis_profiles()
 
 def pytest_configure(config):
     # before any test module imports torch (collection comes after), in the controller and in each xdist worker
-    if config.getoption("markexpr") == "not ray":
+    if config.getoption("markexpr") == "not ray and not learning":
         os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
@@ -65,9 +66,10 @@ def ray_cluster():
 # leave one worker alone with it for minutes. Any order is correct; this one is only faster. Each tier takes the
 # modules of this list it runs, in this order.
 HEAVIEST_FIRST = (
-    # the Ray tier (pytest -m ray)
+    # the second tier (pytest -m "ray or learning")
     "tests/launch/test_rehearsal.py",
     "tests/cli/test_run_lifecycle.py",
+    "tests/pipelines/test_grpo_learns.py",
     "tests/pipelines/test_faults.py",
     "tests/pipelines/test_fsdp2_pipelines.py",
     "tests/pipelines/test_weight_sync.py",
@@ -84,7 +86,6 @@ HEAVIEST_FIRST = (
     "tests/backends/test_sequence_parallel_engines.py",
     "tests/pipelines/test_sequence_parallel_run.py",
     # the default tier (pytest -q)
-    "tests/pipelines/test_grpo_learns.py",
     "tests/cli/test_sweeps.py",
     "tests/pipelines/test_seed_workflow.py",
     "tests/pipelines/test_reasoning_gym_recipes.py",
@@ -106,8 +107,8 @@ if _gone:
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection, which then sees the tier marks added here
 def pytest_collection_modifyitems(config, items):
     """The tiers: a test that asks for the session's Ray cluster (``ray_cluster``) is in the Ray tier (``ray``
-    mark), whatever its module says; ``pytest -q`` runs the rest (addopts: -m "not ray"), ``pytest -q -m ray`` the
-    Ray tier. Then whole modules reordered (a module's tests stay together, in their order, so its module-scoped
+    mark), whatever its module says; ``pytest -q`` runs the rest but the learning run (addopts: -m "not ray and not
+    learning"), ``pytest -q -m "ray or learning"`` the Ray tier and the learning run. Then whole modules reordered (a module's tests stay together, in their order, so its module-scoped
     fixtures are set up once): the heaviest listed above first, then modules with end-to-end (``slow``) tests, then
     the rest."""
     for item in items:
