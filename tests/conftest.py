@@ -108,9 +108,9 @@ if _gone:
 def pytest_collection_modifyitems(config, items):
     """The tiers: a test that asks for the session's Ray cluster (``ray_cluster``) is in the Ray tier (``ray``
     mark), whatever its module says; ``pytest -q`` runs the rest but the learning run (addopts: -m "not ray and not
-    learning"), ``pytest -q -m "ray or learning"`` the Ray tier and the learning run. Then whole modules reordered (a module's tests stay together, in their order, so its module-scoped
-    fixtures are set up once): the heaviest listed above first, then modules with end-to-end (``slow``) tests, then
-    the rest."""
+    learning"), ``pytest -q -m "ray or learning"`` the Ray tier and the learning run. Then whole modules reordered (a
+    module's tests stay together, in their order, so its module-scoped fixtures are set up once): the heaviest listed
+    above first, then modules with end-to-end (``slow``) tests, then the rest."""
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.ray)
