@@ -342,6 +342,7 @@ def policy_loss(
     norm: LossNormalizer | None = None,
     params: PolicyLossParams | None = None,
     is_batch_totals: Tensor | None = None,
+    is_mask: Tensor | None = None,
 ) -> PolicyLossOutput:
     """Clipped surrogate policy loss (OpenRLHF ``PolicyLoss.forward``).
 
@@ -368,6 +369,8 @@ def policy_loss(
             range is ``clip_eps_low/high``).
         is_batch_totals: with ``is_correction.batch_normalize``, the batch the IS weights are normalised over
             (:func:`rlhf.algo.is_correction.is_weight_totals`); ``None``: this micro-batch.
+        is_mask: the tokens the IS weights are read over where rejection sampling took some out of ``action_mask``
+            (every generated token, as veRL's weights); ``None``: ``action_mask``.
     """
     objective = POLICY_LOSSES.get(loss_type)
     if dual_clip is not None and dual_clip <= 1.0:
@@ -401,11 +404,12 @@ def policy_loss(
 
     is_filter_ratio = None
     if correct and token_weighted:
-        weights = is_weights(old_log_probs, rollout_log_probs, action_mask, is_correction, is_batch_totals)
+        weighed = action_mask if is_mask is None else is_mask
+        weights = is_weights(old_log_probs, rollout_log_probs, weighed, is_correction, is_batch_totals)
         coef = weights.coef
         if objective.seq_is_weights:
-            count = action_mask.sum(dim=-1, keepdim=True)
-            coef = torch.exp((torch.log(coef + 1e-10) * action_mask).sum(dim=-1, keepdim=True) / (count + 1e-8))
+            count = weighed.sum(dim=-1, keepdim=True)
+            coef = torch.exp((torch.log(coef + 1e-10) * weighed).sum(dim=-1, keepdim=True) / (count + 1e-8))
         loss = coef * loss
         is_filter_ratio = weights.filter_ratio
 

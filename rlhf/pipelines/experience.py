@@ -22,6 +22,7 @@ TENSOR_FIELDS = (
     "sequences",
     "attention_mask",
     "action_mask",
+    "generated_mask",
     "rollout_logprobs",
     "old_logprobs",
     "ref_logprobs",
@@ -48,6 +49,9 @@ class ExperienceBatch:
     rewards: Tensor | None = None  # [B] scalar reward after penalties (before baselines)
     advantages: Tensor | None = None  # [B, T-1]
     returns: Tensor | None = None  # [B, T-1]
+    # [B, T-1] every generated token, where rejection sampling (algorithm.rejection) took some out of action_mask: the
+    # IS weights are read over it, as veRL reads them over its response mask before rejection
+    generated_mask: Tensor | None = None
     info: dict[str, list[Any]] = field(default_factory=dict)  # per-sample: prompt, label, truncated, ...
 
     def __len__(self) -> int:

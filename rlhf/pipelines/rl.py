@@ -35,6 +35,7 @@ from rlhf.algo import (
     reverse_kl_estimate,
     reverse_kl_rewards,
 )
+from rlhf.algo.rejection import Rejection, rejection_keep
 from rlhf.algo.shaping import overlong_penalty, stop_properly_penalty
 from rlhf.backends.contract.rollout import Rollout
 from rlhf.errors import WorkerFailure
@@ -97,6 +98,21 @@ def teacher_rewards(exp: ExperienceBatch) -> torch.Tensor | None:
     return reverse_kl_rewards(exp.old_logprobs, exp.teacher_logprobs, exp.action_mask)
 
 
+def reject(a: Any, exp: ExperienceBatch) -> dict[str, float]:
+    """Rollout rejection sampling (algorithm.rejection): the rejected tokens leave ``exp.action_mask``, so they get
+    no advantage and no loss; its metrics under veRL's names ({} when off)."""
+    rs = a.rejection
+    if not rs.enabled:
+        return {}
+    if exp.old_logprobs is None or exp.rollout_logprobs is None:
+        raise RuntimeError("rejection sampling needs the trainer's and the rollout engine's log-probs")
+    keep, metrics = rejection_keep(
+        exp.old_logprobs, exp.rollout_logprobs, exp.action_mask, Rejection.of(rs.criteria, rs.upper, rs.lower)
+    )
+    exp.generated_mask, exp.action_mask = exp.action_mask, keep
+    return metrics
+
+
 def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pad_id: int, kl_coef: float):
     """Rollouts + rewards -> an experience batch with advantages and returns, and its metrics."""
     info = {"datasource": [row["datasource"] for row in scored.rows]}
@@ -111,6 +127,8 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
             * exp.action_mask
         )
     distill = teacher_rewards(exp)
+    generated = exp.action_mask  # every generated token, for the rollout/trainer mismatch metrics
+    rejection = reject(a, exp)  # after the KL above, read with every token as veRL's reward does; before advantages
     out = compute_advantages_and_returns(
         exp.rewards,
         exp.action_mask,
@@ -145,6 +163,7 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
         **rollout_metrics(scored.rewards, exp.info["response_length"], exp.info["truncated"]),
         **timing,
     }
+    metrics.update(rejection)
     if kl is not None:
         metrics["kl"] = float(masked_mean(kl, exp.action_mask))
         if a.kl.controller_kl != "token_mean":
@@ -152,7 +171,7 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
     if distill is not None:
         metrics["reverse_kl"] = float(reverse_kl_estimate(exp.old_logprobs, exp.teacher_logprobs, exp.action_mask))
     if exp.rollout_logprobs is not None and exp.old_logprobs is not None:
-        metrics["logprobs_diff"] = float(masked_mean((exp.old_logprobs - exp.rollout_logprobs).abs(), exp.action_mask))
+        metrics["logprobs_diff"] = float(masked_mean((exp.old_logprobs - exp.rollout_logprobs).abs(), generated))
     for k, v in scored.extra_logs.items():
         finite = [x for x in v if x == x]
         if finite:

@@ -97,8 +97,10 @@ def rollout_is_weight_totals(exp, correction: ISCorrection) -> Tensor:
     """The sum and count (:func:`rlhf.algo.is_correction.is_weight_totals`) of the IS weights over a whole rollout
     batch (an ExperienceBatch with its old log-probs), which ``batch_normalize`` divides every micro-batch's by."""
     plain = replace(correction, batch_normalize=False)
-    coef = is_weights(exp.old_logprobs, exp.rollout_logprobs, exp.action_mask, plain).coef
-    return is_weight_totals(coef, exp.action_mask, correction.level)
+    generated = getattr(exp, "generated_mask", None)  # before rejection sampling, as veRL's weights
+    mask = generated if generated is not None else exp.action_mask
+    coef = is_weights(exp.old_logprobs, exp.rollout_logprobs, mask, plain).coef
+    return is_weight_totals(coef, mask, correction.level)
 
 
 def policy_loss_params(pl) -> PolicyLossParams:
@@ -183,6 +185,7 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
         norm=norm,
         params=s.params,
         is_batch_totals=mb.get("is_weight_totals"),
+        is_mask=mb.get("generated_mask"),
     )
     loss = pl.loss
     metrics.update({"policy_loss": pl.loss.detach(), "ppo_clip_ratio": pl.clip_ratio, "ppo_kl": pl.ppo_kl})

@@ -78,7 +78,8 @@ def reuses_current_logprobs(spec: ExperimentSpec) -> bool:
     experience pass skips one forward over every sample. Several steps or epochs per rollout keep the pass, and so
     does on-policy distillation (its rewards are the teacher's log-probs minus the student's, before training), and
     so do IS weights normalised over the rollout batch (algorithm.is_correction.batch_normalize: their mean needs
-    every sample's old log-prob before the first micro-batch trains)."""
+    every sample's old log-prob before the first micro-batch trains), and rejection sampling (algorithm.rejection:
+    its mask is read off them before the advantages)."""
     from rlhf.spec.derive import derive
 
     kl = spec.algorithm.kl
@@ -86,7 +87,14 @@ def reuses_current_logprobs(spec: ExperimentSpec) -> bool:
     isc = spec.algorithm.is_correction
     batch_is_mean = isc.batch_normalize and isc.axes()[0] != "off"
     d = derive(spec)
-    return d.optimizer_steps_per_rollout == 1 and not kl_in_reward and "teacher" not in d.roles and not batch_is_mean
+    rejects = spec.algorithm.rejection.enabled  # its mask is read off the old log-probs before the advantages
+    return (
+        d.optimizer_steps_per_rollout == 1
+        and not kl_in_reward
+        and "teacher" not in d.roles
+        and not batch_is_mean
+        and not rejects
+    )
 
 
 def forward_in_ranks(

@@ -236,14 +236,22 @@ CPU = Constants(
 
 def reuses_current_logprobs(spec: ExperimentSpec, plan: Plan) -> bool:
     """rlhf.pipelines.rl_roles.reuses_current_logprobs, read from the plan (that module imports torch): one optimizer
-    step per rollout, no KL in the reward and no teacher, so the experience pass skips the policy's forward
+    step per rollout, no KL in the reward, no teacher and no rejection sampling, so the experience pass skips the
+    policy's forward
     (tests/planning/test_auto.py checks that the two agree)."""
     kl = spec.algorithm.kl
     kl_in_reward = kl.placement == "reward" and kl.coef > 0
     isc = spec.algorithm.is_correction
     batch_is_mean = isc.batch_normalize and isc.axes()[0] != "off"
     d = plan.derived
-    return d.optimizer_steps_per_rollout == 1 and not kl_in_reward and "teacher" not in d.roles and not batch_is_mean
+    rejects = spec.algorithm.rejection.enabled
+    return (
+        d.optimizer_steps_per_rollout == 1
+        and not kl_in_reward
+        and "teacher" not in d.roles
+        and not batch_is_mean
+        and not rejects
+    )
 
 
 def constants_for(spec: ExperimentSpec) -> Constants:

@@ -109,6 +109,20 @@ def canonical_aggregation(name: str) -> str:
 # (--algo.advantage.is_correction_level/_mode/_gating/_threshold): a gate reads a statistic per unit (each token,
 # or each sequence's mean) and masks or clips the units outside [low, high].
 IS_CORRECTION_LEVELS = ("off", "token", "seq")
+# algorithm.rejection.criteria: veRL 0.9.1's rollout_rs options, <level>_<estimator> (rlhf.algo.rejection).
+REJECTION_CRITERIA = (
+    "token_k1",
+    "token_k2",
+    "token_k3",
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
+)
 IS_CORRECTION_MODES = ("mask", "clip")
 IS_CORRECTION_GATINGS = ("ratio", "binary_kl", "tv")
 #: algorithm.is_correction.seq_ratio: a sequence's ratio at level=seq, gating=ratio: the geometric mean of its token

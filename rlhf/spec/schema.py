@@ -35,6 +35,7 @@ from rlhf.spec.sections.algorithm import (
     KLSpec,
     PolicyLossSpec,
     PreferenceSpec,
+    RejectionSpec,
     RMLossSpec,
 )
 from rlhf.spec.sections.data import DataSpec
@@ -72,6 +73,7 @@ __all__ = [
     "FilterSpec",
     "HardwareSpec",
     "ISCorrectionSpec",
+    "RejectionSpec",
     "KLSpec",
     "LaunchSpec",
     "LoggingSpec",

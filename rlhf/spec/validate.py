@@ -243,6 +243,7 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
             ),
         )
     _check_is_correction(spec, c)
+    _check_rejection(spec, c)
     c.require(
         not a.kl.unbiased_gradient or a.kl.placement == "loss",
         "algorithm.kl.unbiased_gradient",
@@ -356,6 +357,54 @@ def _check_is_correction(spec: ExperimentSpec, c: _Collector) -> None:
                 f"the IS correction is off, so it would be ignored: turn it on ({prefix}type=tis, icepop or "
                 f"seq-mask-tis, or {prefix}level), or remove {prefix}{key}",
             )
+
+
+def _check_rejection(spec: ExperimentSpec, c: _Collector) -> None:
+    """Rejection sampling's bounds: one shared or one per criterion, k1's lower below its upper; and the combinations
+    where ours would not compute what veRL does."""
+    rs, a = spec.algorithm.rejection, spec.algorithm
+    prefix = "algorithm.rejection."
+    if not rs.enabled:
+        for k in ("upper", "lower"):
+            c.require(
+                not getattr(rs, k), prefix + k, getattr(rs, k), f"no {prefix}criteria to bound: give some or remove it"
+            )
+        return
+    n = len(rs.criteria)
+    c.require(len(rs.upper) in (1, n), prefix + "upper", rs.upper, f"give one bound, or one per criterion ({n})")
+    c.require(len(rs.lower) in (0, 1, n), prefix + "lower", rs.lower, f"give none, one, or one per criterion ({n})")
+    c.require(
+        not rs.lower or any(x.endswith("k1") for x in rs.criteria),
+        prefix + "lower",
+        rs.lower,
+        "only the k1 criteria take a lower bound: remove it",
+    )
+    if len(rs.upper) in (1, n) and len(rs.lower) in (1, n):
+        ups = rs.upper * n if len(rs.upper) == 1 else rs.upper
+        lows = rs.lower * n if len(rs.lower) == 1 else rs.lower
+        bad = [x for x, up, low in zip(rs.criteria, ups, lows, strict=True) if x.endswith("k1") and low > up]
+        c.require(
+            not bad, prefix + "lower", rs.lower, f"above the upper bound of {', '.join(bad)}: need lower <= upper"
+        )
+    c.require(
+        a.advantage.estimator not in names.CRITIC_ESTIMATORS,
+        prefix + "criteria",
+        rs.criteria,
+        f"with {a.advantage.estimator} (a critic's GAE over the tokens) rejection sampling is not supported here: "
+        "use an outcome estimator (grpo, rloo, ...) or remove it",
+    )
+    c.require(
+        not (
+            a.policy_loss.aggregation_norm is None
+            and a.policy_loss.aggregation_norm_from == "micro_batch_width"
+            and names.canonical_aggregation(a.policy_loss.aggregation) == "seq_mean_token_sum_norm"
+        ),
+        prefix + "criteria",
+        rs.criteria,
+        "beside Dr. GRPO's micro-batch width (algorithm.policy_loss.aggregation_norm_from=micro_batch_width) it is "
+        "not supported here: veRL divides by the padded width, ours by the longest kept response; set "
+        "algorithm.policy_loss.aggregation_norm or remove the rejection",
+    )
 
 
 def _check_teacher(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:

@@ -705,6 +705,152 @@ def test_the_sequence_weight_is_not_the_geometric_mean_gate(ref):
     assert (ours.loss - theirs).abs() > 1e-3
 
 
+# -- rollout rejection sampling (issue 47) ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rs", "threshold"),
+    [
+        ("token_k1", "1.3"),
+        ("token_k1", "0.6_1.5"),
+        ("token_k2", "0.02"),
+        ("token_k3", "0.03"),
+        ("seq_sum_k1", "0.5_3.0"),
+        ("seq_sum_k3", "0.4"),
+        ("seq_mean_k2", "0.02"),
+        ("seq_mean_k3", "0.03"),
+        ("seq_max_k2", "0.1"),
+        ("seq_max_k3", "0.15"),
+        ("token_k1,seq_mean_k3", "0.7_1.6,0.03"),
+        ("token_k3,seq_max_k2", "0.05"),
+    ],
+)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rejection_masks_and_metrics_match_verl(ref, rs, threshold, seed):
+    """veRL's compute_rollout_rejection_mask against ours under the keys import-verl writes: the same tokens kept
+    (every criterion, token and sequence levels, k1 with its two bounds), and veRL's rejected fractions. Rollout
+    log-probs ~0.3 nat off the trainer's, so every bound here keeps some tokens and rejects others."""
+    from rlhf.algo.rejection import Rejection, rejection_keep
+    from rlhf.spec.schema import RejectionSpec
+
+    c = "algorithm.rollout_correction"
+    values = mapped(f"{c}.rollout_rs='{rs}'", f"{c}.rollout_rs_threshold='{threshold}'")  # quoted, as Hydra needs
+    spec = RejectionSpec(**{k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("algorithm.rejection.")})
+    g = torch.Generator().manual_seed(seed)
+    _, old, _, mask = _policy_batch(g, batch=16, width=12)
+    rollout = old + torch.randn(16, 12, generator=g) * 0.3
+    theirs, verl_metrics = ref.compute_rollout_rejection_mask(old - rollout, mask, rs, _number(threshold))
+    keep, metrics = rejection_keep(old, rollout, mask, Rejection.of(spec.criteria, spec.upper, spec.lower))
+    torch.testing.assert_close(keep, theirs.to(keep.dtype), rtol=0, atol=0)
+    assert 0 < float((keep < 0.5).logical_and(mask > 0).sum()) < float(mask.sum())  # some kept, some rejected
+    for name, value in metrics.items():
+        verl_name = name.removeprefix("rollout_corr/")
+        assert value == pytest.approx(verl_metrics[verl_name], abs=1e-6), name
+
+
+@pytest.mark.parametrize(
+    ("level", "threshold", "normalize"),
+    [("token", "2.0", False), ("token", "1.5", True), ("sequence", "2.0", False), ("sequence", "0.5_2.0", True)],
+    ids=["tis", "tis-normalised", "seq-tis", "seq-icepop-normalised"],
+)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rejection_beside_is_weights_in_the_vanilla_loss_is_verls(ref, level, threshold, normalize, seed):
+    """Rejection sampling and IS weights together, as veRL's trainer makes them: the weights (and their batch mean)
+    over every response token, the loss aggregated over the kept ones (its modified response mask)."""
+    from rlhf.pipelines.rl import reject
+    from rlhf.pipelines.rl_losses import rollout_is_weight_totals
+    from rlhf.spec.schema import RejectionSpec
+
+    c = "algorithm.rollout_correction"
+    values = mapped(
+        f"{c}.rollout_is={level}",
+        f"{c}.rollout_is_threshold={threshold}",
+        f"{c}.rollout_is_batch_normalize={normalize}",
+        f"{c}.rollout_rs=token_k3",
+        f"{c}.rollout_rs_threshold=0.04",
+    )
+    pl = {k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("algorithm.policy_loss.")}
+    rs = RejectionSpec(**{k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("algorithm.rejection.")})
+    correction = _is_correction(values)
+    g = torch.Generator().manual_seed(seed)
+    log_probs, old, advantages, mask = _policy_batch(g, batch=8, width=10)
+    rollout = old + torch.randn(8, 10, generator=g) * 0.3
+    weights, _ = ref.compute_rollout_correction_weights(old - rollout, mask, level, _number(threshold), normalize)
+    modified, _ = ref.compute_rollout_rejection_mask(old - rollout, mask, "token_k3", 0.04)
+    exp = SimpleNamespace(old_logprobs=old, rollout_logprobs=rollout, action_mask=mask.clone())
+    reject(SimpleNamespace(rejection=rs), exp)
+    torch.testing.assert_close(exp.action_mask, modified.to(mask.dtype), rtol=0, atol=0)
+    assert ((mask > 0) & (exp.action_mask == 0)).any()
+    totals = rollout_is_weight_totals(exp, correction) if normalize else None
+    config = actor_config()
+
+    def theirs(lp):
+        return ref.compute_policy_loss_vanilla(
+            old, lp, advantages, modified, "token-mean", config, rollout_is_weights=weights
+        )[0]
+
+    def ours(lp):
+        return policy_loss(
+            lp,
+            old,
+            advantages,
+            exp.action_mask,
+            loss_type=pl["type"],
+            clip_eps_low=pl["eps_clip_low"],
+            clip_eps_high=pl["eps_clip_high"],
+            dual_clip=pl.get("dual_clip"),
+            rollout_log_probs=rollout,
+            is_correction=correction,
+            is_batch_totals=totals,
+            is_mask=exp.generated_mask,
+        ).loss
+
+    value_t, grad_t = _grad(theirs, log_probs)
+    value_o, grad_o = _grad(ours, log_probs)
+    torch.testing.assert_close(value_o, value_t, rtol=0, atol=1e-5)
+    torch.testing.assert_close(grad_o, grad_t, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_advantages_after_rejection_are_verls(ref, seed):
+    """The pipeline's step (rlhf.pipelines.rl.reject) on an experience batch, then the GRPO advantages: the action
+    mask loses the rejected tokens first, so the losses (which read every token through it) leave them out, and the
+    others carry veRL's advantages (its scores placed on the last response token, under its modified mask)."""
+    from rlhf.pipelines.rl import reject
+    from rlhf.spec.schema import RejectionSpec
+
+    c = "algorithm.rollout_correction"
+    values = mapped(f"{c}.rollout_rs='token_k1,seq_max_k2'", f"{c}.rollout_rs_threshold='0.7_1.5,0.12'")
+    algo = SimpleNamespace(
+        rejection=RejectionSpec(
+            **{k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("algorithm.rejection.")}
+        )
+    )
+    n, prompts, width = 4, 3, 9
+    g = torch.Generator().manual_seed(seed)
+    mask = right_padded_mask(g, n * prompts, width)
+    old = -torch.rand(n * prompts, width, generator=g) * 3
+    rollout = old + torch.randn(n * prompts, width, generator=g) * 0.3
+    scores = torch.randn(n * prompts, generator=g)
+    exp = SimpleNamespace(old_logprobs=old, rollout_logprobs=rollout, action_mask=mask.clone())
+    metrics = reject(algo, exp)
+    modified, _ = ref.compute_rollout_rejection_mask(old - rollout, mask, "token_k1,seq_max_k2", "0.7_1.5,0.12")
+    torch.testing.assert_close(exp.action_mask, modified.to(mask.dtype), rtol=0, atol=0)
+    assert 0 < metrics["rollout_corr/rollout_rs_masked_fraction"] < 1
+    token_scores = _verl_token_rewards(scores, old, old, mask, 0.0, ref=ref)
+    theirs, _ = ref.compute_grpo_outcome_advantage(token_scores, modified, np.repeat(np.arange(prompts), n))
+    ours = compute_advantages_and_returns(
+        scores,
+        exp.action_mask,
+        estimator=values["algorithm.advantage.estimator"],
+        n_samples_per_prompt=n,
+        reward_clip_range=values["reward.clip_range"],
+        std_eps=values.get("algorithm.advantage.std_eps", GROUP_STD_EPS),
+    ).advantages
+    torch.testing.assert_close(ours * exp.action_mask, theirs * modified)  # the losses read them through the mask
+    assert ((mask > 0) & (exp.action_mask == 0)).any()  # some response tokens were rejected
+
+
 # -- issue 35 items 6, 9, 10: straight-through KL, unclamped k1/k2/abs, whitening, the controller's KL ---------------
 
 

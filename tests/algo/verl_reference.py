@@ -63,7 +63,17 @@ CORE = {
 }
 #: verl/trainer/ppo/rollout_corr_helper.py definitions: the rollout IS weights (TIS, IcePop) its trainer hands the
 #: policy losses.
-ROLLOUT_CORRECTION = {"compute_rollout_correction_weights", "_parse_rollout_is_threshold", "compute_is_metrics"}
+ROLLOUT_CORRECTION = {
+    "compute_rollout_correction_weights",
+    "_parse_rollout_is_threshold",
+    "compute_is_metrics",
+    # rejection sampling, with the module's constants naming its criteria
+    "compute_rollout_rejection_mask",
+    "_parse_rollout_rs_thresholds",
+    "compute_rs_metrics",
+    "SUPPORTED_ROLLOUT_RS_OPTIONS",
+    "TOKEN_LEVEL_ROLLOUT_RS_OPTIONS",
+}
 #: verl/utils/torch_functional.py definitions core_algos reaches through ``verl_F``.
 TORCH_FUNCTIONAL = {"masked_sum", "masked_mean", "masked_var", "masked_whiten", "clip_by_value"}
 
@@ -109,14 +119,20 @@ def _source(wheel: zipfile.ZipFile, module: str) -> str:
 
 
 def _definitions(source: str, module: str, names: set[str], namespace: dict[str, Any]) -> dict[str, Any]:
-    """Run only the top-level definitions of ``source`` named in ``names``, their decorators removed."""
+    """Run only the top-level definitions of ``source`` named in ``names`` (functions and classes, their decorators
+    removed, and constants assigned at the top level)."""
     tree = ast.parse(source, filename=module)
     kept = []
+    found = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names:
             node.decorator_list = []
             kept.append(node)
-    missing = names - {n.name for n in kept}
+            found.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in names:
+            kept.append(node)
+            found.add(node.target.id)
+    missing = names - found
     if missing:
         raise LookupError(f"{module} of veRL {VERSION} defines no {sorted(missing)}")
     code = compile(ast.Module(body=kept, type_ignores=[]), f"verl-{VERSION}/{module}", "exec")

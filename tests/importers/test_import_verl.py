@@ -586,8 +586,8 @@ def test_the_new_policy_losses_map_with_a_plain_arrow(loss):
 @pytest.mark.parametrize("level", ["token", "sequence"])
 def test_rollout_is_and_its_batch_normalisation_map_with_a_plain_arrow(level, in_tmp):
     """Issue 35: veRL's rollout IS weights per token (TIS) or per sequence (the product of its token ratios,
-    truncated) and rollout_is_batch_normalize are carried; its rejection sampling and bypass mode are reported with
-    the reason they are not."""
+    truncated) and rollout_is_batch_normalize are carried, and so is its rejection sampling (issue 47); bypass mode
+    is reported with the reason it is not."""
     c = "algorithm.rollout_correction"
     is_, thr, norm = f"{c}.rollout_is={level}", f"{c}.rollout_is_threshold=1.5", f"{c}.rollout_is_batch_normalize=True"
     rs, rs_thr = f"{c}.rollout_rs=seq_mean_k3", f"{c}.rollout_rs_threshold=0.01"
@@ -604,10 +604,10 @@ def test_rollout_is_and_its_batch_normalisation_map_with_a_plain_arrow(level, in
     assert v["algorithm.is_correction.threshold"] == [0.0, 1.5]
     assert v["algorithm.is_correction.batch_normalize"] is True
     rows = _rows(conv)
-    for carried in (is_, thr, norm):
+    assert v["algorithm.rejection.criteria"] == ["seq_mean_k3"] and v["algorithm.rejection.upper"] == [0.01]
+    for carried in (is_, thr, norm, rs, rs_thr):
         assert rows[carried].marker == "->", rows[carried]
-    for dropped, why in ((rs, "rejection sampling"), (rs_thr, "rejection sampling"), (bypass, "stand in for")):
-        assert rows[dropped].marker == NONE and why in rows[dropped].detail, rows[dropped]
+    assert rows[bypass].marker == NONE and "stand in for" in rows[bypass].detail, rows[bypass]
     assert rows[loss_type].marker == NONE and "bypass mode" in rows[loss_type].detail
     assert all(r.marker != "~>" for r in rows.values())
     checked = _checked(conv, in_tmp, f"is-{level}")

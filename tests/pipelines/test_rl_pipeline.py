@@ -202,6 +202,22 @@ def test_async_mode_samples_are_one_update_stale(shared_run, parity, tmp_path):
     assert async_steps[1]["train/logprobs_diff"] > 10 * max(sync_steps[1]["train/logprobs_diff"], 1e-6)
 
 
+def test_rejection_sampling_drops_the_tokens_an_async_step_made_stale(parity, tmp_path):
+    """algorithm.rejection (veRL's rollout_rs) in a run: step 1's samples come from the weights that train on them,
+    so no token leaves the band; step 2's were generated one update behind (async mode), and the stale ones are
+    rejected and counted under veRL's metric names."""
+    band = [
+        "algorithm.rejection.criteria=[token_k1]",
+        "algorithm.rejection.upper=[1.1]",
+        "algorithm.rejection.lower=[0.9]",
+    ]
+    result, steps = train(tmp_path / "rs", "rloo_tiny_cpu", *parity, "rollout.async_mode=true", *band)
+    assert_trained(result, steps)
+    first, second = (s["train/rollout_corr/rollout_rs_masked_fraction"] for s in steps)
+    assert first == 0.0 and 0 < second < 1, (first, second)
+    assert 0 < steps[1]["train/rollout_corr/rollout_rs_seq_masked_fraction"] <= 1
+
+
 def test_reward_from_a_python_file(shared_run, parity):
     result, steps = shared_run("parity_sync", "rloo_tiny_cpu", *parity)
     assert_trained(result, steps)

@@ -116,3 +116,49 @@ def test_veRLs_conventions_validate_together():
     ]
     assert error_keys(overrides) == []
     assert error_keys(["algorithm.kl.controller_kl=tokens"]) == ["algorithm.kl.controller_kl"]
+
+
+def test_dro_needs_its_beta_and_dppo_validates():
+    assert error_keys(["algorithm.policy_loss.type=dro"]) == ["algorithm.policy_loss.dro_beta"]
+    assert error_keys(["algorithm.policy_loss.type=dro", "algorithm.policy_loss.dro_beta=0.1"]) == []
+    assert error_keys(["algorithm.policy_loss.type=dppo_kl", "algorithm.policy_loss.dppo_ratio_cap=20"]) == []
+
+
+RS = "algorithm.rejection."
+
+
+@pytest.mark.parametrize(
+    ("overrides", "keys"),
+    [
+        ([f"{RS}criteria=[token_k1,seq_mean_k3]", f"{RS}upper=[1.5,0.03]", f"{RS}lower=[0.7]"], []),
+        ([f"{RS}criteria=[seq_max_k2]", f"{RS}upper=[0.1]"], []),
+        ([f"{RS}criteria=[token_k3]"], [f"{RS}upper"]),  # no bound
+        ([f"{RS}criteria=[token_k1,token_k3]", f"{RS}upper=[1,2,3]"], [f"{RS}upper"]),  # three bounds for two
+        ([f"{RS}criteria=[token_k3]", f"{RS}upper=[0.1]", f"{RS}lower=[0.05]"], [f"{RS}lower"]),  # k1 only
+        ([f"{RS}criteria=[token_k1]", f"{RS}upper=[1.2]", f"{RS}lower=[1.5]"], [f"{RS}lower"]),  # above upper
+        ([f"{RS}upper=[0.1]"], [f"{RS}upper"]),  # bounds with nothing to bound
+        ([f"{RS}criteria=[token_k5]", f"{RS}upper=[0.1]"], [f"{RS}criteria"]),
+        ([f"{RS}criteria=[token_k3]", f"{RS}upper=[0.1]", "algorithm=ppo"], [f"{RS}criteria"]),  # GAE
+        ([f"{RS}criteria=[token_k3]", f"{RS}upper=[0.1]", "algorithm.is_correction.type=seq_mask_tis"], []),
+        (
+            [f"{RS}criteria=[token_k3]", f"{RS}upper=[0.1]", "algorithm=dr_grpo"]
+            + ["algorithm.policy_loss.aggregation_norm_from=micro_batch_width"],
+            [f"{RS}criteria"],
+        ),
+    ],
+    ids=[
+        "k1-and-k3",
+        "seq-max",
+        "no-bound",
+        "too-many",
+        "lower-not-k1",
+        "lower-above",
+        "no-criteria",
+        "unknown",
+        "gae",
+        "beside-seq-is",
+        "micro-batch-width",
+    ],  # fmt: skip
+)
+def test_rejection_bounds_and_what_it_cannot_sit_beside(overrides, keys):
+    assert sorted(set(error_keys(overrides))) == keys

@@ -1,9 +1,11 @@
 """veRL's rollout correction (``algorithm.rollout_correction.*``: IS weights per token or sequence, TIS or IcePop,
-batch-normalised; rejection sampling and bypass mode reported) -> ``algorithm.is_correction.*``."""
+batch-normalised; rejection sampling; bypass mode reported) -> ``algorithm.is_correction.*`` and
+``algorithm.rejection.*``."""
 
 from __future__ import annotations
 
 from rlhf.importers.verl.mapper import UNSUPPORTED, VerlMapper
+from rlhf.spec.names import REJECTION_CRITERIA
 
 
 def map_correction(m: VerlMapper) -> None:
@@ -39,10 +41,8 @@ def map_correction(m: VerlMapper) -> None:
             m.explain(norm_k, "no IS weights to normalise (rollout_is unset), in veRL as here")
         elif m.given(norm_k):
             m.explain(norm_k, "off, as here")
+    _map_rejection(m, p)
     why = {
-        "rollout_rs": "veRL's rejection sampling: drops tokens or sequences from the response mask by its own "
-        "divergence statistics (k1/k3 bounds); the nearest here is algorithm.is_correction mode=mask",
-        "rollout_rs_threshold": "the bounds of veRL's rejection sampling (rollout_rs), not carried",
         "bypass_mode": "veRL's bypass mode: the rollout engine's log-probs stand in for the old policy's (no "
         "recomputation); here the trainer always recomputes them (or reuses its own on one step per rollout)",
         "loss_type": "the policy loss of veRL's bypass mode (ppo_clip against the rollout log-probs, or an "
@@ -63,6 +63,47 @@ def map_correction(m: VerlMapper) -> None:
             m.none(rk, UNSUPPORTED, reason)
         else:
             m.explain(rk, "off, as here")
+
+
+def _map_rejection(m: VerlMapper, p: str) -> None:
+    """veRL's rejection sampling (rollout_corr_helper.compute_rollout_rejection_mask): ``rollout_rs`` a comma
+    separated list of criteria, ``rollout_rs_threshold`` one bound shared or one per criterion, ``LOW_HIGH`` for the
+    k1 ones."""
+    k, thr_k = f"{p}.rollout_rs", f"{p}.rollout_rs_threshold"
+    m.handled.update((k, thr_k))
+    raw = m.eff(k, (str, type(None)))
+    if raw is None:
+        if m.given(thr_k) and m.eff(thr_k) is not None:
+            m.explain(thr_k, "read by rejection sampling only (rollout_rs), which is off in veRL as here")
+        return
+    criteria = list(dict.fromkeys(c.strip() for c in str(raw).split(",") if c.strip()))
+    unknown = [c for c in criteria if c not in REJECTION_CRITERIA]
+    if not criteria or unknown:
+        m.none(k, UNSUPPORTED, f"{raw!r}: veRL's criteria are {', '.join(REJECTION_CRITERIA)}")
+        return
+    spec = m.eff(thr_k, (float, str, type(None)))
+    parts = [s.strip() for s in str(spec).split(",") if s.strip()] if spec is not None else []
+    if len(parts) == 1:
+        parts *= len(criteria)
+    try:
+        if len(parts) != len(criteria):
+            raise ValueError
+        if any("_" in s and not c.endswith("k1") for c, s in zip(criteria, parts, strict=True)):
+            raise ValueError
+        bounds = [tuple(float(x) for x in s.split("_", 1)) if "_" in s else (None, float(s)) for s in parts]
+    except ValueError:
+        m.none(thr_k, UNSUPPORTED, f"{spec!r}: one bound shared or one per criterion, LOW_HIGH for the k1 ones")
+        return
+    ups = [up for _, up in bounds]
+    m.put("algorithm.rejection.criteria", criteria, k)
+    m.put("algorithm.rejection.upper", ups[:1] if len(set(ups)) == 1 else ups, thr_k)
+    if any(low is not None for _, (low, _) in zip(criteria, bounds, strict=True)):
+        # one lower per criterion, read for the k1 ones (a k1 bound given as a number: veRL's 1 / upper); the
+        # others' entry is their upper bound, which nothing reads
+        lows = [up if low is None and not c.endswith("k1") else (1.0 / up if low is None else low)
+                for c, (low, up) in zip(criteria, bounds, strict=True)]  # fmt: skip
+        m.put("algorithm.rejection.lower", lows, thr_k)
+    m.explain(k, "the tokens or sequences outside the bounds get no gradient and no advantage, as in veRL")
 
 
 def _is_band(m: VerlMapper, thr_k: str) -> tuple[str, tuple[float, float]]:

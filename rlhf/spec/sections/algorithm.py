@@ -315,6 +315,37 @@ class RMLossSpec:
 
 
 @dataclass(frozen=True)
+class RejectionSpec:
+    """Rollout rejection sampling (veRL 0.9.1's algorithm.rollout_correction.rollout_rs and rollout_rs_threshold;
+    rlhf.algo.rejection): the tokens or sequences whose divergence between the rollout engine's and the trainer's
+    log-probs leaves its bound get no gradient (their action mask is 0) and no advantage, beside any IS correction
+    (algorithm.is_correction). Needs the rollout engine's log-probs."""
+
+    criteria: list[str] = key(
+        factory=list,
+        doc="every criterion must keep a token: <level>_<estimator>, level token | seq_sum | seq_mean | seq_max (the "
+        "whole sequence kept or rejected), estimator k1 (log pi_rollout / pi_train, kept in [log lower, log upper]) | "
+        "k2 ((log ratio)^2 / 2) | k3 (exp(log ratio) - 1 - log ratio), kept <= upper; [] : off",
+        items=items(choices=names.REJECTION_CRITERIA),
+    )
+    upper: list[float] = key(
+        factory=list,
+        doc="one bound for every criterion, or one per criterion: k1's upper ratio, the others' largest divergence",
+        items=items(gt=0),
+    )
+    lower: list[float] = key(
+        factory=list,
+        doc="k1 criteria only: their lower ratio, one shared or one per criterion (veRL's LOW_HIGH; the other "
+        "criteria's entries are not read); [] : 1 / upper",
+        items=items(gt=0),
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.criteria)
+
+
+@dataclass(frozen=True)
 class AlgorithmSpec:
     """conf/algorithm/*.yaml: an algorithm is a preset of registry entries, not a code path."""
 
@@ -324,6 +355,7 @@ class AlgorithmSpec:
     policy_loss: PolicyLossSpec = field(default_factory=PolicyLossSpec)
     kl: KLSpec = field(default_factory=KLSpec)
     is_correction: ISCorrectionSpec = field(default_factory=ISCorrectionSpec)
+    rejection: RejectionSpec = field(default_factory=RejectionSpec)
     filters: FilterSpec = field(default_factory=FilterSpec)
     preference: PreferenceSpec = field(default_factory=PreferenceSpec)
     rm: RMLossSpec = field(default_factory=RMLossSpec)
