@@ -390,6 +390,7 @@ class RLWorkers:
             "sequences",
             "attention_mask",
             "action_mask",
+            "generated_mask",  # with rejection sampling: every generated token, which the IS weights read
             "old_logprobs",
             "advantages",
             "rollout_logprobs",
