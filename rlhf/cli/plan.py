@@ -24,6 +24,7 @@ from rlhf.cli.common import (
 from rlhf.planning.memory import GB
 from rlhf.planning.plan import Plan, plan
 from rlhf.spec import SpecInvalid, build
+from rlhf.spec.derive import OLD_LOGPROB_SOURCES
 
 
 def _gb(x: float) -> str:
@@ -52,6 +53,7 @@ def render(p: Plan) -> str:
     if d.samples_per_step:
         lines.append(f"  samples per step            {d.samples_per_step}")
         lines.append(f"  optimizer steps per rollout {d.optimizer_steps_per_rollout}")
+        lines.append(f"  old log-probs               {OLD_LOGPROB_SOURCES[d.old_logprobs]}")
         lines.append(f"  effective gamma             {d.gamma}")
     for role, ga in d.grad_accum.items():
         lines.append(f"  gradient accumulation ({role}) {ga}")

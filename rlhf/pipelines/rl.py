@@ -100,9 +100,10 @@ def teacher_rewards(exp: ExperienceBatch) -> torch.Tensor | None:
 
 def reject(a: Any, exp: ExperienceBatch) -> dict[str, float]:
     """Rollout rejection sampling (algorithm.rejection): the rejected tokens leave ``exp.action_mask``, so they get
-    no advantage and no loss; its metrics under veRL's names ({} when off)."""
+    no advantage and no loss; its metrics under veRL's names ({} when off, and in bypass mode, where the loss rejects
+    against the current policy in each micro-batch, as veRL's)."""
     rs = a.rejection
-    if not rs.enabled:
+    if not rs.enabled or getattr(a, "old_logprobs", "recompute") == "rollout":  # bypass: in the loss (rl_losses)
         return {}
     if exp.old_logprobs is None or exp.rollout_logprobs is None:
         raise RuntimeError("rejection sampling needs the trainer's and the rollout engine's log-probs")

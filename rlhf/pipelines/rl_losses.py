@@ -25,6 +25,8 @@ from rlhf.algo import (
 )
 from rlhf.algo.aggregation import response_width
 from rlhf.algo.is_correction import is_weight_totals, is_weights
+from rlhf.algo.policy_loss import PolicyLossOutput
+from rlhf.algo.rejection import Rejection, rejection_keep
 from rlhf.models.forward import causal_lm_log_probs, forward_tokens, value_model_rewards, value_model_values
 from rlhf.spec import names
 from rlhf.spec.schema import ExperimentSpec
@@ -60,6 +62,10 @@ class ActorLossSettings:
     params: PolicyLossParams = PolicyLossParams()  # sapo, clip_cov, kl_cov settings (the clip range is above)
     kl_straight_through: bool = False  # veRL's '+' estimators: k2's gradient, no importance weight
     kl_clamp_k3_only: bool = False  # veRL: k1, k2 and abs unbounded
+    # algorithm.old_logprobs=rollout (veRL's bypass mode): the old log-probs are the engine's, and the IS weights and
+    # rejection compare the current policy with them in each micro-batch
+    bypass: bool = False
+    rejection: Rejection | None = None
 
     @classmethod
     def from_spec(cls, spec: ExperimentSpec) -> ActorLossSettings:
@@ -90,6 +96,12 @@ class ActorLossSettings:
             params=policy_loss_params(a.policy_loss),
             kl_straight_through=a.kl.straight_through,
             kl_clamp_k3_only=a.kl.clamp_k3_only,
+            bypass=a.old_logprobs == "rollout",
+            rejection=(
+                Rejection.of(a.rejection.criteria, a.rejection.upper, a.rejection.lower)
+                if a.rejection.enabled
+                else None
+            ),
         )
 
 
@@ -141,6 +153,52 @@ def reward_model_fn(model, batch: dict[str, Tensor], *, packing: bool = False) -
     return value_model_rewards(model, batch["sequences"], batch["attention_mask"], packing=packing).float()
 
 
+def bypass_policy_loss(
+    log_probs: Tensor, rollout: Tensor, advantages: Tensor, mask: Tensor, norm, s: ActorLossSettings
+) -> tuple[PolicyLossOutput, dict[str, Tensor | float]]:
+    """veRL 0.9.1's bypass mode (``compute_policy_loss_bypass_mode``): the old log-probs are the rollout engine's, and
+    in each micro-batch the current policy (detached) is compared with them: rejection sampling drops tokens from the
+    loss, and the loss is PPO's clip against the engine's log-probs (``ppo``: its ratio is the IS correction, no
+    weights) or ``gpg`` (veRL's ``reinforce``: ``-A log pi`` times the IS weights ``pi / pi_rollout``, normalised
+    within the micro-batch where asked). ``ppo_kl`` is ``mean(log pi_rollout - log pi)`` over the kept tokens."""
+    current = log_probs.detach()
+    kept, metrics = mask, {}
+    if s.rejection is not None:
+        kept, rs_metrics = rejection_keep(current, rollout, mask, s.rejection)
+        metrics.update(rs_metrics)
+    if s.loss_type == "ppo":
+        pl = policy_loss(
+            log_probs,
+            rollout,
+            advantages,
+            kept,
+            loss_type="ppo",
+            clip_eps_low=s.clip_eps_low,
+            clip_eps_high=s.clip_eps_high,
+            dual_clip=s.dual_clip,
+            aggregation=s.aggregation,
+            norm=norm,
+            params=s.params,
+        )
+    else:
+        pl = policy_loss(
+            log_probs,
+            current,  # the IS weights' numerator: the current policy, as veRL's bypass weights
+            advantages,
+            kept,
+            loss_type="gpg",
+            rollout_log_probs=rollout,
+            is_correction=s.is_correction,
+            aggregation=s.aggregation,
+            norm=norm,
+            params=s.params,
+            is_mask=mask,  # veRL computes the weights over the response mask before rejection
+        )
+    with torch.no_grad():
+        ppo_kl = masked_mean(rollout - current, kept)
+    return replace(pl, ppo_kl=ppo_kl), metrics
+
+
 def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -> tuple[Tensor, dict[str, Tensor]]:
     """``L_pg + kl_coef·agg(KL) [KL as loss] − entropy_coef·agg(H)`` on one micro-batch (OpenRLHF
     ActorPPOTrainer.training_step), aggregated over the whole optimizer step by ``norm``."""
@@ -170,23 +228,27 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
             if "ref_logprobs" in mb:
                 kl = compute_approx_kl(old, mb["ref_logprobs"], s.kl_estimator, clamp_k3_only=s.kl_clamp_k3_only)
                 metrics["kl"] = masked_mean(kl, mask)
-    pl = policy_loss(
-        log_probs,
-        old,
-        mb["advantages"],
-        mask,
-        loss_type=s.loss_type,
-        clip_eps_low=s.clip_eps_low,
-        clip_eps_high=s.clip_eps_high,
-        dual_clip=s.dual_clip,
-        rollout_log_probs=mb.get("rollout_logprobs"),
-        is_correction=s.is_correction,
-        aggregation=s.aggregation,
-        norm=norm,
-        params=s.params,
-        is_batch_totals=mb.get("is_weight_totals"),
-        is_mask=mb.get("generated_mask"),
-    )
+    if s.bypass:
+        pl, bypass_metrics = bypass_policy_loss(log_probs, mb["rollout_logprobs"], mb["advantages"], mask, norm, s)
+        metrics.update(bypass_metrics)
+    else:
+        pl = policy_loss(
+            log_probs,
+            old,
+            mb["advantages"],
+            mask,
+            loss_type=s.loss_type,
+            clip_eps_low=s.clip_eps_low,
+            clip_eps_high=s.clip_eps_high,
+            dual_clip=s.dual_clip,
+            rollout_log_probs=mb.get("rollout_logprobs"),
+            is_correction=s.is_correction,
+            aggregation=s.aggregation,
+            norm=norm,
+            params=s.params,
+            is_batch_totals=mb.get("is_weight_totals"),
+            is_mask=mb.get("generated_mask"),
+        )
     loss = pl.loss
     metrics.update({"policy_loss": pl.loss.detach(), "ppo_clip_ratio": pl.clip_ratio, "ppo_kl": pl.ppo_kl})
     if pl.rollout_kl is not None:

@@ -73,28 +73,12 @@ def check_teacher_tokenizer(spec: ExperimentSpec, policy_path: str) -> str:
 
 def reuses_current_logprobs(spec: ExperimentSpec) -> bool:
     """True when the actor makes exactly one optimizer step per rollout and nothing before training needs the old
-    log-probs (no KL in the reward): the policy's weights when training starts are the weights that would
-    recompute them, so the loss takes its own detached log-probs as the old ones (ratio 1, as TRL does) and the
-    experience pass skips one forward over every sample. Several steps or epochs per rollout keep the pass, and so
-    does on-policy distillation (its rewards are the teacher's log-probs minus the student's, before training), and
-    so do IS weights normalised over the rollout batch (algorithm.is_correction.batch_normalize: their mean needs
-    every sample's old log-prob before the first micro-batch trains), and rejection sampling (algorithm.rejection:
-    its mask is read off them before the advantages)."""
+    log-probs (rlhf.spec.derive.old_logprob_source): the policy's weights when training starts are the weights that
+    would recompute them, so the loss takes its own detached log-probs as the old ones (ratio 1, as TRL does) and the
+    experience pass skips one forward over every sample."""
     from rlhf.spec.derive import derive
 
-    kl = spec.algorithm.kl
-    kl_in_reward = kl.placement == "reward" and kl.coef > 0
-    isc = spec.algorithm.is_correction
-    batch_is_mean = isc.batch_normalize and isc.axes()[0] != "off"
-    d = derive(spec)
-    rejects = spec.algorithm.rejection.enabled  # its mask is read off the old log-probs before the advantages
-    return (
-        d.optimizer_steps_per_rollout == 1
-        and not kl_in_reward
-        and "teacher" not in d.roles
-        and not batch_is_mean
-        and not rejects
-    )
+    return derive(spec).old_logprobs == "reuse"
 
 
 def forward_in_ranks(
@@ -234,6 +218,7 @@ class RLWorkers:
         self.actor_settings = ActorLossSettings.from_spec(spec)
         self.packing = spec.trainer.packing
         self.reuses_current_logprobs = reuses_current_logprobs(spec)
+        self.bypass = spec.algorithm.old_logprobs == "rollout"  # veRL's bypass mode: the engine's log-probs are old
         self.kl_coef = spec.algorithm.kl.coef  # the KL controller's current value, set by the loop
         self.pad_id: int | None = None  # the tokenizer's pad id, set by the loop (probe batches are padded with it)
 
@@ -323,7 +308,9 @@ class RLWorkers:
         timing = {}
         t0 = time.perf_counter()
         fn = partial(policy_logprobs_fn, temperature=self.temperature, packing=self.packing)
-        if not self.reuses_current_logprobs:
+        if self.bypass:  # no forward: the rollout engine's log-probs stand in for the old policy's
+            exp.old_logprobs = exp.rollout_logprobs * exp.action_mask
+        elif not self.reuses_current_logprobs:
             exp.old_logprobs = self._stitch(self._forward(self.policy, fn, exp, None), width) * exp.action_mask
         if self.reference is not None:
             name = "reference"
@@ -399,7 +386,7 @@ class RLWorkers:
         fn = partial(actor_loss_fn, s=self.actor_settings)
         isc = self.actor_settings.is_correction
         extra = {}
-        if isc.enabled and isc.batch_normalize and exp.old_logprobs is not None:
+        if isc.enabled and isc.batch_normalize and exp.old_logprobs is not None and not self.bypass:
             # The IS weights are normalised over the whole rollout batch (veRL), not each micro-batch.
             extra["is_weight_totals"] = rollout_is_weight_totals(exp, isc)
         return self._train(self.policy, exp, fields, fn, step, "actor", extra)

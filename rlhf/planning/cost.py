@@ -7,8 +7,8 @@ and DPO. Its phases run one after the other, as the RL pipeline runs them (rlhf.
 
     generation   prefill + decode on each engine, the engines side by side (the step waits for the slowest)
     reward       the reward model's forward over every sample (it scores while the step generates)
-    experience   old log-probs (skipped where the pipeline reuses the training forward's), reference / teacher
-                 log-probs, critic values, one role after the other, each role's ranks side by side
+    experience   old log-probs (skipped where the pipeline reuses the training forward's or takes the engine's),
+                 reference / teacher log-probs, critic values, one role after the other, each role's ranks side by side
     train        critic then policy: forward + backward per micro-batch, gradient and parameter traffic of the
                  training engine, the optimizer step, times the optimizer steps per rollout
     sync         the weight sync: the sharded gather, the transfer by route, the engines' load of the new weights
@@ -237,21 +237,8 @@ CPU = Constants(
 def reuses_current_logprobs(spec: ExperimentSpec, plan: Plan) -> bool:
     """rlhf.pipelines.rl_roles.reuses_current_logprobs, read from the plan (that module imports torch): one optimizer
     step per rollout, no KL in the reward, no teacher and no rejection sampling, so the experience pass skips the
-    policy's forward
-    (tests/planning/test_auto.py checks that the two agree)."""
-    kl = spec.algorithm.kl
-    kl_in_reward = kl.placement == "reward" and kl.coef > 0
-    isc = spec.algorithm.is_correction
-    batch_is_mean = isc.batch_normalize and isc.axes()[0] != "off"
-    d = plan.derived
-    rejects = spec.algorithm.rejection.enabled
-    return (
-        d.optimizer_steps_per_rollout == 1
-        and not kl_in_reward
-        and "teacher" not in d.roles
-        and not batch_is_mean
-        and not rejects
-    )
+    policy's forward (tests/planning/test_cost.py checks that the two agree)."""
+    return plan.derived.old_logprobs == "reuse"
 
 
 def constants_for(spec: ExperimentSpec) -> Constants:
@@ -605,7 +592,7 @@ def estimate(spec: ExperimentSpec, plan: Plan, *, bound: str = "exact") -> StepE
         phases["generation"] = _generation(x, prompt, response)
         phases["reward"] = _forward_role(x, "reward", samples, seq)
         exp = 0.0
-        if not reuses_current_logprobs(spec, plan):
+        if plan.derived.old_logprobs == "recompute":  # reused, or the engine's (bypass): no forward
             exp += _forward_role(x, "policy", samples, seq)
         for role in ("reference", "teacher", "critic"):
             exp += _forward_role(x, role, samples, seq)

@@ -32,6 +32,8 @@ class Derived:
     grad_accum: dict[str, int] = field(default_factory=dict)  # per trained role
     gamma: float = 1.0  # effective discount (1 for the estimators with a baseline: group or batch)
     max_prompt_len: int = 0
+    # RL: where the policy's old log-probs come from (OLD_LOGPROB_SOURCES): recompute | rollout | reuse
+    old_logprobs: str = "recompute"
 
     def data_parallel(self, role: str) -> int:
         """The ranks of ``role`` that take different samples (its devices when nothing else splits them)."""
@@ -138,6 +140,29 @@ def role_mesh(spec: ExperimentSpec, ranks: int) -> Mesh:
     return registry.train_backend(spec.trainer.backend).mesh(spec, max(ranks, 1))
 
 
+#: Where the old log-probs come from: ``recompute`` (the policy's forward over every sample before training),
+#: ``rollout`` (the rollout engine's, algorithm.old_logprobs=rollout: veRL's bypass mode) or ``reuse`` (one optimizer
+#: step per rollout and nothing needing them before training: the training forward's own, detached, as TRL).
+OLD_LOGPROB_SOURCES = {
+    "recompute": "recomputed by the policy's forward over every sample",
+    "rollout": "the rollout engine's (bypass mode: no forward)",
+    "reuse": "the training forward's own (one optimizer step per rollout: no forward)",
+}
+
+
+def old_logprob_source(spec: ExperimentSpec, roles_: tuple[str, ...], steps_per_rollout: int) -> str:
+    """``Derived.old_logprobs`` (OLD_LOGPROB_SOURCES). Reusing needs exactly one optimizer step per rollout and
+    nothing that reads them before training: no KL in the reward, no teacher, no IS weights normalised over the
+    rollout batch, no rejection sampling (its mask is read off them before the advantages)."""
+    a = spec.algorithm
+    if a.old_logprobs == "rollout":
+        return "rollout"
+    kl_in_reward = a.kl.placement == "reward" and a.kl.coef > 0
+    batch_is_mean = a.is_correction.batch_normalize and a.is_correction.axes()[0] != "off"
+    needed = kl_in_reward or "teacher" in roles_ or batch_is_mean or a.rejection.enabled
+    return "reuse" if steps_per_rollout == 1 and not needed else "recompute"
+
+
 def derive(spec: ExperimentSpec) -> Derived:
     present = roles(spec)
     groups = device_groups(spec, present)
@@ -172,4 +197,5 @@ def derive(spec: ExperimentSpec) -> Derived:
         grad_accum=grad_accum,
         gamma=1.0 if gamma_one else spec.algorithm.advantage.gamma,
         max_prompt_len=max_prompt,
+        old_logprobs=old_logprob_source(spec, present, steps_per_rollout) if samples else "recompute",
     )

@@ -109,6 +109,10 @@ def canonical_aggregation(name: str) -> str:
 # (--algo.advantage.is_correction_level/_mode/_gating/_threshold): a gate reads a statistic per unit (each token,
 # or each sequence's mean) and masks or clips the units outside [low, high].
 IS_CORRECTION_LEVELS = ("off", "token", "seq")
+# algorithm.old_logprobs: recomputed by the trainer, or the rollout engine's (veRL's bypass mode).
+OLD_LOGPROB_CHOICES = ("recompute", "rollout")
+# The policy losses bypass mode computes (veRL's rollout_correction.loss_type ppo_clip and reinforce).
+BYPASS_LOSSES = ("ppo", "gpg")
 # algorithm.rejection.criteria: veRL 0.9.1's rollout_rs options, <level>_<estimator> (rlhf.algo.rejection).
 REJECTION_CRITERIA = (
     "token_k1",

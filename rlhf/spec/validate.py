@@ -244,6 +244,7 @@ def _check_algorithm(spec: ExperimentSpec, d: Derived, c: _Collector) -> None:
         )
     _check_is_correction(spec, c)
     _check_rejection(spec, c)
+    _check_bypass(spec, c)
     c.require(
         not a.kl.unbiased_gradient or a.kl.placement == "loss",
         "algorithm.kl.unbiased_gradient",
@@ -357,6 +358,34 @@ def _check_is_correction(spec: ExperimentSpec, c: _Collector) -> None:
                 f"the IS correction is off, so it would be ignored: turn it on ({prefix}type=tis, icepop or "
                 f"seq-mask-tis, or {prefix}level), or remove {prefix}{key}",
             )
+
+
+def _check_bypass(spec: ExperimentSpec, c: _Collector) -> None:
+    """algorithm.old_logprobs=rollout (veRL's bypass mode): the losses veRL computes in it, and no IS correction
+    beside PPO's ratio, which already is one."""
+    a = spec.algorithm
+    if a.old_logprobs != "rollout":
+        return
+    c.require(
+        a.family == "rl",
+        "algorithm.old_logprobs",
+        a.old_logprobs,
+        "only RL has a rollout engine whose log-probs could stand in: remove it",
+    )
+    c.require(
+        a.policy_loss.type in names.BYPASS_LOSSES,
+        "algorithm.policy_loss.type",
+        a.policy_loss.type,
+        "with algorithm.old_logprobs=rollout (veRL's bypass mode) the loss is ppo (veRL's ppo_clip) or gpg (veRL's "
+        "reinforce, with the IS weights): choose one, or algorithm.old_logprobs=recompute",
+    )
+    c.require(
+        not (a.policy_loss.type == "ppo" and a.is_correction.axes()[0] != "off"),
+        "algorithm.is_correction.level",
+        a.is_correction.axes()[0],
+        "with algorithm.old_logprobs=rollout, PPO's ratio is already pi / pi_rollout, so IS weights would count it "
+        "twice (veRL ignores them there): remove the IS correction, or use algorithm.policy_loss.type=gpg",
+    )
 
 
 def _check_rejection(spec: ExperimentSpec, c: _Collector) -> None:

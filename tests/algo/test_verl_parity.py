@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from verl_reference import HOW_TO_GET, actor_config, load, wheel_path
+from verl_reference import HOW_TO_GET, ActorConfig, actor_config, load, wheel_path
 
 from rlhf.algo import (
     LossNormalizer,
@@ -809,6 +809,82 @@ def test_rejection_beside_is_weights_in_the_vanilla_loss_is_verls(ref, level, th
     value_o, grad_o = _grad(ours, log_probs)
     torch.testing.assert_close(value_o, value_t, rtol=0, atol=1e-5)
     torch.testing.assert_close(grad_o, grad_t, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "correction",
+    [
+        {"loss_type": "ppo_clip"},
+        {"loss_type": "ppo_clip", "rollout_rs": "token_k3", "rollout_rs_threshold": 0.04},
+        {"loss_type": "reinforce", "rollout_is": "token", "rollout_is_threshold": 2.0},
+        {
+            "loss_type": "reinforce",
+            "rollout_is": "sequence",
+            "rollout_is_threshold": 2.0,
+            "rollout_is_batch_normalize": True,
+            "rollout_rs": "seq_mean_k3",
+            "rollout_rs_threshold": 0.05,
+        },
+    ],
+    ids=["ppo_clip", "ppo_clip-rs", "reinforce-tis", "reinforce-seq-tis-normalised-rs"],
+)
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bypass_mode_losses_are_verls(ref, correction, mode, seed):
+    """veRL's bypass mode (compute_policy_loss_bypass_mode: old log-probs = the rollout's; the current policy
+    compared with them in the micro-batch for its IS weights and rejection) against ours under the keys import-verl
+    writes: the loss and its gradient, and ppo_kl."""
+    from rlhf.algo import ISCorrection
+    from rlhf.algo.rejection import Rejection
+    from rlhf.pipelines.rl_losses import ActorLossSettings, bypass_policy_loss
+    from rlhf.spec.schema import ISCorrectionSpec
+
+    c = "algorithm.rollout_correction"
+    given = [f"{c}.bypass_mode=True", f"{A}.loss_agg_mode={mode}"]
+    given += [f"{c}.{k}={v}" for k, v in correction.items()]
+    values = mapped(*given)
+    assert values["algorithm.old_logprobs"] == "rollout"
+    pl = {k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("algorithm.policy_loss.")}
+    isc_keys = {k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("algorithm.is_correction.")}
+    isc = ISCorrectionSpec(**isc_keys)
+    rs = {k.rsplit(".", 1)[1]: v for k, v in values.items() if k.startswith("algorithm.rejection.")}
+    settings = ActorLossSettings(
+        loss_type=pl["type"],
+        clip_eps_low=pl["eps_clip_low"],
+        clip_eps_high=pl["eps_clip_high"],
+        dual_clip=pl.get("dual_clip"),
+        aggregation=pl["aggregation"],
+        temperature=1.0,
+        entropy_coef=None,
+        kl_in_loss=False,
+        kl_estimator="k1",
+        is_correction=ISCorrection(
+            *isc.axes(), *isc.bounds(), seq_ratio=isc.seq_ratio, batch_normalize=isc.batch_normalize
+        ),
+        bypass=True,
+        rejection=Rejection.of(rs["criteria"], rs["upper"], rs.get("lower", [])) if rs else None,
+    )
+    g = torch.Generator().manual_seed(seed)
+    log_probs, _, advantages, mask = _policy_batch(g, batch=8, width=10)
+    rollout = log_probs.detach() + torch.randn(8, 10, generator=g) * 0.3
+    config = actor_config(loss_agg_mode=mode, policy_loss=ActorConfig(rollout_correction=dict(correction)))
+    kls = {}
+
+    def theirs(lp):
+        loss, metrics = ref.compute_policy_loss_bypass_mode(rollout, lp, advantages, mask, mode, config)
+        kls["theirs"] = metrics["actor/ppo_kl"]
+        return loss
+
+    def ours(lp):
+        out, _ = bypass_policy_loss(lp, rollout, advantages, mask, None, settings)
+        kls["ours"] = float(out.ppo_kl)
+        return out.loss
+
+    value_t, grad_t = _grad(theirs, log_probs)
+    value_o, grad_o = _grad(ours, log_probs)
+    torch.testing.assert_close(value_o, value_t, rtol=0, atol=1e-5)
+    torch.testing.assert_close(grad_o, grad_t, rtol=0, atol=1e-5)
+    assert kls["ours"] == pytest.approx(kls["theirs"], abs=1e-6)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -57,6 +57,8 @@ CORE = {
     "compute_policy_loss_dppo_tv",
     "compute_policy_loss_dppo_kl",
     "compute_policy_loss_dro",
+    "compute_policy_loss_reinforce",
+    "compute_policy_loss_bypass_mode",
     "compute_value_loss",
     "kl_penalty",
     "kl_penalty_forward",
@@ -73,6 +75,9 @@ ROLLOUT_CORRECTION = {
     "compute_rs_metrics",
     "SUPPORTED_ROLLOUT_RS_OPTIONS",
     "TOKEN_LEVEL_ROLLOUT_RS_OPTIONS",
+    # both together, as the trainer and the bypass mode's loss call them
+    "compute_rollout_correction_and_rejection_mask",
+    "compute_offpolicy_metrics",
 }
 #: verl/utils/torch_functional.py definitions core_algos reaches through ``verl_F``.
 TORCH_FUNCTIONAL = {"masked_sum", "masked_mean", "masked_var", "masked_whiten", "clip_by_value"}
@@ -89,6 +94,14 @@ def wheel_path() -> Path | None:
 
 class AlgoConfig(SimpleNamespace):
     """Stands for ``verl.trainer.config.AlgoConfig`` (the losses check that they were not given one)."""
+
+
+class DataProto(SimpleNamespace):
+    """Stands for ``verl.protocol.DataProto`` where rollout_corr_helper wraps its IS weights in one."""
+
+    @classmethod
+    def from_dict(cls, tensors: dict[str, Any]) -> DataProto:
+        return cls(batch=dict(tensors))
 
 
 class ActorConfig(SimpleNamespace):
@@ -127,6 +140,11 @@ def _definitions(source: str, module: str, names: set[str], namespace: dict[str,
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names:
             node.decorator_list = []
+            # an import of veRL's own modules inside a function (the bypass loss's): the name comes from the
+            # namespace instead, where the loader puts the definition it read
+            node.body = [
+                s for s in node.body if not (isinstance(s, ast.ImportFrom) and (s.module or "").startswith("verl"))
+            ]
             kept.append(node)
             found.add(node.name)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in names:
@@ -152,27 +170,37 @@ def load(wheel_file: Path) -> SimpleNamespace:
             {"torch": torch},
         )
         verl_f = SimpleNamespace(**functional)
+        core_namespace = {
+            "torch": torch,
+            "np": np,
+            "defaultdict": defaultdict,
+            "Optional": Optional,
+            "Any": Any,
+            "Callable": Callable,
+            "DictConfig": dict,
+            "AlgoConfig": AlgoConfig,
+            "ActorConfig": ActorConfig,
+            "verl_F": verl_f,
+        }
         core = _definitions(
-            _source(wheel, "verl/trainer/ppo/core_algos.py"),
-            "verl/trainer/ppo/core_algos.py",
-            CORE,
-            {
-                "torch": torch,
-                "np": np,
-                "defaultdict": defaultdict,
-                "Optional": Optional,
-                "Any": Any,
-                "Callable": Callable,
-                "DictConfig": dict,
-                "AlgoConfig": AlgoConfig,
-                "ActorConfig": ActorConfig,
-                "verl_F": verl_f,
-            },
+            _source(wheel, "verl/trainer/ppo/core_algos.py"), "verl/trainer/ppo/core_algos.py", CORE, core_namespace
         )
         correction = _definitions(
             _source(wheel, "verl/trainer/ppo/rollout_corr_helper.py"),
             "verl/trainer/ppo/rollout_corr_helper.py",
             ROLLOUT_CORRECTION,
-            {"torch": torch, "math": math, "Any": Any, "Optional": Optional, "verl_F": verl_f, "SAFETY_BOUND": 20.0},
+            {
+                "torch": torch,
+                "math": math,
+                "Any": Any,
+                "Optional": Optional,
+                "verl_F": verl_f,
+                "SAFETY_BOUND": 20.0,
+                "DataProto": DataProto,
+            },
         )
+    # what the bypass loss imports from rollout_corr_helper when it runs
+    core_namespace["compute_rollout_correction_and_rejection_mask"] = correction[
+        "compute_rollout_correction_and_rejection_mask"
+    ]
     return SimpleNamespace(**core, **correction, verl_F=verl_f)

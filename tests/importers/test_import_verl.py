@@ -586,8 +586,8 @@ def test_the_new_policy_losses_map_with_a_plain_arrow(loss):
 @pytest.mark.parametrize("level", ["token", "sequence"])
 def test_rollout_is_and_its_batch_normalisation_map_with_a_plain_arrow(level, in_tmp):
     """Issue 35: veRL's rollout IS weights per token (TIS) or per sequence (the product of its token ratios,
-    truncated) and rollout_is_batch_normalize are carried, and so is its rejection sampling (issue 47); bypass mode
-    is reported with the reason it is not."""
+    truncated) and rollout_is_batch_normalize are carried, and so are its rejection sampling and its bypass mode with
+    the reinforce loss (issue 47)."""
     c = "algorithm.rollout_correction"
     is_, thr, norm = f"{c}.rollout_is={level}", f"{c}.rollout_is_threshold=1.5", f"{c}.rollout_is_batch_normalize=True"
     rs, rs_thr = f"{c}.rollout_rs=seq_mean_k3", f"{c}.rollout_rs_threshold=0.01"
@@ -605,10 +605,9 @@ def test_rollout_is_and_its_batch_normalisation_map_with_a_plain_arrow(level, in
     assert v["algorithm.is_correction.batch_normalize"] is True
     rows = _rows(conv)
     assert v["algorithm.rejection.criteria"] == ["seq_mean_k3"] and v["algorithm.rejection.upper"] == [0.01]
-    for carried in (is_, thr, norm, rs, rs_thr):
+    assert v["algorithm.old_logprobs"] == "rollout" and v["algorithm.policy_loss.type"] == "gpg"
+    for carried in (is_, thr, norm, rs, rs_thr, bypass, loss_type):
         assert rows[carried].marker == "->", rows[carried]
-    assert rows[bypass].marker == NONE and "stand in for" in rows[bypass].detail, rows[bypass]
-    assert rows[loss_type].marker == NONE and "bypass mode" in rows[loss_type].detail
     assert all(r.marker != "~>" for r in rows.values())
     checked = _checked(conv, in_tmp, f"is-{level}")
     assert _real(checked.errors) == []
@@ -633,13 +632,21 @@ def mapped_values(*overrides: str) -> dict:
     return map_command(split_command(["python3", "-m", "verl.trainer.main_ppo", *overrides])).values
 
 
-def test_bypass_modes_loss_type_is_reported_only_where_bypass_mode_reads_it():
+def test_bypass_modes_loss_type_is_carried_where_bypass_mode_reads_it():
     c = "algorithm.rollout_correction"
-    for bypass, marker in (("True", NONE), ("False", "==")):
-        for loss_type in ("ppo_clip", "reinforce"):
+    for bypass in ("True", "False"):
+        for loss_type, ours in (("ppo_clip", "ppo"), ("reinforce", "gpg")):
             line = f"{c}.loss_type={loss_type}"
             conv = _convert(_cmd("algorithm.adv_estimator=grpo", f"{c}.bypass_mode={bypass}", line))
+            # read: carried (ppo is the options' own loss already: ==); not read without bypass mode: ==
+            marker = "->" if bypass == "True" and loss_type == "reinforce" else "=="
             assert _rows(conv)[line].marker == marker, (bypass, loss_type, _rows(conv)[line])
+            if bypass == "True":
+                assert conv.mapping.values["algorithm.policy_loss.type"] == ours
+                assert conv.mapping.values["algorithm.old_logprobs"] == "rollout"
+    line = f"{c}.loss_type=reinforce_plus"
+    conv = _convert(_cmd("algorithm.adv_estimator=grpo", f"{c}.bypass_mode=True", line))
+    assert _rows(conv)[line].marker == NONE and "ppo_clip and reinforce" in _rows(conv)[line].detail
 
 
 # -- Ulysses sequence parallelism: one key for every model role, the batches as veRL's --------------------------------

@@ -218,6 +218,37 @@ def test_rejection_sampling_drops_the_tokens_an_async_step_made_stale(parity, tm
     assert 0 < steps[1]["train/rollout_corr/rollout_rs_seq_masked_fraction"] <= 1
 
 
+def test_bypass_mode_runs_one_policy_forward_fewer_per_step_and_the_plan_says_so(tmp_path, monkeypatch):
+    """algorithm.old_logprobs=rollout (veRL's bypass mode) on the tiny GRPO recipe at two optimizer steps per rollout
+    (where the trainer otherwise recomputes the old log-probs): the experience pass runs the reference's forward
+    only, the policy's is gone (one forward fewer per step), and the run still trains; rlhf-plan names where the old
+    log-probs come from."""
+    from rlhf.cli.plan import render
+    from rlhf.pipelines import rl_roles
+
+    passes: list[str] = []
+    real = rl_roles.RLWorkers._forward
+
+    def counted(self, group, fn, exp, name):
+        passes.append(name or ("policy" if group is self.policy else "critic"))
+        return real(self, group, fn, exp, name)
+
+    monkeypatch.setattr(rl_roles.RLWorkers, "_forward", counted)
+    per_mode = {}
+    for mode in ("recompute", "rollout"):
+        passes.clear()
+        result, steps = train(tmp_path / mode, "grpo_tiny_cpu", *SMALL, f"algorithm.old_logprobs={mode}")
+        assert_trained(result, steps)
+        per_mode[mode] = list(passes)
+    # per step: the reference's forward in both; the policy's in the experience pass only without bypass (the
+    # weight sync's log-prob probe, a policy forward too, runs in both)
+    assert per_mode["recompute"].count("reference") == per_mode["rollout"].count("reference") == 2
+    assert per_mode["recompute"].count("policy") - per_mode["rollout"].count("policy") == 2, per_mode
+    spec = load_spec(["+recipe=grpo_tiny_cpu", *SMALL, "algorithm.old_logprobs=rollout"])
+    assert "old log-probs               the rollout engine's (bypass mode: no forward)" in render(plan(spec))
+    assert "recomputed by the policy's forward" in render(plan(load_spec(["+recipe=grpo_tiny_cpu", *SMALL])))
+
+
 def test_reward_from_a_python_file(shared_run, parity):
     result, steps = shared_run("parity_sync", "rloo_tiny_cpu", *parity)
     assert_trained(result, steps)

@@ -162,3 +162,18 @@ RS = "algorithm.rejection."
 )
 def test_rejection_bounds_and_what_it_cannot_sit_beside(overrides, keys):
     assert sorted(set(error_keys(overrides))) == keys
+
+
+@pytest.mark.parametrize(
+    ("overrides", "keys"),
+    [
+        (["algorithm.old_logprobs=rollout"], []),  # ppo against the engine's log-probs
+        (["algorithm.old_logprobs=rollout", "algorithm=gpg", "algorithm.is_correction.type=tis"], []),  # reinforce
+        (["algorithm.old_logprobs=rollout", "algorithm.policy_loss.type=clip_cov"], ["algorithm.policy_loss.type"]),
+        (["algorithm.old_logprobs=rollout", "algorithm.is_correction.type=tis"], ["algorithm.is_correction.level"]),
+        (["algorithm.old_logprobs=engine"], ["algorithm.old_logprobs"]),
+    ],
+    ids=["ppo", "gpg-tis", "clip_cov", "ppo-with-is", "unknown"],
+)
+def test_bypass_mode_takes_veRLs_two_losses_and_no_second_is_correction(overrides, keys):
+    assert sorted(set(error_keys(overrides))) == keys

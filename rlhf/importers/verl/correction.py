@@ -7,6 +7,11 @@ from __future__ import annotations
 from rlhf.importers.verl.mapper import UNSUPPORTED, VerlMapper
 from rlhf.spec.names import REJECTION_CRITERIA
 
+BYPASS_PPO_NO_WEIGHTS = (
+    "bypass mode with ppo_clip applies no IS weights (its ratio against the engine's log-probs is the correction; "
+    "veRL computes them for its metrics only), nor here"
+)
+
 
 def map_correction(m: VerlMapper) -> None:
     """veRL's rollout IS weights (rollout_corr_helper.compute_rollout_correction_weights): per token (the token
@@ -16,7 +21,14 @@ def map_correction(m: VerlMapper) -> None:
     k, thr_k, norm_k = f"{p}.rollout_is", f"{p}.rollout_is_threshold", f"{p}.rollout_is_batch_normalize"
     level = m.eff(k, (str, type(None)))
     m.handled.update((k, thr_k, norm_k))
-    if level in ("token", "sequence"):
+    ppo_bypass = (
+        m.eff(f"{p}.bypass_mode", bool) and (m.eff(f"{p}.loss_type", (str, type(None))) or "ppo_clip") == "ppo_clip"
+    )
+    if level in ("token", "sequence") and ppo_bypass:
+        for key_ in (k, thr_k, norm_k):
+            if m.given(key_):
+                m.explain(key_, BYPASS_PPO_NO_WEIGHTS)
+    elif level in ("token", "sequence"):
         mode, band = _is_band(m, thr_k)
         if level == "token":
             m.put("algorithm.is_correction.type", "tis" if mode == "clip" else "icepop", k)
@@ -42,27 +54,36 @@ def map_correction(m: VerlMapper) -> None:
         elif m.given(norm_k):
             m.explain(norm_k, "off, as here")
     _map_rejection(m, p)
-    why = {
-        "bypass_mode": "veRL's bypass mode: the rollout engine's log-probs stand in for the old policy's (no "
-        "recomputation); here the trainer always recomputes them (or reuses its own on one step per rollout)",
-        "loss_type": "the policy loss of veRL's bypass mode (ppo_clip against the rollout log-probs, or an "
-        "IS-weighted REINFORCE), which is not carried",
-    }
-    bypass = bool(m.eff(f"{p}.bypass_mode", bool))
-    for rest, reason in why.items():
-        rk = f"{p}.{rest}"
-        m.handled.add(rk)
-        if not m.given(rk):
-            continue
-        if rest == "loss_type":  # read by bypass mode only
-            if bypass:
-                m.none(rk, UNSUPPORTED, reason)
-            else:
-                m.explain(rk, "read by veRL's bypass mode only, which is off")
-        elif m.eff(rk) not in (None, False):
-            m.none(rk, UNSUPPORTED, reason)
-        else:
-            m.explain(rk, "off, as here")
+    _map_bypass(m, p)
+
+
+#: veRL's bypass-mode loss_type -> ours (rlhf.spec.names.BYPASS_LOSSES).
+BYPASS_LOSS_TYPES = {"ppo_clip": "ppo", "reinforce": "gpg"}
+
+
+def _map_bypass(m: VerlMapper, p: str) -> None:
+    """veRL's bypass mode (rollout_corr_helper.apply_bypass_mode): the rollout log-probs stand in for the old
+    policy's and its loss (``loss_type``) replaces actor.policy_loss.loss_mode."""
+    k, lt_k = f"{p}.bypass_mode", f"{p}.loss_type"
+    m.handled.update((k, lt_k))
+    if not m.eff(k, bool):
+        if m.given(k):
+            m.explain(k, "off: the trainer recomputes the old log-probs, as here")
+        if m.given(lt_k):
+            m.explain(lt_k, "read by veRL's bypass mode only, which is off")
+        return
+    loss_type = m.eff(lt_k, (str, type(None))) or "ppo_clip"
+    if loss_type not in BYPASS_LOSS_TYPES:
+        m.none(lt_k, UNSUPPORTED, f"{loss_type!r}: veRL's bypass losses are ppo_clip and reinforce")
+        return
+    m.put("algorithm.old_logprobs", "rollout", k)
+    m.put("algorithm.policy_loss.type", BYPASS_LOSS_TYPES[loss_type], lt_k, k)
+    if loss_type == "reinforce":
+        m.put("algorithm.policy_loss.dual_clip", None, lt_k)  # no clipped surrogate for clip_ratio_c to bound
+    loss_mode = "actor_rollout_ref.actor.policy_loss.loss_mode"
+    if m.given(loss_mode) and m.eff(loss_mode, str) != "vanilla":
+        m.explain(loss_mode, "replaced by the bypass mode's loss_type in veRL, as here")
+    m.explain(k, "the rollout engine's log-probs are the old policy's: one forward pass fewer per step")
 
 
 def _map_rejection(m: VerlMapper, p: str) -> None:

@@ -351,6 +351,16 @@ class AlgorithmSpec:
 
     name: str = key("ppo", "preset name (informational)", nonempty=True)
     family: str = key("rl", "which pipeline runs", choices=names.FAMILIES)
+    old_logprobs: str = key(
+        "recompute",
+        "RL: the old policy's log-probs: recompute (the trainer's forward over every sample before training, or its "
+        "own training forward's where one optimizer step per rollout allows: OpenRLHF, veRL's default) | rollout "
+        "(veRL's bypass mode: the rollout engine's log-probs stand in, one forward pass fewer per step; the policy "
+        "loss is then ppo (the ratio against the engine's log-probs, no IS weights) or gpg (veRL's bypass reinforce: "
+        "-A log pi times the IS weights pi / pi_rollout), and the IS correction and rejection sampling compare the "
+        "current policy with the engine's in each micro-batch)",
+        choices=names.OLD_LOGPROB_CHOICES,
+    )
     advantage: AdvantageSpec = field(default_factory=AdvantageSpec)
     policy_loss: PolicyLossSpec = field(default_factory=PolicyLossSpec)
     kl: KLSpec = field(default_factory=KLSpec)
