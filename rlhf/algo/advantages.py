@@ -21,6 +21,10 @@ OpenRLHF ``compute_advantages_and_returns`` in ``openrlhf/trainer/ppo_utils/expe
 | grpo_passk           | best: (r_max - r_2nd) / (std + ε);  | return           | no       |
 |                      | the others 0                        |                  |          |
 | remax                | r_i - r(greedy response to prompt)  | return           | no       |
+| optimal_token_       | r                                   | return minus a   | no       |
+| baseline (and tir_)  |                                     | per-token group  |          |
+|                      |                                     | baseline         |          |
+|                      |                                     | (token_baseline) |          |
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from torch import Tensor
 from rlhf.algo.kl import DEFAULT_REWARD_CLIP, compute_reward
 from rlhf.algo.logprobs import masked_whiten
 from rlhf.algo.registry import Registry
+from rlhf.algo.token_baseline import TokenBaselineInputs, optimal_token_baseline_advantages
 from rlhf.spec.names import ESTIMATOR_TRAITS, EstimatorTraits
 
 # Added to the group std in GRPO's normalisation (OpenRLHF's value) so an all-equal group gives 0, not NaN.
@@ -183,6 +188,9 @@ for _estimator in (
     AdvantageEstimator("grpo_passk", whiten=False, baseline=passk_baseline),
     # ReMax (arXiv 2310.10505): the baseline is an input, the greedy response's reward (greedy_rewards below).
     AdvantageEstimator("remax", whiten=False),
+    # The optimal token baseline (veRL): a baseline per token, rlhf.algo.token_baseline.
+    AdvantageEstimator("optimal_token_baseline", whiten=False),
+    AdvantageEstimator("tir_optimal_token_baseline", whiten=False),
 ):
     ADVANTAGE_ESTIMATORS.add(_estimator.name, _estimator)
 
@@ -300,6 +308,7 @@ def compute_advantages_and_returns(
     whiten_unbiased: bool = False,
     skip_masked: bool = False,
     greedy_rewards: Tensor | None = None,
+    token_baseline: TokenBaselineInputs | None = None,
 ) -> AdvantageOutput:
     """Advantages and returns for one rollout batch, in OpenRLHF's order (``compute_advantages_and_returns``):
 
@@ -347,6 +356,9 @@ def compute_advantages_and_returns(
         greedy_rewards: ``[B]`` the reward of a greedy response to each sample's prompt, required by ``remax``
             (ReMax, veRL ``compute_remax_outcome_advantage``): subtracted from the sample's reward, so every token's
             advantage is its return minus it.
+        token_baseline: what the optimal token baseline reads of the old policy (:mod:`rlhf.algo.token_baseline`),
+            required by ``optimal_token_baseline`` and ``tir_optimal_token_baseline``: each token's advantage is its
+            return minus its group's path-variance-weighted return at that step.
     """
     spec = ADVANTAGE_ESTIMATORS.get(estimator)
     traits = spec.traits
@@ -381,6 +393,16 @@ def compute_advantages_and_returns(
     else:
         returns = cumulative_returns(token_rewards, action_mask, gamma, skip_masked)
         advantages = returns.clone()
+        if traits.token_baseline:
+            if token_baseline is None:
+                raise ValueError(f"advantage estimator {estimator!r} needs the old policy's log-probs and sum pi^2")
+            advantages = optimal_token_baseline_advantages(
+                returns,
+                action_mask,
+                token_baseline,
+                n_samples_per_prompt,
+                generated_steps_only=estimator == "tir_optimal_token_baseline",
+            )
     if scored is not None:
         # An unscored sample carries no signal: out of the whitening statistics, and a zero advantage.
         keep = scored.reshape(-1, 1).to(action_mask.dtype)

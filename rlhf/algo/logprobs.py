@@ -7,6 +7,7 @@ environment-feedback tokens.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -62,13 +63,35 @@ def log_probs_from_logits(logits: Tensor, labels: Tensor, temperature: float = 1
     return label_logits - _reduce_vocab(logits, lambda z: torch.logsumexp(z / temperature, dim=-1))
 
 
-def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Entropy of ``softmax(z)`` over the last axis, in fp32: ``H = logsumexp(z) - Σ_v softmax(z)_v · z_v``.
+def entropy_from_logits(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """Entropy of ``softmax(z / temperature)`` over the last axis, in fp32: ``H = logsumexp(z') - Σ_v softmax(z')_v ·
+    z'_v``, ``z' = z / temperature``.
 
-    OpenRLHF ``compute_entropy``. Call it on the *untempered* logits: OpenRLHF computes it before the temperature
-    division, and our presets must log the same number.
+    OpenRLHF ``compute_entropy`` at temperature 1 (it computes it before the temperature division); veRL's actor
+    computes it on the tempered logits, the distribution the rollout sampled from.
     """
-    return _reduce_vocab(logits, lambda z: torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(dim=-1))
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+
+    def entropy(z: Tensor) -> Tensor:
+        z = z if temperature == 1 else z / temperature
+        return torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
+
+    return _reduce_vocab(logits, entropy)
+
+
+def sum_pi_squared_from_logits(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """``Σ_v π_v²`` of ``π = softmax(z / temperature)`` over the last axis, in fp32: ``exp(logsumexp(2z') -
+    2 logsumexp(z'))`` (veRL ``calculate_sum_pi_squared_from_logits``, on the tempered logits as its actor computes
+    it): what the optimal token baseline's path-variance proxy ``1 - 2π(y) + Σπ²`` needs of the whole distribution."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+
+    def sum_sq(z: Tensor) -> Tensor:
+        z = z if temperature == 1 else z / temperature
+        return torch.exp(torch.logsumexp(2.0 * z, dim=-1) - 2.0 * torch.logsumexp(z, dim=-1))
+
+    return _reduce_vocab(logits, sum_sq)
 
 
 def masked_sum(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -103,41 +126,74 @@ def masked_whiten(
     return centered * mask
 
 
-def _chunk_scores(z: Tensor, labels: Tensor, temperature: float, entropy: bool) -> tuple[Tensor, Tensor | None]:
-    """One chunk's log-probs of ``labels`` and entropy from its logits ``z`` ``[C, V]``: the formulas of
-    :func:`log_probs_from_logits` and :func:`entropy_from_logits`, on the same fp32 values."""
+@dataclass(frozen=True)
+class TokenScores:
+    """What a forward scores at each position: the log-prob of its target and, where asked, the entropies and
+    ``Σπ²`` of its distribution.
+
+    Attributes:
+        log_probs: ``[...]`` log-probs of the targets under ``softmax(z / temperature)``.
+        entropies: one ``[...]`` tensor per requested entropy temperature, in the order asked.
+        sum_pi_squared: ``[...]`` ``Σ_v π_v²`` at the sampling temperature (no gradient), or None.
+    """
+
+    log_probs: Tensor
+    entropies: tuple[Tensor, ...] = ()
+    sum_pi_squared: Tensor | None = None
+
+
+def _chunk_scores(
+    z: Tensor, labels: Tensor, temperature: float, entropy_temperatures: tuple[float, ...], sum_sq: bool
+) -> tuple[Tensor, list[Tensor], Tensor | None]:
+    """One chunk's log-probs of ``labels``, entropies (one per temperature) and ``Σπ²`` from its logits ``z``
+    ``[C, V]``: the formulas of :func:`log_probs_from_logits`, :func:`entropy_from_logits` and
+    :func:`sum_pi_squared_from_logits`, on the same fp32 values."""
     zf = _at_least_fp32(z)
     tempered = zf if temperature == 1 else zf / temperature
-    logp = zf.gather(-1, labels.unsqueeze(-1)).squeeze(-1) / temperature - torch.logsumexp(tempered, dim=-1)
+    lse = torch.logsumexp(tempered, dim=-1)
+    logp = zf.gather(-1, labels.unsqueeze(-1)).squeeze(-1) / temperature - lse
+    sq = torch.exp(torch.logsumexp(2.0 * tempered, dim=-1) - 2.0 * lse) if sum_sq else None
     del tempered
-    ent = torch.logsumexp(zf, dim=-1) - (torch.softmax(zf, dim=-1) * zf).sum(dim=-1) if entropy else None
-    return logp, ent
+    ents = []
+    for tau in entropy_temperatures:
+        zt = zf if tau == 1 else zf / tau
+        ents.append(torch.logsumexp(zt, dim=-1) - (torch.softmax(zt, dim=-1) * zt).sum(dim=-1))
+        del zt
+    return logp, ents, sq
 
 
 class _HeadScores(torch.autograd.Function):
-    """``(log p(labels), entropy)`` of ``softmax(hidden @ weight.T + bias)`` computed ``chunk`` tokens at a time; the
-    backward computes each chunk's logits again (one more head matmul) instead of keeping them."""
+    """``(log p(labels), Σπ², *entropies)`` of ``softmax(hidden @ weight.T + bias)`` computed ``chunk`` tokens at a
+    time; the backward computes each chunk's logits again (one more head matmul) instead of keeping them. ``Σπ²``
+    has no gradient; an entropy nobody differentiates costs nothing in the backward."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, labels, temperature, entropy, chunk):  # noqa: ANN001 - autograd's signature
+    def forward(ctx, hidden, weight, bias, labels, temperature, entropy_temperatures, sum_sq, chunk):  # noqa: ANN001
         n = hidden.shape[0]
         dtype = torch.promote_types(hidden.dtype, torch.float32)
         logp = torch.empty(n, dtype=dtype, device=hidden.device)
-        ent = torch.empty(n if entropy else 0, dtype=dtype, device=hidden.device)
+        sq = torch.empty(n if sum_sq else 0, dtype=dtype, device=hidden.device)
+        ents = [torch.empty(n, dtype=dtype, device=hidden.device) for _ in entropy_temperatures]
         for s in range(0, n, chunk):
             z = torch.nn.functional.linear(hidden[s : s + chunk], weight, bias)  # the head's own dtype, as lm_head
-            lp, h = _chunk_scores(z, labels[s : s + chunk], temperature, entropy)
+            lp, hs, q = _chunk_scores(z, labels[s : s + chunk], temperature, entropy_temperatures, sum_sq)
             logp[s : s + chunk] = lp
-            if entropy:
-                ent[s : s + chunk] = h
+            if q is not None:
+                sq[s : s + chunk] = q
+            for out, h in zip(ents, hs, strict=True):
+                out[s : s + chunk] = h
         ctx.save_for_backward(hidden, weight, bias, labels)
-        ctx.temperature, ctx.entropy, ctx.chunk = temperature, entropy, chunk
-        return logp, ent
+        ctx.temperature, ctx.entropy_temperatures, ctx.chunk = temperature, entropy_temperatures, chunk
+        ctx.mark_non_differentiable(sq)
+        ctx.set_materialize_grads(False)
+        return logp, sq, *ents
 
     @staticmethod
-    def backward(ctx, grad_logp, grad_ent):  # noqa: ANN001
+    def backward(ctx, grad_logp, grad_sq, *grad_ents):  # noqa: ANN001
         hidden, weight, bias, labels = ctx.saved_tensors
         tau, chunk = ctx.temperature, ctx.chunk
+        # Only the entropies that reach the loss: the others' gradients are None (set_materialize_grads(False)).
+        wanted = [(t, g) for t, g in zip(ctx.entropy_temperatures, grad_ents, strict=True) if g is not None]
         want_h, want_w, want_b = ctx.needs_input_grad[:3]
         grad_h = torch.empty_like(hidden) if want_h else None
         # The head's gradient is summed over chunks in fp32 and rounded once, as one matmul over all tokens would.
@@ -149,25 +205,26 @@ class _HeadScores(torch.autograd.Function):
             h = hidden[s : s + chunk]
             z = torch.nn.functional.linear(h, weight, bias)
             zf = _at_least_fp32(z)
-            g = grad_logp[s : s + chunk].to(zf.dtype)
-            # At most four [C, V] fp32 tensors live at once (zf, log_p, p and a product): the rest works in place.
-            p = grad_ent_z = None
-            if ctx.entropy:
-                # dH / dz = -p * (log p + H), H = -sum p log p
-                log_p = torch.log_softmax(zf, dim=-1)
+            gz = None
+            if grad_logp is not None:
+                g = grad_logp[s : s + chunk].to(zf.dtype)
+                # d log p_y / dz = (onehot(y) - softmax(z / tau)) / tau
+                gz = torch.softmax(zf if tau == 1 else zf / tau, dim=-1)
+                gz.mul_(-(g / tau).unsqueeze(-1))
+                gz[rows[: h.shape[0]], labels[s : s + chunk]] += g / tau
+            for t, grad_ent in wanted:
+                # H of softmax(z / t): dH / dz = -p (log p + H) / t. At most four [C, V] fp32 tensors live at once
+                # (zf, gz, log_p, p): the rest works in place.
+                log_p = torch.log_softmax(zf if t == 1 else zf / t, dim=-1)
                 p = log_p.exp()
                 big_h = -(p * log_p).sum(dim=-1, keepdim=True)
                 ge = grad_ent[s : s + chunk].to(zf.dtype).unsqueeze(-1)
-                grad_ent_z = log_p.add_(big_h).mul_(p).mul_(-ge)
-                del log_p
-            # d log p_y / dz = (onehot(y) - softmax(z / tau)) / tau: softmax(z) is p when tau is 1
-            gz = p if p is not None and tau == 1 else torch.softmax(zf if tau == 1 else zf / tau, dim=-1)
-            del p
-            gz.mul_(-(g / tau).unsqueeze(-1))
-            gz[rows[: h.shape[0]], labels[s : s + chunk]] += g / tau
-            if grad_ent_z is not None:
-                gz += grad_ent_z
-                del grad_ent_z
+                term = log_p.add_(big_h).mul_(p).mul_(-ge / t)
+                del p
+                gz = term if gz is None else gz.add_(term)
+                del log_p, term
+            if gz is None:
+                gz = torch.zeros_like(zf)
             gz = gz.to(z.dtype)  # what the cast to fp32 hands back to the head's output
             if want_h:
                 grad_h[s : s + chunk] = gz @ weight
@@ -179,7 +236,7 @@ class _HeadScores(torch.autograd.Function):
             grad_w = grad_w.to(weight.dtype)
         if grad_b is not None:
             grad_b = grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None, None
 
 
 def token_scores_from_hidden(
@@ -189,30 +246,35 @@ def token_scores_from_hidden(
     labels: Tensor,
     *,
     temperature: float = 1.0,
-    entropy: bool = False,
+    entropy_temperatures: tuple[float, ...] = (),
+    sum_pi_squared: bool = False,
     chunk: int = LOGIT_CHUNK_TOKENS,
-) -> tuple[Tensor, Tensor | None]:
-    """Log-probabilities of ``labels`` under ``softmax((hidden @ weight.T + bias) / temperature)`` and (with
-    ``entropy``) the entropy of the untempered distribution, from the hidden states before the output head, without
-    ever holding the logits of more than ``chunk`` tokens: forward and backward go chunk by chunk, the backward
-    recomputing each chunk's logits. The same numbers as :func:`log_probs_from_logits` and
-    :func:`entropy_from_logits` of the head's logits (fp32 math on the head's output), and the same gradients for
-    ``hidden``, ``weight`` and ``bias``.
+) -> TokenScores:
+    """Log-probabilities of ``labels`` under ``softmax((hidden @ weight.T + bias) / temperature)``, the entropy of
+    ``softmax(logits / t)`` for each ``t`` of ``entropy_temperatures`` (1: untempered, OpenRLHF's; the sampling
+    temperature: veRL's) and, with ``sum_pi_squared``, ``Σπ²`` at ``temperature``, from the hidden states before the
+    output head, without ever holding the logits of more than ``chunk`` tokens: forward and backward go chunk by
+    chunk, the backward recomputing each chunk's logits. The same numbers as :func:`log_probs_from_logits`,
+    :func:`entropy_from_logits` and :func:`sum_pi_squared_from_logits` of the head's logits (fp32 math on the head's
+    output), and the same gradients for ``hidden``, ``weight`` and ``bias``.
 
     Args:
         hidden: ``[..., H]`` the head's input.
         weight, bias: the head's ``[V, H]`` weight and ``[V]`` bias (None: no bias).
         labels: ``[...]`` token ids.
     Returns:
-        ``[...]`` log-probs (fp32 or wider) and the ``[...]`` entropy (None without ``entropy``).
+        :class:`TokenScores` of shape ``[...]`` each (fp32 or wider).
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if temperature <= 0 or any(t <= 0 for t in entropy_temperatures):
+        raise ValueError(f"temperatures must be > 0, got {temperature} and {entropy_temperatures}")
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     lead = hidden.shape[:-1]
     if labels.shape != lead:
         raise ValueError(f"labels {tuple(labels.shape)} for hidden states {tuple(hidden.shape)}")
     flat = hidden.reshape(-1, hidden.shape[-1])
-    logp, ent = _HeadScores.apply(flat, weight, bias, labels.reshape(-1), float(temperature), entropy, int(chunk))
-    return logp.view(lead), (ent.view(lead) if entropy else None)
+    temps = tuple(float(t) for t in entropy_temperatures)
+    logp, sq, *ents = _HeadScores.apply(
+        flat, weight, bias, labels.reshape(-1), float(temperature), temps, bool(sum_pi_squared), int(chunk)
+    )
+    return TokenScores(logp.view(lead), tuple(e.view(lead) for e in ents), sq.view(lead) if sum_pi_squared else None)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from rlhf.algo.logprobs import TokenScores
 from rlhf.models.head_scores import token_scores
 from rlhf.models.packing import VARLEN_ATTENTION, PackedBatch, attention_kind, pack, pack_for, plan_rows
 from rlhf.models.sequence_parallel.batch import SequenceShard, shard_packed, shard_rows
@@ -29,23 +30,26 @@ from rlhf.models.sequence_parallel.runtime import Splitting, active
 from rlhf.models.value_head import normalize, position_ids_from_mask, sequence_rewards
 
 
-def causal_lm_log_probs(
+def causal_lm_scores(
     model,
     input_ids: Tensor,
     attention_mask: Tensor | None,
     *,
     temperature: float = 1.0,
-    return_entropy: bool = False,
+    entropy_temperatures: tuple[float, ...] = (),
+    sum_pi_squared: bool = False,
     position_ids: Tensor | None = None,
     packing: bool = False,
-) -> Tensor | tuple[Tensor, Tensor]:
-    """``log π(x_{t+1} | x_{≤t})`` for t = 0..T-2, shape ``[B, T-1]`` (and the entropy of each step's distribution
-    over the untempered logits when ``return_entropy``). Positions come from a 2-D mask, so left padding is fine;
-    rows packed beforehand pass their ``position_ids`` (the mask is then ignored: the samples are found from the
-    positions). ``packing``: see the module docstring (0 at padding positions)."""
+) -> TokenScores:
+    """``log π(x_{t+1} | x_{≤t})`` for t = 0..T-2, shape ``[B, T-1]``, and, where asked, the entropy of each step's
+    distribution at each of ``entropy_temperatures`` (1: untempered; the sampling temperature: the distribution
+    sampled from) and its ``Σπ²`` at ``temperature`` (no gradient), the same shape. Positions come from a 2-D mask,
+    so left padding is fine; rows packed beforehand pass their ``position_ids`` (the mask is then ignored: the
+    samples are found from the positions). ``packing``: see the module docstring (0 at padding positions)."""
+    temps = tuple(entropy_temperatures)
     split = active()
     if split is not None:
-        return _split_log_probs(split, model, input_ids, attention_mask, position_ids, temperature, return_entropy)
+        return _split_scores(split, model, input_ids, attention_mask, position_ids, temperature, temps, sum_pi_squared)
     packed = pack_for(model, input_ids, attention_mask) if packing and position_ids is None else None
     if packed is not None:
         ids, kwargs = packed.input_ids, {"position_ids": packed.position_ids}
@@ -57,13 +61,41 @@ def causal_lm_log_probs(
             {"attention_mask": attention_mask, "position_ids": position_ids_from_mask(attention_mask)},
         )
     targets = F.pad(ids[:, 1:], (0, 1))  # the last position predicts nothing here: its score is dropped
-    logps, entropy = token_scores(model, ids, targets, temperature=temperature, entropy=return_entropy, **kwargs)
-    logps = logps[:, :-1]
-    entropy = entropy[:, :-1] if entropy is not None else None
-    if packed is not None:
-        logps = packed.unpack_shifted(logps)
-        entropy = packed.unpack_shifted(entropy) if entropy is not None else None
-    return (logps, entropy) if return_entropy else logps
+    scores = token_scores(
+        model,
+        ids,
+        targets,
+        temperature=temperature,
+        entropy_temperatures=temps,
+        sum_pi_squared=sum_pi_squared,
+        **kwargs,
+    )
+
+    def actions(x: Tensor) -> Tensor:
+        x = x[:, :-1]
+        return packed.unpack_shifted(x) if packed is not None else x
+
+    return _mapped(scores, actions)
+
+
+def causal_lm_log_probs(
+    model,
+    input_ids: Tensor,
+    attention_mask: Tensor | None,
+    *,
+    temperature: float = 1.0,
+    position_ids: Tensor | None = None,
+    packing: bool = False,
+) -> Tensor:
+    """The ``[B, T-1]`` log-probs of :func:`causal_lm_scores`, alone."""
+    return causal_lm_scores(
+        model, input_ids, attention_mask, temperature=temperature, position_ids=position_ids, packing=packing
+    ).log_probs
+
+
+def _mapped(scores: TokenScores, fn) -> TokenScores:  # noqa: ANN001 - Tensor -> Tensor
+    sq = scores.sum_pi_squared
+    return TokenScores(fn(scores.log_probs), tuple(fn(e) for e in scores.entropies), None if sq is None else fn(sq))
 
 
 def _one_row(input_ids: Tensor, attention_mask: Tensor | None) -> PackedBatch:
@@ -87,30 +119,34 @@ def _shard(split: Splitting, input_ids: Tensor, attention_mask: Tensor | None, p
     return shard_packed(packed, size=split.size, rank=split.rank), packed
 
 
-def _split_log_probs(
+def _split_scores(
     split: Splitting,
     model,
     input_ids: Tensor,
     attention_mask: Tensor | None,
     position_ids: Tensor | None,
     temperature: float,
-    return_entropy: bool,
-) -> Tensor | tuple[Tensor, Tensor]:
-    """:func:`causal_lm_log_probs` with the rows split over the SP group (see the module docstring)."""
+    entropy_temperatures: tuple[float, ...],
+    sum_pi_squared: bool,
+) -> TokenScores:
+    """:func:`causal_lm_scores` with the rows split over the SP group (see the module docstring)."""
     shard, packed = _shard(split, input_ids, attention_mask, position_ids)
     split.enter(model, shard)
-    logps, entropy = token_scores(
+    scores = token_scores(
         model,
         shard.input_ids,
         shard.targets,
         temperature=temperature,
-        entropy=return_entropy,
+        entropy_temperatures=entropy_temperatures,
+        sum_pi_squared=sum_pi_squared,
         position_ids=shard.local_position_ids,
     )
-    outs = [_gathered_actions(shard, x, split) for x in (logps, entropy) if x is not None]
-    if packed is not None:
-        outs = [packed.unpack_shifted(x) for x in outs]
-    return (outs[0], outs[1]) if return_entropy else outs[0]
+
+    def actions(x: Tensor) -> Tensor:
+        x = _gathered_actions(shard, x, split)
+        return packed.unpack_shifted(x) if packed is not None else x
+
+    return _mapped(scores, actions)
 
 
 def _gathered_actions(shard: SequenceShard, local: Tensor, split: Splitting) -> Tensor:

@@ -1,4 +1,4 @@
-"""A causal LM's log-probs and entropy of the next tokens without the whole micro-batch's logits.
+"""A causal LM's log-probs, entropies and ``Σπ²`` of the next tokens without the whole micro-batch's logits.
 
 The model runs its own forward, but its output head (``lm_head``) computes, in place of the ``[tokens, vocab]``
 logits, each token's log-prob of its target and the entropy, chunk by chunk
@@ -24,7 +24,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from rlhf.algo.logprobs import entropy_from_logits, log_probs_from_logits, token_scores_from_hidden
+from rlhf.algo.logprobs import (
+    TokenScores,
+    entropy_from_logits,
+    log_probs_from_logits,
+    sum_pi_squared_from_logits,
+    token_scores_from_hidden,
+)
 from rlhf.models.packing import base_model
 
 log = logging.getLogger(__name__)
@@ -39,17 +45,26 @@ class _Returned:
 
 
 @contextmanager
-def _scoring_head(head: nn.Linear, targets: Tensor, temperature: float, entropy: bool) -> Iterator[_Returned]:
-    """``head`` returns ``[..., 2]`` (log-prob of ``targets``, entropy) or ``[..., 1]`` inside; its own forward
-    after."""
+def _scoring_head(
+    head: nn.Linear, targets: Tensor, temperature: float, entropy_temperatures: tuple[float, ...], sum_sq: bool
+) -> Iterator[_Returned]:
+    """``head`` returns ``[..., k]`` (log-prob of ``targets``, then ``Σπ²`` if asked, then each entropy) inside; its
+    own forward after."""
     returned = _Returned()
     own = head.__dict__.get("forward")  # an instance-level forward someone set (else the class's)
 
     def forward(hidden: Tensor) -> Tensor:
-        logp, ent = token_scores_from_hidden(
-            hidden, head.weight, head.bias, targets, temperature=temperature, entropy=entropy
+        out = token_scores_from_hidden(
+            hidden,
+            head.weight,
+            head.bias,
+            targets,
+            temperature=temperature,
+            entropy_temperatures=entropy_temperatures,
+            sum_pi_squared=sum_sq,
         )
-        scores = torch.stack([logp, ent] if ent is not None else [logp], dim=-1)  # a new tensor, not a view
+        parts = [out.log_probs, *([out.sum_pi_squared] if sum_sq else []), *out.entropies]
+        scores = torch.stack(parts, dim=-1)  # a new tensor, not a view
         returned.scores = scores.detach().clone()
         return scores
 
@@ -61,6 +76,16 @@ def _scoring_head(head: nn.Linear, targets: Tensor, temperature: float, entropy:
             del head.forward
         else:
             head.forward = own
+
+
+def _split(scores: Tensor, sum_sq: bool) -> TokenScores:
+    """The ``[..., k]`` scores the head returned as :class:`TokenScores`."""
+    rest = 2 if sum_sq else 1
+    return TokenScores(
+        scores[..., 0],
+        tuple(scores[..., i] for i in range(rest, scores.shape[-1])),
+        scores[..., 1].detach() if sum_sq else None,
+    )
 
 
 def _unchanged(got: Tensor, returned: Tensor | None) -> bool:
@@ -86,22 +111,33 @@ def token_scores(
     targets: Tensor,
     *,
     temperature: float = 1.0,
-    entropy: bool = False,
+    entropy_temperatures: tuple[float, ...] = (),
+    sum_pi_squared: bool = False,
     **kwargs: Any,
-) -> tuple[Tensor, Tensor | None]:
+) -> TokenScores:
     """``model(input_ids=..., use_cache=False, **kwargs)``'s log-prob of ``targets`` at every position ``[R, W]``
     (``targets[:, j]``: the token after position j; what a position without one predicts does not matter) at
-    ``temperature``, and the untempered entropy (with ``entropy``). No position's logits over the vocabulary exist
-    at once beyond rlhf.algo.logprobs.LOGIT_CHUNK_TOKENS of them, in the forward or the backward (see the module
-    docstring for the models that keep the whole logits)."""
+    ``temperature``, the entropy at each of ``entropy_temperatures`` and (``sum_pi_squared``) ``Σπ²`` at
+    ``temperature``. No position's logits over the vocabulary exist at once beyond
+    rlhf.algo.logprobs.LOGIT_CHUNK_TOKENS of them, in the forward or the backward (see the module docstring for the
+    models that keep the whole logits)."""
+    temps = tuple(entropy_temperatures)
     head = output_head(model)
     if head is not None:
-        with _scoring_head(head, targets, temperature, entropy) as returned:
+        with _scoring_head(head, targets, temperature, temps, sum_pi_squared) as returned:
             scores = model(input_ids=input_ids, use_cache=False, **kwargs).logits
         if _unchanged(scores, returned.scores):
-            return scores[..., 0], (scores[..., 1] if entropy else None)
+            return _split(scores, sum_pi_squared)
         hf = type(base_model(model))
         _WHOLE_LOGITS.add(hf)
         log.warning("%s changes its logits after the output head: its log-probs use the whole logits", hf.__name__)
     logits = model(input_ids=input_ids, use_cache=False, **kwargs).logits
-    return log_probs_from_logits(logits, targets, temperature), (entropy_from_logits(logits) if entropy else None)
+    sq = None
+    if sum_pi_squared:
+        with torch.no_grad():
+            sq = sum_pi_squared_from_logits(logits, temperature)
+    return TokenScores(
+        log_probs_from_logits(logits, targets, temperature),
+        tuple(entropy_from_logits(logits, t) for t in temps),
+        sq,
+    )

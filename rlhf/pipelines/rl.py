@@ -35,16 +35,20 @@ from rlhf.algo import (
     reverse_kl_estimate,
     reverse_kl_rewards,
 )
+from rlhf.algo.is_correction import is_weights
 from rlhf.algo.rejection import Rejection, rejection_keep
 from rlhf.algo.shaping import overlong_penalty, stop_properly_penalty
+from rlhf.algo.token_baseline import TokenBaselineInputs
 from rlhf.backends.contract.rollout import Rollout
 from rlhf.errors import WorkerFailure
 from rlhf.pipelines.experience import ExperienceBatch, from_rollouts
 from rlhf.pipelines.rl_generation import GREEDY_BASELINE_LOG, Generator, PromptStream, Scored, Scorer
+from rlhf.pipelines.rl_losses import ActorLossSettings
 from rlhf.pipelines.rl_metrics import best_metric_key, eval_metrics, group_reward_std, rollout_metrics
 from rlhf.pipelines.rl_roles import RLWorkers
 from rlhf.pipelines.sft_warmup import SFTWarmup
 from rlhf.pipelines.step_count import StepCount, count_steps
+from rlhf.spec import names
 from rlhf.spec.derive import derive
 from rlhf.spec.schema import ExperimentSpec
 
@@ -114,6 +118,22 @@ def reject(a: Any, exp: ExperienceBatch) -> dict[str, float]:
     return metrics
 
 
+def token_baseline_inputs(spec: ExperimentSpec, exp: ExperienceBatch, generated: torch.Tensor):
+    """What the optimal token baseline reads (rlhf.algo.token_baseline), or None for the other estimators: the old
+    log-probs and sum pi^2 of the experience pass, each response's first column, and the IS weights of an enabled
+    correction over the whole batch (veRL's rollout_is_weights, read before rejection)."""
+    if spec.algorithm.advantage.estimator not in names.TOKEN_BASELINE_ESTIMATORS:
+        return None
+    if exp.old_logprobs is None or exp.sum_pi_squared is None:
+        raise RuntimeError("the optimal token baseline needs the old log-probs and sum pi^2 from the experience pass")
+    correction = ActorLossSettings.from_spec(spec).is_correction
+    weights = None
+    if correction.enabled:
+        weights = is_weights(exp.old_logprobs, exp.rollout_logprobs, generated, correction).coef.detach()
+    start = (generated > 0).float().argmax(dim=1)  # the first generated token's column (0 for an empty response)
+    return TokenBaselineInputs(exp.old_logprobs, exp.sum_pi_squared, start, weights)
+
+
 def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pad_id: int, kl_coef: float):
     """Rollouts + rewards -> an experience batch with advantages and returns, and its metrics."""
     info = {"datasource": [row["datasource"] for row in scored.rows]}
@@ -149,6 +169,7 @@ def make_experience(spec: ExperimentSpec, workers: RLWorkers, scored: Scored, pa
         whiten_unbiased=a.advantage.whiten_variance == "unbiased",
         skip_masked=a.advantage.skip_masked_tokens,
         greedy_rewards=greedy_rewards(scored),
+        token_baseline=token_baseline_inputs(spec, exp, generated),
     )
     exp.advantages, exp.returns = out.advantages, out.returns
     n = spec.rollout.samples_per_prompt

@@ -27,7 +27,13 @@ from rlhf.algo.aggregation import response_width
 from rlhf.algo.is_correction import is_weight_totals, is_weights
 from rlhf.algo.policy_loss import PolicyLossOutput
 from rlhf.algo.rejection import Rejection, rejection_keep
-from rlhf.models.forward import causal_lm_log_probs, forward_tokens, value_model_rewards, value_model_values
+from rlhf.models.forward import (
+    causal_lm_log_probs,
+    causal_lm_scores,
+    forward_tokens,
+    value_model_rewards,
+    value_model_values,
+)
 from rlhf.spec import names
 from rlhf.spec.schema import ExperimentSpec
 
@@ -66,6 +72,7 @@ class ActorLossSettings:
     # rejection compare the current policy with them in each micro-batch
     bypass: bool = False
     rejection: Rejection | None = None
+    entropy_tempered: bool = False  # algorithm.policy_loss.entropy_logits=tempered: the bonus's H at the temperature
 
     @classmethod
     def from_spec(cls, spec: ExperimentSpec) -> ActorLossSettings:
@@ -97,6 +104,7 @@ class ActorLossSettings:
             kl_straight_through=a.kl.straight_through,
             kl_clamp_k3_only=a.kl.clamp_k3_only,
             bypass=a.old_logprobs == "rollout",
+            entropy_tempered=a.policy_loss.entropy_logits == "tempered",
             rejection=(
                 Rejection.of(a.rejection.criteria, a.rejection.upper, a.rejection.lower)
                 if a.rejection.enabled
@@ -143,6 +151,22 @@ def policy_logprobs_fn(model, batch: dict[str, Tensor], *, temperature: float, p
     return causal_lm_log_probs(
         model, batch["sequences"], batch["attention_mask"], temperature=temperature, packing=packing
     )
+
+
+def policy_logprobs_and_sum_pi_squared_fn(
+    model, batch: dict[str, Tensor], *, temperature: float, packing: bool = False
+) -> Tensor:
+    """``[B, 2, T-1]``: the old log-probs of :func:`policy_logprobs_fn` and each step's ``Σπ²`` at the same
+    temperature (veRL's ``calculate_sum_pi_squared``), from one forward, for the optimal token baseline."""
+    out = causal_lm_scores(
+        model,
+        batch["sequences"],
+        batch["attention_mask"],
+        temperature=temperature,
+        sum_pi_squared=True,
+        packing=packing,
+    )
+    return torch.stack([out.log_probs, out.sum_pi_squared], dim=1)
 
 
 def critic_values_fn(model, batch: dict[str, Tensor], *, packing: bool = False) -> Tensor:
@@ -205,16 +229,21 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
     mask = mb["action_mask"]
     if s.norm_from_width:
         norm = width_normalizer(norm, mask)
-    want_entropy = s.entropy_coef is not None
-    out = causal_lm_log_probs(
+    # The logged entropy is always the sampled distribution's (logits / temperature); the bonus's is that one too
+    # under entropy_logits=tempered (veRL), else the untempered logits' (OpenRLHF), a second entropy only when the
+    # temperature is not 1.
+    bonus_at = s.temperature if s.entropy_tempered else 1.0
+    temps = (s.temperature,) if s.entropy_coef is None or bonus_at == s.temperature else (s.temperature, bonus_at)
+    out = causal_lm_scores(
         model,
         mb["sequences"],
         mb["attention_mask"],
         temperature=s.temperature,
-        return_entropy=want_entropy,
+        entropy_temperatures=temps,
         packing=s.packing,
     )
-    log_probs, entropy = out if want_entropy else (out, None)
+    log_probs, sampled = out.log_probs, out.entropies[0]
+    entropy = None if s.entropy_coef is None else out.entropies[-1]
     metrics: dict[str, Tensor | float] = dict(forward_tokens(model, mb["attention_mask"], packing=s.packing))
     old = mb.get("old_logprobs")
     if old is None:
@@ -272,6 +301,8 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
         )
         loss = loss + kl_term
         metrics["kl_loss"] = kl_term.detach()
+    with torch.no_grad():
+        metrics["entropy"] = masked_mean(sampled, mask)
     if entropy is not None:
         with torch.no_grad():
             metrics["entropy_loss"] = masked_mean(entropy, mask)

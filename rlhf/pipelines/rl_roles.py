@@ -25,6 +25,7 @@ from rlhf.pipelines.rl_losses import (
     actor_loss_fn,
     critic_loss_fn,
     critic_values_fn,
+    policy_logprobs_and_sum_pi_squared_fn,
     policy_logprobs_fn,
     reward_model_fn,
     rollout_is_weight_totals,
@@ -219,6 +220,7 @@ class RLWorkers:
         self.packing = spec.trainer.packing
         self.reuses_current_logprobs = reuses_current_logprobs(spec)
         self.bypass = spec.algorithm.old_logprobs == "rollout"  # veRL's bypass mode: the engine's log-probs are old
+        self.token_baseline = spec.algorithm.advantage.estimator in names.TOKEN_BASELINE_ESTIMATORS
         self.kl_coef = spec.algorithm.kl.coef  # the KL controller's current value, set by the loop
         self.pad_id: int | None = None  # the tokenizer's pad id, set by the loop (probe batches are padded with it)
 
@@ -298,9 +300,10 @@ class RLWorkers:
         return forward_in_ranks(group, fn, exp, name, self.spec.rollout.micro_batch_per_device, budget)
 
     def _stitch(self, parts: list[Any], width: int) -> Any:
+        """The micro-batches' ``[b, ..., w]`` outputs padded on the right to ``width`` and concatenated."""
         import torch
 
-        return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts])
+        return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[-1])) for p in parts])
 
     def make_experience(self, exp: ExperienceBatch) -> dict[str, float]:
         """Fill old (policy), reference and teacher log-probs and critic values in place."""
@@ -310,6 +313,10 @@ class RLWorkers:
         fn = partial(policy_logprobs_fn, temperature=self.temperature, packing=self.packing)
         if self.bypass:  # no forward: the rollout engine's log-probs stand in for the old policy's
             exp.old_logprobs = exp.rollout_logprobs * exp.action_mask
+        elif self.token_baseline:  # the optimal token baseline reads sum pi^2 off the same forward
+            both_fn = partial(policy_logprobs_and_sum_pi_squared_fn, temperature=self.temperature, packing=self.packing)
+            both = self._stitch(self._forward(self.policy, both_fn, exp, None), width)
+            exp.old_logprobs, exp.sum_pi_squared = both[:, 0] * exp.action_mask, both[:, 1] * exp.action_mask
         elif not self.reuses_current_logprobs:
             exp.old_logprobs = self._stitch(self._forward(self.policy, fn, exp, None), width) * exp.action_mask
         if self.reference is not None:

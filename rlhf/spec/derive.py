@@ -153,13 +153,15 @@ OLD_LOGPROB_SOURCES = {
 def old_logprob_source(spec: ExperimentSpec, roles_: tuple[str, ...], steps_per_rollout: int) -> str:
     """``Derived.old_logprobs`` (OLD_LOGPROB_SOURCES). Reusing needs exactly one optimizer step per rollout and
     nothing that reads them before training: no KL in the reward, no teacher, no IS weights normalised over the
-    rollout batch, no rejection sampling (its mask is read off them before the advantages)."""
+    rollout batch, no rejection sampling (its mask is read off them before the advantages), no per-token baseline
+    read off the policy's distribution (the optimal token baseline)."""
     a = spec.algorithm
     if a.old_logprobs == "rollout":
         return "rollout"
     kl_in_reward = a.kl.placement == "reward" and a.kl.coef > 0
     batch_is_mean = a.is_correction.batch_normalize and a.is_correction.axes()[0] != "off"
-    needed = kl_in_reward or "teacher" in roles_ or batch_is_mean or a.rejection.enabled
+    token_baseline = a.advantage.estimator in names.TOKEN_BASELINE_ESTIMATORS
+    needed = kl_in_reward or "teacher" in roles_ or batch_is_mean or a.rejection.enabled or token_baseline
     return "reuse" if steps_per_rollout == 1 and not needed else "recompute"
 
 

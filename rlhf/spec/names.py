@@ -27,6 +27,9 @@ class EstimatorTraits:
             role exists only here) and the scalar rewards are not used.
         greedy_baseline: the baseline is the reward of one greedy (temperature 0) response to the same prompt,
             generated and scored beside the samples (ReMax).
+        token_baseline: the baseline differs per token and is read off the policy's distribution at each step
+            (``Σπ²`` and the sampled token's probability, from the experience pass's forward: the optimal token
+            baseline), so the old log-probs are always recomputed.
     """
 
     needs_critic: bool = False
@@ -34,6 +37,7 @@ class EstimatorTraits:
     batch_baseline: bool = False
     teacher: bool = False
     greedy_baseline: bool = False
+    token_baseline: bool = False
 
     @property
     def gamma_one(self) -> bool:
@@ -55,6 +59,8 @@ ESTIMATOR_TRAITS: dict[str, EstimatorTraits] = {
     "opo": EstimatorTraits(is_group=True),
     "grpo_passk": EstimatorTraits(is_group=True),
     "remax": EstimatorTraits(greedy_baseline=True),
+    "optimal_token_baseline": EstimatorTraits(is_group=True, token_baseline=True),
+    "tir_optimal_token_baseline": EstimatorTraits(is_group=True, token_baseline=True),
 }
 ADVANTAGE_ESTIMATORS = tuple(ESTIMATOR_TRAITS)
 # The estimators with each trait, as the messages and the converter name them.
@@ -63,6 +69,7 @@ GAMMA_ONE_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.gamma_o
 CRITIC_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.needs_critic)
 TEACHER_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.teacher)
 GREEDY_BASELINE_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.greedy_baseline)
+TOKEN_BASELINE_ESTIMATORS = tuple(n for n, t in ESTIMATOR_TRAITS.items() if t.token_baseline)
 POLICY_LOSSES = ("ppo", "gspo", "cispo", "gpg", "sapo", "geo_mean", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "dro")
 # Policy losses with no dual clip (veRL applies clip_ratio_c in its vanilla loss only; its DPPO losses read it as
 # their own ratio cap: algorithm.policy_loss.dppo_ratio_cap).
@@ -91,6 +98,8 @@ LOSS_AGGREGATION_NAMES = LOSS_AGGREGATIONS + tuple(LOSS_AGGREGATION_ALIASES)
 #: algorithm.policy_loss.terms_aggregation: the KL-loss and entropy terms by token mean (OpenRLHF) or as the policy
 #: loss (veRL).
 TERMS_AGGREGATIONS = ("token_mean", "policy")
+# The entropy bonus's distribution: softmax of the raw logits (OpenRLHF) or of logits / temperature (veRL).
+ENTROPY_LOGITS = ("untempered", "tempered")
 #: algorithm.policy_loss.seq_ratio_aggregation / _is_correction / _gradient: how the sequence-ratio loss (gspo) is
 #: aggregated, IS-corrected and differentiated; the first of each is OpenRLHF's (the default).
 SEQ_RATIO_AGGREGATIONS = ("seq_mean", "configured")

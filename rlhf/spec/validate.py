@@ -386,6 +386,14 @@ def _check_bypass(spec: ExperimentSpec, c: _Collector) -> None:
         "with algorithm.old_logprobs=rollout, PPO's ratio is already pi / pi_rollout, so IS weights would count it "
         "twice (veRL ignores them there): remove the IS correction, or use algorithm.policy_loss.type=gpg",
     )
+    c.require(
+        a.advantage.estimator not in names.TOKEN_BASELINE_ESTIMATORS,
+        "algorithm.advantage.estimator",
+        a.advantage.estimator,
+        "the optimal token baseline reads sum pi^2 off the trainer's forward of the old policy, which "
+        "algorithm.old_logprobs=rollout skips (veRL stops there too): set algorithm.old_logprobs=recompute, or "
+        "choose another estimator",
+    )
 
 
 def _check_rejection(spec: ExperimentSpec, c: _Collector) -> None:

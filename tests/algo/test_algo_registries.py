@@ -45,8 +45,8 @@ def test_unknown_name_lists_valid_names_and_is_both_key_and_value_error() -> Non
 def test_real_registry_unknown_name_lists_every_estimator() -> None:
     with pytest.raises(
         KeyError,
-        match="valid: dr_grpo, flash_reinforce, gae, gpg, group_norm, grpo_passk, opd, opo, reinforce, "
-        "reinforce_baseline, remax, rloo",
+        match="valid: dr_grpo, flash_reinforce, gae, gpg, group_norm, grpo_passk, opd, opo, optimal_token_baseline, "
+        "reinforce, reinforce_baseline, remax, rloo, tir_optimal_token_baseline",
     ):
         algo.ADVANTAGE_ESTIMATORS.get("grpo")
 
@@ -69,6 +69,8 @@ def test_real_registry_unknown_name_lists_every_estimator() -> None:
                 "opo",
                 "grpo_passk",
                 "remax",
+                "optimal_token_baseline",
+                "tir_optimal_token_baseline",
             },
         ),
         (

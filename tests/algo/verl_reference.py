@@ -46,6 +46,8 @@ CORE = {
     "compute_gpg_outcome_advantage",
     "compute_opo_outcome_advantage",
     "compute_grpo_passk_outcome_advantage",
+    "compute_optimal_token_baseline_advantage",
+    "compute_multi_turn_optimal_token_baseline_advantage",
     "compute_policy_loss_vanilla",
     "compute_policy_loss_gspo",
     "compute_policy_loss_cispo",
@@ -79,8 +81,17 @@ ROLLOUT_CORRECTION = {
     "compute_rollout_correction_and_rejection_mask",
     "compute_offpolicy_metrics",
 }
-#: verl/utils/torch_functional.py definitions core_algos reaches through ``verl_F``.
-TORCH_FUNCTIONAL = {"masked_sum", "masked_mean", "masked_var", "masked_whiten", "clip_by_value"}
+#: verl/utils/torch_functional.py definitions core_algos reaches through ``verl_F``, and the actor's entropy and
+#: sum pi^2 of the (tempered) logits.
+TORCH_FUNCTIONAL = {
+    "masked_sum",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+    "clip_by_value",
+    "entropy_from_logits",
+    "calculate_sum_pi_squared_from_logits",
+}
 
 
 def wheel_path() -> Path | None:

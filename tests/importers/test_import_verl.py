@@ -130,6 +130,8 @@ def test_derived_steps_and_accumulation_equal_verls(b, in_tmp):
         ("opo", "opo"),
         ("grpo_passk", "grpo_passk"),
         ("remax", "remax"),
+        ("optimal_token_baseline", "optimal_token_baseline"),
+        ("tir_optimal_token_baseline", "tir_optimal_token_baseline"),
     ],
 )
 def test_estimators_with_the_same_arithmetic_map(estimator, ours):
@@ -138,7 +140,7 @@ def test_estimators_with_the_same_arithmetic_map(estimator, ours):
     assert not m.outcomes[0].none
 
 
-@pytest.mark.parametrize("estimator", ["optimal_token_baseline", "gdpo"])
+@pytest.mark.parametrize("estimator", ["gdpo"])
 def test_other_estimators_are_reported_with_the_closest_one_used(estimator):
     m = map_command(split_command(_cmd(f"algorithm.adv_estimator={estimator}").split()))
     assert m.outcomes[0].none.startswith("unsupported")
@@ -490,7 +492,6 @@ def test_cispo_example_converts_to_the_cispo_preset_without_a_dual_clip(in_tmp):
     ("override", "extra", "words"),
     [
         (f"{A}.loss_agg_mode=token-sum", f"{A}.policy_loss.loss_mode=sapo", "aggregate by seq_mean here"),
-        (f"{A}.entropy_coeff=0.01", f"{R}.temperature=0.7", "the untempered logits here"),
     ],
 )
 def test_report_marks_what_computes_otherwise_with_a_tilde_arrow(override, extra, words):
@@ -498,6 +499,12 @@ def test_report_marks_what_computes_otherwise_with_a_tilde_arrow(override, extra
     row = _rows(convert_words(words_from_script(text, "r")))[override]
     assert row.marker == "~>"
     assert words in row.detail
+
+
+def test_the_entropy_bonus_is_taken_on_the_tempered_logits_as_veRLs():
+    m = map_command(split_command(_cmd(f"{A}.entropy_coeff=0.01", f"{R}.temperature=0.7").split()))
+    assert m.values["algorithm.policy_loss.entropy_coef"] == 0.01
+    assert m.values["algorithm.policy_loss.entropy_logits"] == "tempered"
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])

@@ -8,9 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlhf.algo.logprobs import entropy_from_logits, log_probs_from_logits, token_scores_from_hidden
+from rlhf.algo.logprobs import (
+    entropy_from_logits,
+    log_probs_from_logits,
+    sum_pi_squared_from_logits,
+    token_scores_from_hidden,
+)
 from rlhf.models import head_scores
-from rlhf.models.forward import causal_lm_log_probs
+from rlhf.models.forward import causal_lm_log_probs, causal_lm_scores
 from rlhf.models.loading import load_causal_lm, resolve_model_path
 from rlhf.models.packing import pack
 from rlhf.spec.schema import ModelSpec
@@ -53,24 +58,61 @@ def _whole_logits(lm, ids, mask, temperature, packing):
     return lp, ent
 
 
+# fp64: the formulas agree to rounding; fp32: each chunk's head matmul rounds otherwise than the whole one, and the
+# entropies' gradients (small, from differences of O(1) terms) and exp(2z/τ) in Σπ² carry that rounding relatively.
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-10), (torch.float32, 2e-5)], ids=["fp64", "fp32"])
 @pytest.mark.parametrize("chunk", [1, 7, 1024])
-def test_chunked_scores_equal_the_whole_logits_values_and_gradients(chunk):
+def test_chunked_scores_equal_the_whole_logits_values_and_gradients(chunk, dtype, tol):
     g = torch.Generator().manual_seed(0)
     n, h, v = 37, 16, 50
-    hidden = torch.randn(n, h, generator=g, requires_grad=True)
-    weight = torch.randn(v, h, generator=g, requires_grad=True)
-    bias = torch.randn(v, generator=g, requires_grad=True)
+    hidden = torch.randn(n, h, generator=g, requires_grad=True, dtype=dtype)
+    weight = torch.randn(v, h, generator=g, requires_grad=True, dtype=dtype)
+    bias = torch.randn(v, generator=g, requires_grad=True, dtype=dtype)
     labels = torch.randint(0, v, (n,), generator=g)
-    w_lp, w_ent = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    w_lp, w_ent, w_hot = (torch.randn(n, generator=g, dtype=dtype) for _ in range(3))
 
     logits = torch.nn.functional.linear(hidden, weight, bias)
-    lp, ent = log_probs_from_logits(logits, labels, 0.7), entropy_from_logits(logits)
-    ref = torch.autograd.grad((lp * w_lp).sum() + (ent * w_ent).sum(), [hidden, weight, bias])
-    lp2, ent2 = token_scores_from_hidden(hidden, weight, bias, labels, temperature=0.7, entropy=True, chunk=chunk)
-    got = torch.autograd.grad((lp2 * w_lp).sum() + (ent2 * w_ent).sum(), [hidden, weight, bias])
-    assert _rel(lp2, lp) <= 1e-6 and _rel(ent2, ent) <= 1e-6  # fp32 rounding of values up to ~25
+    lp, ent, hot = (
+        log_probs_from_logits(logits, labels, 0.7),
+        entropy_from_logits(logits),
+        entropy_from_logits(logits, 0.7),
+    )
+    ref = torch.autograd.grad((lp * w_lp).sum() + (ent * w_ent).sum() + (hot * w_hot).sum(), [hidden, weight, bias])
+    out = token_scores_from_hidden(
+        hidden, weight, bias, labels, temperature=0.7, entropy_temperatures=(1.0, 0.7), sum_pi_squared=True, chunk=chunk
+    )
+    lp2, (ent2, hot2) = out.log_probs, out.entropies
+    got = torch.autograd.grad((lp2 * w_lp).sum() + (ent2 * w_ent).sum() + (hot2 * w_hot).sum(), [hidden, weight, bias])
+    assert _rel(lp2, lp) <= tol and _rel(ent2, ent) <= tol and _rel(hot2, hot) <= tol
+    assert _rel(out.sum_pi_squared, sum_pi_squared_from_logits(logits, 0.7)) <= tol
+    assert not out.sum_pi_squared.requires_grad
     for a, b in zip(got, ref, strict=True):
-        assert _rel(a, b) <= 1e-6, _rel(a, b)
+        assert _rel(a, b) <= tol, _rel(a, b)
+
+
+def test_an_entropy_left_out_of_the_loss_gives_the_log_probs_own_gradient():
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(9, 8, generator=g, requires_grad=True)
+    weight = torch.randn(20, 8, generator=g, requires_grad=True)
+    labels = torch.randint(0, 20, (9,), generator=g)
+    alone = token_scores_from_hidden(hidden, weight, None, labels, temperature=0.5, chunk=4).log_probs
+    ref = torch.autograd.grad(alone.sum(), [hidden, weight])
+    both = token_scores_from_hidden(
+        hidden, weight, None, labels, temperature=0.5, entropy_temperatures=(0.5,), sum_pi_squared=True, chunk=4
+    )
+    got = torch.autograd.grad(both.log_probs.sum(), [hidden, weight])
+    for a, b in zip(got, ref, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_sum_pi_squared_is_veRLs_formula_and_bounded_by_one_over_the_vocabulary_and_one():
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [10.0, -10.0, -10.0, -10.0], [1.0, 2.0, 3.0, 4.0]])
+    sq = sum_pi_squared_from_logits(logits)
+    p = torch.softmax(logits, dim=-1)
+    torch.testing.assert_close(sq, (p * p).sum(-1))
+    assert sq[0].item() == pytest.approx(0.25) and sq[1].item() == pytest.approx(1.0, abs=1e-6)
+    hot = sum_pi_squared_from_logits(logits, 2.0)
+    torch.testing.assert_close(hot, (torch.softmax(logits / 2, -1) ** 2).sum(-1))
 
 
 @pytest.mark.parametrize("packing", [True, False], ids=["packed", "padded"])
@@ -80,7 +122,8 @@ def test_every_training_forward_gives_the_whole_logits_numbers_in_fp32(path, pac
     weights = torch.randn(ids.shape[0], ids.shape[1] - 1, generator=torch.Generator().manual_seed(3))
     action = (mask[:, 1:] * mask[:, :-1]).float()
 
-    lp, ent = causal_lm_log_probs(lm, ids, mask, temperature=0.8, return_entropy=True, packing=packing)
+    out = causal_lm_scores(lm, ids, mask, temperature=0.8, entropy_temperatures=(1.0,), packing=packing)
+    lp, ent = out.log_probs, out.entropies[0]
     ((lp * weights * action).sum() + (ent * action).sum()).backward()
     got = {n: p.grad.clone() for n, p in lm.named_parameters()}
     lm.zero_grad(set_to_none=True)
@@ -105,7 +148,7 @@ def test_the_backward_keeps_no_tensor_of_tokens_by_vocabulary(path):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
-        lp = causal_lm_log_probs(lm, ids, mask, return_entropy=True, packing=True)[0]
+        lp = causal_lm_scores(lm, ids, mask, entropy_temperatures=(1.0,), packing=True).log_probs
     whole = [s for s in sizes if s and s[-1] == vocab and torch.Size(s).numel() >= tokens * vocab]
     assert not whole, f"saved for the backward: {whole} (the logits of {tokens} tokens)"
     lp.sum().backward()  # and it still has a backward

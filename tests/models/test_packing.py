@@ -9,6 +9,7 @@ import torch
 
 from rlhf.models.forward import (
     causal_lm_log_probs,
+    causal_lm_scores,
     forward_tokens,
     value_model_rewards,
     value_model_token_values,
@@ -66,8 +67,13 @@ def test_packed_log_probs_and_entropy_equal_each_sample_run_alone(lm, side):
     samples = _samples()
     ids, mask = _padded(samples, side)
     assert pack_for(lm, ids, mask) is not None, "the tiny Llama's attention takes packed rows"
-    logps, entropy = causal_lm_log_probs(lm, ids, mask, return_entropy=True, packing=True)
-    alone = _alone(lambda i, m: causal_lm_log_probs(lm, i, m, return_entropy=True), samples)
+
+    def scores(i, m, **kw):
+        out = causal_lm_scores(lm, i, m, temperature=0.7, entropy_temperatures=(1.0, 0.7), sum_pi_squared=True, **kw)
+        return out.log_probs, *out.entropies, out.sum_pi_squared
+
+    logps, entropy, tempered, sum_sq = scores(ids, mask, packing=True)
+    alone = _alone(scores, samples)
     width = ids.shape[1]
     for i, (s, out) in enumerate(zip(samples, alone, strict=True)):
         start = 0 if side == "right" else width - len(s)
@@ -75,6 +81,8 @@ def test_packed_log_probs_and_entropy_equal_each_sample_run_alone(lm, side):
         if out is not None:
             torch.testing.assert_close(logps[i, got], out[0][0], atol=TOL, rtol=0)
             torch.testing.assert_close(entropy[i, got], out[1][0], atol=TOL, rtol=0)
+            torch.testing.assert_close(tempered[i, got], out[2][0], atol=TOL, rtol=0)
+            torch.testing.assert_close(sum_sq[i, got], out[3][0], atol=TOL, rtol=0)
         rest = torch.ones(width - 1, dtype=torch.bool)
         rest[got] = False
         assert torch.all(logps[i, rest] == 0), "positions that predict no token of the sample are 0"

@@ -249,6 +249,35 @@ def test_bypass_mode_runs_one_policy_forward_fewer_per_step_and_the_plan_says_so
     assert "recomputed by the policy's forward" in render(plan(load_spec(["+recipe=grpo_tiny_cpu", *SMALL])))
 
 
+def test_the_optimal_token_baseline_reads_sum_pi_squared_off_the_experience_forward(tmp_path, monkeypatch):
+    """algorithm.advantage.estimator=optimal_token_baseline (veRL's) in a run: the experience pass's policy forward
+    hands back each step's sum pi^2 beside the old log-probs (a probability's square at most, 1 at most, 0 off the
+    generated tokens), and the actor logs the entropy of the distribution
+    it sampled from (temperature 0.7 here, and the untempered one under its OpenRLHF name beside it)."""
+    from rlhf.pipelines import rl
+
+    seen = []
+    real = rl.token_baseline_inputs
+
+    def kept(spec, exp, generated):
+        out = real(spec, exp, generated)
+        seen.append((out, exp.action_mask.clone()))
+        return out
+
+    monkeypatch.setattr(rl, "token_baseline_inputs", kept)
+    overrides = ("algorithm.advantage.estimator=optimal_token_baseline", "rollout.temperature=0.7")
+    result, steps = train(tmp_path, "grpo_tiny_cpu", *SMALL, *overrides, "algorithm.policy_loss.entropy_coef=0")
+    assert_trained(result, steps)
+    assert len(seen) == 2
+    for inputs, mask in seen:
+        on = mask > 0
+        sq, p = inputs.sum_pi_squared, inputs.old_log_probs.exp()
+        assert bool((sq[on] <= 1 + 1e-6).all()) and bool((sq[on] >= p[on].square() - 1e-6).all())
+        assert bool((sq[~on] == 0).all()) and float(sq[on].min()) > 0
+    for s in steps:
+        assert 0 < s["train/entropy"] != s["train/entropy_loss"] > 0  # tempered (logged always) vs untempered
+
+
 def test_reward_from_a_python_file(shared_run, parity):
     result, steps = shared_run("parity_sync", "rloo_tiny_cpu", *parity)
     assert_trained(result, steps)

@@ -21,11 +21,11 @@ ESTIMATORS = {
     "opo": "opo",  # the group's length-weighted mean subtracted
     "grpo_passk": "grpo_passk",  # only the best of each group: (best - second) / (std + epsilon)
     "remax": "remax",  # the reward of a greedy response to the prompt subtracted
+    "optimal_token_baseline": "optimal_token_baseline",  # a per-token baseline weighted by path variance
+    "tir_optimal_token_baseline": "tir_optimal_token_baseline",  # the same over the generated tokens only
 }
 # Estimators with no equivalent here: why, and the closest one the recipe uses instead.
 OTHER_ESTIMATORS = {
-    "optimal_token_baseline": ("the optimal token baseline", "reinforce_baseline"),
-    "tir_optimal_token_baseline": ("the tool-integrated optimal token baseline", "reinforce_baseline"),
     "gdpo": ("GDPO (grouped decoupled rewards)", "group_norm"),
 }
 

@@ -3,7 +3,7 @@ aggregation, entropy, sequence parallelism) -> ``algorithm.policy_loss.*`` and t
 
 from __future__ import annotations
 
-from rlhf.importers.verl.mapper import ACTOR, ROLLOUT, UNSUPPORTED, VerlMapper
+from rlhf.importers.verl.mapper import ACTOR, UNSUPPORTED, VerlMapper
 from rlhf.spec import names
 
 POLICY_LOSSES = {
@@ -98,9 +98,8 @@ def map_policy_loss(m: VerlMapper) -> None:
     ent = m.eff(f"{ACTOR}.entropy_coeff", float)
     if ent:
         m.put("algorithm.policy_loss.entropy_coef", ent, f"{ACTOR}.entropy_coeff")
-        temp = m.eff(f"{ROLLOUT}.temperature", float)
-        if temp not in (None, 1.0):
-            m.differ(f"{ACTOR}.entropy_coeff", "entropy of the untempered logits here, the tempered in veRL")
+        # veRL's actor takes the entropy of the tempered logits, the distribution it sampled from
+        m.put("algorithm.policy_loss.entropy_logits", "tempered", f"{ACTOR}.entropy_coeff")
     elif m.given(f"{ACTOR}.entropy_coeff"):
         m.explain(f"{ACTOR}.entropy_coeff", "0: no entropy bonus, as here")
     m.handled.add(f"{ACTOR}.entropy_coeff")

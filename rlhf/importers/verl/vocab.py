@@ -300,8 +300,11 @@ NONE_PATTERNS: list[tuple[str, tuple[str, str]]] = [
     ("*.checkpoint.*", (NOT_NEEDED, "checkpoints here always hold the model, the optimizer and the run's state")),
     ("*.nccl_timeout", (SUPERSEDED, "rollout.weight_sync_timeout_s and trainer.remote_timeout_s")),
     (f"{_ARA}.hybrid_engine", (NOT_NEEDED, "the hybrid engine is placement=colocate_all here, chosen from the roles")),
-    (f"{_ACTOR}.calculate_entropy", (NOT_NEEDED, "entropy is computed when algorithm.policy_loss.entropy_coef is set")),
-    (f"{_ACTOR}.calculate_sum_pi_squared", (UNSUPPORTED, "the optimal-token baseline's statistic")),
+    (f"{_ACTOR}.calculate_entropy", (NOT_NEEDED, "train/entropy, of the tempered logits, is logged in every run")),
+    (
+        f"{_ACTOR}.calculate_sum_pi_squared",
+        (NOT_NEEDED, "sum pi^2 is computed in the experience pass whenever the optimal token baseline needs it"),
+    ),
     (f"{_ACTOR}.freeze_vision_tower", (UNSUPPORTED, "vision-language models")),
     (f"{_ACTOR}.use_prefix_grouper", (UNSUPPORTED, "shared-prefix forward passes")),
     (f"{_ACTOR}.router_replay.*", (UNSUPPORTED, "MoE router replay")),

@@ -22,7 +22,11 @@ class AdvantageSpec:
         "minus the group's response-length-weighted mean reward; grpo_passk (veRL's pass@k GRPO): only the best "
         "sample of each group gets an advantage, (best - second best) / (group std + std_eps), the others 0; remax "
         "(veRL's ReMax): the reward minus that of one greedy (temperature 0) response to the same prompt, generated "
-        "and scored each step beside the samples; no whitening",
+        "and scored each step beside the samples; optimal_token_baseline (veRL's): each token's return minus a "
+        "baseline per step, its group's returns there weighted by each trajectory's path-variance proxy so far, "
+        "sum_j<=t (1 - 2 pi(y_j) + sum pi^2) (times the squared IS weights with an IS correction; from the old "
+        "policy's forward, always recomputed); tir_optimal_token_baseline: the same with steps counted over the "
+        "generated tokens only (a multi-turn episode's tool outputs skipped); no whitening",
         choices=names.ADVANTAGE_ESTIMATORS,
     )
     gamma: float = key(1.0, "discount; group estimators and flash_reinforce need 1", ge=0, le=1)
@@ -128,7 +132,18 @@ class PolicyLossSpec:
         "advantage and IS weight are constant along each sequence",
         choices=names.SEQ_RATIO_GRADIENTS,
     )
-    entropy_coef: float | None = key(None, "entropy bonus weight (null: entropy not computed; 0: logged only)", ge=0)
+    entropy_coef: float | None = key(
+        None,
+        "entropy bonus weight (null: no bonus and no train/entropy_loss metric; 0: that metric only). train/entropy, "
+        "the entropy of the distribution sampled from (logits / rollout.temperature), is logged whatever this is",
+        ge=0,
+    )
+    entropy_logits: str = key(
+        "untempered",
+        "the entropy bonus's (and train/entropy_loss's) distribution: softmax of the untempered logits (OpenRLHF) "
+        "or of the logits divided by rollout.temperature, the one sampled from (tempered: veRL)",
+        choices=names.ENTROPY_LOGITS,
+    )
     sapo_tau_pos: float = key(1.0, "sapo: the gate's temperature for tokens with A > 0 (veRL's tau_pos)", gt=0)
     sapo_tau_neg: float = key(1.05, "sapo: the gate's temperature for tokens with A <= 0 (veRL's tau_neg)", gt=0)
     cov_fraction: float = key(
