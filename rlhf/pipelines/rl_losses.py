@@ -27,6 +27,7 @@ from rlhf.algo.aggregation import response_width
 from rlhf.algo.is_correction import is_weight_totals, is_weights
 from rlhf.algo.policy_loss import PolicyLossOutput
 from rlhf.algo.rejection import Rejection, rejection_keep
+from rlhf.algo.verl_metrics import reinforce_metrics
 from rlhf.models.forward import causal_lm_log_probs, forward_tokens, value_model_rewards, value_model_values
 from rlhf.spec import names
 from rlhf.spec.schema import ExperimentSpec
@@ -66,6 +67,7 @@ class ActorLossSettings:
     # rejection compare the current policy with them in each micro-batch
     bypass: bool = False
     rejection: Rejection | None = None
+    verl_metrics: bool = False  # logging.verl_metrics: veRL's actor/* metrics of the loss beside ours
 
     @classmethod
     def from_spec(cls, spec: ExperimentSpec) -> ActorLossSettings:
@@ -102,6 +104,7 @@ class ActorLossSettings:
                 if a.rejection.enabled
                 else None
             ),
+            verl_metrics=spec.logging.verl_metrics,
         )
 
 
@@ -160,7 +163,8 @@ def bypass_policy_loss(
     in each micro-batch the current policy (detached) is compared with them: rejection sampling drops tokens from the
     loss, and the loss is PPO's clip against the engine's log-probs (``ppo``: its ratio is the IS correction, no
     weights) or ``gpg`` (veRL's ``reinforce``: ``-A log pi`` times the IS weights ``pi / pi_rollout``, normalised
-    within the micro-batch where asked). ``ppo_kl`` is ``mean(log pi_rollout - log pi)`` over the kept tokens."""
+    within the micro-batch where asked). ``ppo_kl`` is ``mean(log pi_rollout - log pi)`` over the kept tokens; with
+    ``verl_metrics``, veRL's metrics are its vanilla loss's (ppo) or its reinforce's (gpg: ppo_kl alone)."""
     current = log_probs.detach()
     kept, metrics = mask, {}
     if s.rejection is not None:
@@ -179,6 +183,7 @@ def bypass_policy_loss(
             aggregation=s.aggregation,
             norm=norm,
             params=s.params,
+            verl_metrics=s.verl_metrics,
         )
     else:
         pl = policy_loss(
@@ -194,9 +199,25 @@ def bypass_policy_loss(
             params=s.params,
             is_mask=mask,  # veRL computes the weights over the response mask before rejection
         )
+        if s.verl_metrics:
+            pl = replace(pl, verl=reinforce_metrics(current, rollout, kept))
     with torch.no_grad():
         ppo_kl = masked_mean(rollout - current, kept)
     return replace(pl, ppo_kl=ppo_kl), metrics
+
+
+def policy_loss_metrics(pl: PolicyLossOutput) -> dict[str, Tensor]:
+    """The micro-batch's metrics of the policy loss: ours (``policy_loss``, ``ppo_clip_ratio``, ``ppo_kl``, and
+    ``rollout_kl``, ``is_filter_ratio`` where computed), and with logging.verl_metrics veRL's, under its names
+    (``actor/pg_clipfrac``, ...), which the loop logs without the ``train/`` prefix. Each is averaged over the
+    step's micro-batches and ranks, then over the optimizer steps of the rollout."""
+    out = {"policy_loss": pl.loss.detach(), "ppo_clip_ratio": pl.clip_ratio, "ppo_kl": pl.ppo_kl}
+    if pl.rollout_kl is not None:
+        out["rollout_kl"] = pl.rollout_kl
+    if pl.is_filter_ratio is not None:
+        out["is_filter_ratio"] = pl.is_filter_ratio
+    out.update(pl.verl or {})
+    return out
 
 
 def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -> tuple[Tensor, dict[str, Tensor]]:
@@ -248,13 +269,10 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
             params=s.params,
             is_batch_totals=mb.get("is_weight_totals"),
             is_mask=mb.get("generated_mask"),
+            verl_metrics=s.verl_metrics,
         )
     loss = pl.loss
-    metrics.update({"policy_loss": pl.loss.detach(), "ppo_clip_ratio": pl.clip_ratio, "ppo_kl": pl.ppo_kl})
-    if pl.rollout_kl is not None:
-        metrics["rollout_kl"] = pl.rollout_kl
-    if pl.is_filter_ratio is not None:
-        metrics["is_filter_ratio"] = pl.is_filter_ratio
+    metrics.update(policy_loss_metrics(pl))
     if s.kl_in_loss:
         kl_coef = float(mb["kl_coef"].reshape(-1)[0])
         kl_term = kl_loss(

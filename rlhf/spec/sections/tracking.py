@@ -50,6 +50,12 @@ class LoggingSpec:
     run_name: str = key("", "the run's name in every tracker; empty: recipe name and time")
     log_every: int = key(1, "send train metrics to the trackers every N steps (eval metrics always)", ge=1)
     progress: bool = key(True, "progress bars on the console")
+    verl_metrics: bool = key(
+        False,
+        "the RL actor also logs veRL 0.9.1's actor/pg_clipfrac, actor/pg_clipfrac_lower and actor/ppo_kl, under "
+        "veRL's names with the definitions veRL's function for the policy loss gives them (they differ from loss to "
+        "loss: rlhf.algo.verl_metrics), beside ours (train/ppo_clip_ratio, train/ppo_kl); import-verl sets it",
+    )
     tensorboard: TensorBoardSpec = field(default_factory=TensorBoardSpec)
     wandb: WandbSpec = field(default_factory=WandbSpec)
 
