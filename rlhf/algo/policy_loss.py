@@ -17,6 +17,7 @@ from rlhf.algo.aggregation import LossNormalizer, aggregate
 from rlhf.algo.is_correction import ISCorrection, is_weights
 from rlhf.algo.logprobs import masked_mean, masked_sum
 from rlhf.algo.registry import Registry
+from rlhf.algo.verl_metrics import LossTokens, verl_loss_metrics
 from rlhf.spec.names import SEQ_RATIO_AGGREGATIONS, SEQ_RATIO_GRADIENTS, SEQ_RATIO_IS_CORRECTIONS
 
 # PPO's log-ratio is clamped before exp (OpenRLHF) so a stale token cannot overflow the ratio to inf.
@@ -317,6 +318,8 @@ class PolicyLossOutput:
         rollout_kl: ``mean(log π_rollout - log π_old)`` (OpenRLHF ``vllm_kl``), when rollout log-probs are given.
         is_filter_ratio: fraction of tokens (or sequences) the IS correction's gate filtered, when it weighed the
             tokens (an enabled correction of a token-level loss).
+        verl: with ``verl_metrics``, veRL 0.9.1's metrics of this loss under its names (``actor/pg_clipfrac``, ...:
+            :mod:`rlhf.algo.verl_metrics`); else ``None``.
     """
 
     loss: Tensor
@@ -324,6 +327,7 @@ class PolicyLossOutput:
     ppo_kl: Tensor
     rollout_kl: Tensor | None
     is_filter_ratio: Tensor | None = None
+    verl: dict[str, Tensor] | None = None
 
 
 def policy_loss(
@@ -343,6 +347,7 @@ def policy_loss(
     params: PolicyLossParams | None = None,
     is_batch_totals: Tensor | None = None,
     is_mask: Tensor | None = None,
+    verl_metrics: bool = False,
 ) -> PolicyLossOutput:
     """Clipped surrogate policy loss (OpenRLHF ``PolicyLoss.forward``).
 
@@ -371,6 +376,7 @@ def policy_loss(
             (:func:`rlhf.algo.is_correction.is_weight_totals`); ``None``: this micro-batch.
         is_mask: the tokens the IS weights are read over where rejection sampling took some out of ``action_mask``
             (every generated token, as veRL's weights); ``None``: ``action_mask``.
+        verl_metrics: also compute veRL's metrics of this loss (:attr:`PolicyLossOutput.verl`).
     """
     objective = POLICY_LOSSES.get(loss_type)
     if dual_clip is not None and dual_clip <= 1.0:
@@ -417,9 +423,13 @@ def policy_loss(
         clip_ratio = masked_mean(clip_active.float(), action_mask)
         ppo_kl = masked_mean(old_log_probs - log_probs, action_mask)
         rollout_kl = None if rollout_log_probs is None else masked_mean(rollout_log_probs - old_log_probs, action_mask)
+    verl = None
+    if verl_metrics:
+        tokens = LossTokens(log_probs.detach(), old_log_probs, advantages, action_mask, clip_active, p, dual_clip)
+        verl = verl_loss_metrics(loss_type, tokens)
     forced = (sequence and p.seq_ratio_aggregation == "seq_mean") or objective.seq_mean
     aggregated = aggregate(loss, action_mask, "seq_mean" if forced else aggregation, norm)
-    return PolicyLossOutput(aggregated, clip_ratio, ppo_kl, rollout_kl, is_filter_ratio)
+    return PolicyLossOutput(aggregated, clip_ratio, ppo_kl, rollout_kl, is_filter_ratio, verl)
 
 
 def value_loss(

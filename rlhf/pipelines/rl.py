@@ -44,7 +44,7 @@ from rlhf.errors import WorkerFailure
 from rlhf.pipelines.experience import ExperienceBatch, from_rollouts
 from rlhf.pipelines.rl_generation import GREEDY_BASELINE_LOG, Generator, PromptStream, Scored, Scorer
 from rlhf.pipelines.rl_losses import ActorLossSettings
-from rlhf.pipelines.rl_metrics import best_metric_key, eval_metrics, group_reward_std, rollout_metrics
+from rlhf.pipelines.rl_metrics import best_metric_key, eval_metrics, group_reward_std, logged_names, rollout_metrics
 from rlhf.pipelines.rl_roles import RLWorkers
 from rlhf.pipelines.sft_warmup import SFTWarmup
 from rlhf.pipelines.step_count import StepCount, count_steps
@@ -364,7 +364,7 @@ class RLRecipe:
         every = self.spec.sft_warmup.eval_steps
         if every and step % every == 0 and step < self.warmup_steps and self._can_eval():
             out.update(self.workers.sync_weights())  # eval samples from the engines: they get the weights first
-            out = {(k if k.startswith(("sft/", "rollout/")) else f"train/{k}"): v for k, v in out.items()}
+            out = logged_names(out)
             self.last_eval = evaluate(self.spec, self.gen, self.workers, self.splits.eval, step)
             out.update({f"eval/{k}": v for k, v in self.last_eval.items()})
         if step == self.warmup_steps:
@@ -374,7 +374,7 @@ class RLRecipe:
             self.workers.refresh_reference(str(sft_model))
             # the engines sample from the warmed-up policy from the first RL step on
             out.update(self.workers.sync_weights())
-            out = {(k if k.startswith(("sft/", "rollout/")) else f"train/{k}"): v for k, v in out.items()}
+            out = logged_names(out)
             if self._can_eval():
                 self.last_eval = evaluate(self.spec, self.gen, self.workers, self.splits.eval, step)
                 out.update({f"eval/{k}": v for k, v in self.last_eval.items()})
@@ -429,7 +429,7 @@ class RLRecipe:
                 "episode": float(self.stream.epoch),
             }
         )
-        out = {(k if k.startswith("rollout/") else f"train/{k}"): v for k, v in metrics.items()}
+        out = logged_names(metrics)
         if self._can_eval() and (step % spec.eval.steps == 0 or step == self.rl_total):
             self.last_eval = evaluate(spec, gen, workers, self.splits.eval, run_step)
             out.update({f"eval/{k}": v for k, v in self.last_eval.items()})

@@ -27,6 +27,7 @@ from rlhf.algo.aggregation import response_width
 from rlhf.algo.is_correction import is_weight_totals, is_weights
 from rlhf.algo.policy_loss import PolicyLossOutput
 from rlhf.algo.rejection import Rejection, rejection_keep
+from rlhf.algo.verl_metrics import reinforce_metrics
 from rlhf.models.forward import (
     causal_lm_log_probs,
     causal_lm_scores,
@@ -73,6 +74,7 @@ class ActorLossSettings:
     bypass: bool = False
     rejection: Rejection | None = None
     entropy_tempered: bool = False  # algorithm.policy_loss.entropy_logits=tempered: the bonus's H at the temperature
+    verl_metrics: bool = False  # logging.verl_metrics: veRL's actor/* metrics of the loss beside ours
 
     @classmethod
     def from_spec(cls, spec: ExperimentSpec) -> ActorLossSettings:
@@ -110,6 +112,7 @@ class ActorLossSettings:
                 if a.rejection.enabled
                 else None
             ),
+            verl_metrics=spec.logging.verl_metrics,
         )
 
 
@@ -153,20 +156,29 @@ def policy_logprobs_fn(model, batch: dict[str, Tensor], *, temperature: float, p
     )
 
 
-def policy_logprobs_and_sum_pi_squared_fn(
-    model, batch: dict[str, Tensor], *, temperature: float, packing: bool = False
+def policy_scores_fn(
+    model,
+    batch: dict[str, Tensor],
+    *,
+    temperature: float,
+    packing: bool = False,
+    sum_pi_squared: bool = False,
+    entropy: bool = False,
 ) -> Tensor:
-    """``[B, 2, T-1]``: the old log-probs of :func:`policy_logprobs_fn` and each step's ``Σπ²`` at the same
-    temperature (veRL's ``calculate_sum_pi_squared``), from one forward, for the optimal token baseline."""
+    """``[B, k, T-1]`` from one forward: the old log-probs of :func:`policy_logprobs_fn`, then, where asked, each
+    step's ``Σπ²`` (veRL's ``calculate_sum_pi_squared``, for the optimal token baseline) and the entropy of the
+    distribution sampled from (veRL's ``actor/entropy``), at the same temperature."""
     out = causal_lm_scores(
         model,
         batch["sequences"],
         batch["attention_mask"],
         temperature=temperature,
-        sum_pi_squared=True,
+        entropy_temperatures=(temperature,) if entropy else (),
+        sum_pi_squared=sum_pi_squared,
         packing=packing,
     )
-    return torch.stack([out.log_probs, out.sum_pi_squared], dim=1)
+    rows = [out.log_probs, *([out.sum_pi_squared] if sum_pi_squared else []), *out.entropies]
+    return torch.stack(rows, dim=1)
 
 
 def critic_values_fn(model, batch: dict[str, Tensor], *, packing: bool = False) -> Tensor:
@@ -184,7 +196,8 @@ def bypass_policy_loss(
     in each micro-batch the current policy (detached) is compared with them: rejection sampling drops tokens from the
     loss, and the loss is PPO's clip against the engine's log-probs (``ppo``: its ratio is the IS correction, no
     weights) or ``gpg`` (veRL's ``reinforce``: ``-A log pi`` times the IS weights ``pi / pi_rollout``, normalised
-    within the micro-batch where asked). ``ppo_kl`` is ``mean(log pi_rollout - log pi)`` over the kept tokens."""
+    within the micro-batch where asked). ``ppo_kl`` is ``mean(log pi_rollout - log pi)`` over the kept tokens; with
+    ``verl_metrics``, veRL's metrics are its vanilla loss's (ppo) or its reinforce's (gpg: ppo_kl alone)."""
     current = log_probs.detach()
     kept, metrics = mask, {}
     if s.rejection is not None:
@@ -203,6 +216,7 @@ def bypass_policy_loss(
             aggregation=s.aggregation,
             norm=norm,
             params=s.params,
+            verl_metrics=s.verl_metrics,
         )
     else:
         pl = policy_loss(
@@ -218,9 +232,25 @@ def bypass_policy_loss(
             params=s.params,
             is_mask=mask,  # veRL computes the weights over the response mask before rejection
         )
+        if s.verl_metrics:
+            pl = replace(pl, verl=reinforce_metrics(current, rollout, kept))
     with torch.no_grad():
         ppo_kl = masked_mean(rollout - current, kept)
     return replace(pl, ppo_kl=ppo_kl), metrics
+
+
+def policy_loss_metrics(pl: PolicyLossOutput) -> dict[str, Tensor]:
+    """The micro-batch's metrics of the policy loss: ours (``policy_loss``, ``ppo_clip_ratio``, ``ppo_kl``, and
+    ``rollout_kl``, ``is_filter_ratio`` where computed), and with logging.verl_metrics veRL's, under its names
+    (``actor/pg_clipfrac``, ...), which the loop logs without the ``train/`` prefix. Each is averaged over the
+    step's micro-batches and ranks, then over the optimizer steps of the rollout."""
+    out = {"policy_loss": pl.loss.detach(), "ppo_clip_ratio": pl.clip_ratio, "ppo_kl": pl.ppo_kl}
+    if pl.rollout_kl is not None:
+        out["rollout_kl"] = pl.rollout_kl
+    if pl.is_filter_ratio is not None:
+        out["is_filter_ratio"] = pl.is_filter_ratio
+    out.update(pl.verl or {})
+    return out
 
 
 def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -> tuple[Tensor, dict[str, Tensor]]:
@@ -277,13 +307,10 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
             params=s.params,
             is_batch_totals=mb.get("is_weight_totals"),
             is_mask=mb.get("generated_mask"),
+            verl_metrics=s.verl_metrics,
         )
     loss = pl.loss
-    metrics.update({"policy_loss": pl.loss.detach(), "ppo_clip_ratio": pl.clip_ratio, "ppo_kl": pl.ppo_kl})
-    if pl.rollout_kl is not None:
-        metrics["rollout_kl"] = pl.rollout_kl
-    if pl.is_filter_ratio is not None:
-        metrics["is_filter_ratio"] = pl.is_filter_ratio
+    metrics.update(policy_loss_metrics(pl))
     if s.kl_in_loss:
         kl_coef = float(mb["kl_coef"].reshape(-1)[0])
         kl_term = kl_loss(

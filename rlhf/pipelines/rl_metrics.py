@@ -7,6 +7,16 @@ from collections.abc import Sequence
 from math import sqrt
 from statistics import fmean, pstdev, stdev
 
+#: A step's metric names logged as they are: the rollout's, the SFT warm-up's and veRL's actor names
+#: (logging.verl_metrics); every other one gets ``train/``.
+OWN_PREFIXES = ("rollout/", "sft/", "actor/")
+
+
+def logged_names(metrics: dict) -> dict:
+    """A step's metrics under the names they are logged with: ``train/`` before each name but those of
+    :data:`OWN_PREFIXES`."""
+    return {(k if k.startswith(OWN_PREFIXES) else f"train/{k}"): v for k, v in metrics.items()}
+
 
 def rollout_metrics(rewards: Sequence[float], response_lengths: Sequence[float], truncated: Sequence[float]) -> dict:
     """rollout/{reward_mean, reward_std, response_length_mean, truncated_rate, num_samples}."""

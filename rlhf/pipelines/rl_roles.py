@@ -25,8 +25,8 @@ from rlhf.pipelines.rl_losses import (
     actor_loss_fn,
     critic_loss_fn,
     critic_values_fn,
-    policy_logprobs_and_sum_pi_squared_fn,
     policy_logprobs_fn,
+    policy_scores_fn,
     reward_model_fn,
     rollout_is_weight_totals,
 )
@@ -221,6 +221,9 @@ class RLWorkers:
         self.reuses_current_logprobs = reuses_current_logprobs(spec)
         self.bypass = spec.algorithm.old_logprobs == "rollout"  # veRL's bypass mode: the engine's log-probs are old
         self.token_baseline = spec.algorithm.advantage.estimator in names.TOKEN_BASELINE_ESTIMATORS
+        # veRL logs actor/entropy from its old-log-prob pass: here too, where that pass runs (not in bypass mode, nor
+        # with one optimizer step per rollout, where the training forward's log-probs are the old ones)
+        self.verl_entropy = spec.logging.verl_metrics and not self.bypass and not self.reuses_current_logprobs
         self.kl_coef = spec.algorithm.kl.coef  # the KL controller's current value, set by the loop
         self.pad_id: int | None = None  # the tokenizer's pad id, set by the loop (probe batches are padded with it)
 
@@ -305,6 +308,18 @@ class RLWorkers:
 
         return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[-1])) for p in parts])
 
+    def _verl_entropy(self, entropy: Any, mask: Any) -> float:
+        """veRL's ``actor/entropy``: the old policy's tempered entropy over the rollout batch, aggregated by the
+        policy loss's aggregation (its loss_agg_mode)."""
+        from rlhf.algo import LossNormalizer, aggregate
+        from rlhf.algo.aggregation import response_width
+
+        pl = self.spec.algorithm.policy_loss
+        agg = names.canonical_aggregation(pl.aggregation)
+        width = pl.aggregation_norm_from == "micro_batch_width"
+        constant = pl.aggregation_norm or (response_width(mask) if width else self.spec.rollout.max_new_tokens)
+        return float(aggregate(entropy, mask, agg, LossNormalizer(constant=float(constant))))
+
     def make_experience(self, exp: ExperienceBatch) -> dict[str, float]:
         """Fill old (policy), reference and teacher log-probs and critic values in place."""
         width = exp.action_mask.shape[1]
@@ -313,10 +328,20 @@ class RLWorkers:
         fn = partial(policy_logprobs_fn, temperature=self.temperature, packing=self.packing)
         if self.bypass:  # no forward: the rollout engine's log-probs stand in for the old policy's
             exp.old_logprobs = exp.rollout_logprobs * exp.action_mask
-        elif self.token_baseline:  # the optimal token baseline reads sum pi^2 off the same forward
-            both_fn = partial(policy_logprobs_and_sum_pi_squared_fn, temperature=self.temperature, packing=self.packing)
-            both = self._stitch(self._forward(self.policy, both_fn, exp, None), width)
-            exp.old_logprobs, exp.sum_pi_squared = both[:, 0] * exp.action_mask, both[:, 1] * exp.action_mask
+        elif self.token_baseline or self.verl_entropy:  # what else the old policy's forward hands back
+            scores_fn = partial(
+                policy_scores_fn,
+                temperature=self.temperature,
+                packing=self.packing,
+                sum_pi_squared=self.token_baseline,
+                entropy=self.verl_entropy,
+            )
+            rows = iter(self._stitch(self._forward(self.policy, scores_fn, exp, None), width).unbind(dim=1))
+            exp.old_logprobs = next(rows) * exp.action_mask
+            if self.token_baseline:
+                exp.sum_pi_squared = next(rows) * exp.action_mask
+            if self.verl_entropy:
+                timing["actor/entropy"] = self._verl_entropy(next(rows), exp.action_mask)
         elif not self.reuses_current_logprobs:
             exp.old_logprobs = self._stitch(self._forward(self.policy, fn, exp, None), width) * exp.action_mask
         if self.reference is not None:

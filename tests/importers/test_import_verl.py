@@ -734,3 +734,11 @@ def test_a_global_micro_batch_is_divided_by_the_data_parallel_ranks():
         "trainer.n_gpus_per_node=8",
     )
     assert v["trainer.micro_batch_per_device"] == 2  # 8 / (8 GPUs / 2)
+
+
+def test_an_rl_recipe_logs_veRLs_actor_metrics_under_its_names_and_says_so():
+    m = map_command(split_command(_cmd("algorithm.adv_estimator=grpo").split()))
+    assert m.values["logging.verl_metrics"] is True
+    assert any(n.startswith("logging.verl_metrics=true: the actor also logs veRL's actor/pg_clipfrac") for n in m.notes)
+    sft = map_command(split_command("torchrun --nproc_per_node=8 -m verl.trainer.fsdp_sft_trainer".split()))
+    assert "logging.verl_metrics" not in sft.values  # no actor metrics in an SFT run

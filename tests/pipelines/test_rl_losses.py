@@ -153,3 +153,19 @@ def test_kl_term_is_a_token_mean_whatever_the_policy_loss_aggregation():
     _, metrics = actor_loss_fn(model, mb, None, s=_with(aggregation="seq_mean"))
     expected = 0.1 * masked_mean(compute_approx_kl(current, mb["ref_logprobs"], "k3"), mask)
     assert float(metrics["kl_loss"]) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_logging_verl_metrics_adds_veRLs_actor_names_logged_as_they_are():
+    from rlhf.pipelines.rl_metrics import logged_names
+
+    assert ActorLossSettings.from_spec(load_spec(["+recipe=grpo_tiny_cpu", "logging.verl_metrics=true"])).verl_metrics
+    model = _model()
+    mb = _batch(model)
+    mb["old_logprobs"] = mb.pop("_current") - 0.3 * mb["action_mask"]  # every ratio e^0.3: clipped where A > 0
+    _, ours = actor_loss_fn(model, mb, None, s=SETTINGS)
+    _, both = actor_loss_fn(model, mb, None, s=_with(verl_metrics=True, dual_clip=3.0))
+    verl = {"actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl"}
+    assert set(both) == set(ours) | verl and not verl & set(ours)
+    assert float(both["actor/pg_clipfrac"]) == float(both["ppo_clip_ratio"]) > 0
+    logged = logged_names(both)
+    assert verl <= set(logged) and "train/ppo_clip_ratio" in logged and "train/actor/ppo_kl" not in logged

@@ -253,7 +253,8 @@ def test_the_optimal_token_baseline_reads_sum_pi_squared_off_the_experience_forw
     """algorithm.advantage.estimator=optimal_token_baseline (veRL's) in a run: the experience pass's policy forward
     hands back each step's sum pi^2 beside the old log-probs (a probability's square at most, 1 at most, 0 off the
     generated tokens), and the actor logs the entropy of the distribution
-    it sampled from (temperature 0.7 here, and the untempered one under its OpenRLHF name beside it)."""
+    it sampled from (temperature 0.7 here, and the untempered one under its OpenRLHF name beside it); with
+    logging.verl_metrics, veRL's actor/* names too, its entropy from the experience pass."""
     from rlhf.pipelines import rl
 
     seen = []
@@ -265,8 +266,13 @@ def test_the_optimal_token_baseline_reads_sum_pi_squared_off_the_experience_forw
         return out
 
     monkeypatch.setattr(rl, "token_baseline_inputs", kept)
-    overrides = ("algorithm.advantage.estimator=optimal_token_baseline", "rollout.temperature=0.7")
-    result, steps = train(tmp_path, "grpo_tiny_cpu", *SMALL, *overrides, "algorithm.policy_loss.entropy_coef=0")
+    overrides = (
+        "algorithm.advantage.estimator=optimal_token_baseline",
+        "rollout.temperature=0.7",
+        "algorithm.policy_loss.entropy_coef=0",
+        "logging.verl_metrics=true",
+    )
+    result, steps = train(tmp_path, "grpo_tiny_cpu", *SMALL, *overrides)
     assert_trained(result, steps)
     assert len(seen) == 2
     for inputs, mask in seen:
@@ -276,6 +282,9 @@ def test_the_optimal_token_baseline_reads_sum_pi_squared_off_the_experience_forw
         assert bool((sq[~on] == 0).all()) and float(sq[on].min()) > 0
     for s in steps:
         assert 0 < s["train/entropy"] != s["train/entropy_loss"] > 0  # tempered (logged always) vs untempered
+        # the same weights' tempered entropy: over the batch in the experience pass, per micro-batch in training
+        assert s["actor/entropy"] == pytest.approx(s["train/entropy"], rel=0.05)
+        assert {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"} <= set(s)
 
 
 def test_reward_from_a_python_file(shared_run, parity):

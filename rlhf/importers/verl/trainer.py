@@ -1,5 +1,6 @@
 """veRL's ``trainer.*``: episodes or epochs, steps, checkpoints, evaluation, resume, seed and device ->
-``trainer.*``, ``checkpoint.*``, ``eval.*``; its logger and names -> ``logging.*``."""
+``trainer.*``, ``checkpoint.*``, ``eval.*``; its logger and names -> ``logging.*`` (and, for its RL trainer,
+``logging.verl_metrics``: its actor metrics under its names)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,14 @@ def map_trainer(m: VerlMapper) -> None:
 
 def map_logging(m: VerlMapper) -> None:
     k = "trainer.logger"
+    if m.rl:
+        # veRL's actor metrics mean something else from one policy loss to the next: the recipe logs them under
+        # veRL's names and definitions beside ours, so the run's curves compare with the veRL run's
+        m.put("logging.verl_metrics", True)
+        m.notes.append(
+            "logging.verl_metrics=true: the actor also logs veRL's actor/pg_clipfrac, actor/pg_clipfrac_lower and "
+            "actor/ppo_kl, as veRL's loss defines them, beside train/ppo_clip_ratio and train/ppo_kl"
+        )
     m.put("logging.experiment", m.eff("trainer.project_name", str), "trainer.project_name", carry=False)
     m.put("logging.run_name", m.eff("trainer.experiment_name", str), "trainer.experiment_name", carry=False)
     m.handled.add(k)

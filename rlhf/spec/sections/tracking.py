@@ -50,6 +50,15 @@ class LoggingSpec:
     run_name: str = key("", "the run's name in every tracker; empty: recipe name and time")
     log_every: int = key(1, "send train metrics to the trackers every N steps (eval metrics always)", ge=1)
     progress: bool = key(True, "progress bars on the console")
+    verl_metrics: bool = key(
+        False,
+        "the RL actor also logs veRL 0.9.1's actor/pg_clipfrac, actor/pg_clipfrac_lower and actor/ppo_kl, under "
+        "veRL's names with the definitions veRL's function for the policy loss gives them (they differ from loss to "
+        "loss: rlhf.algo.verl_metrics), beside ours (train/ppo_clip_ratio, train/ppo_kl); and actor/entropy, the old "
+        "policy's entropy at the sampling temperature over the rollout batch, aggregated as the policy loss, from the "
+        "experience pass as veRL's (not where that pass is skipped: bypass mode, one optimizer step per rollout; "
+        "train/entropy is the training forward's); import-verl sets it",
+    )
     tensorboard: TensorBoardSpec = field(default_factory=TensorBoardSpec)
     wandb: WandbSpec = field(default_factory=WandbSpec)
 
