@@ -100,11 +100,12 @@ def unknown_keys(cfg: DictConfig, prefix: str = "") -> list[SpecError]:
 def build(cfg: DictConfig) -> ExperimentSpec:
     """Convert a composed config (already type-checked by the schema) into frozen dataclasses, local paths made
     absolute. A ``???`` value still there raises :class:`rlhf.spec.required.MissingValues` (a SpecInvalid)."""
-    cfg = cfg.copy()
-    with_struct = OmegaConf.is_struct(cfg)
-    OmegaConf.set_struct(cfg, False)
-    cfg.pop("hydra", None)
-    OmegaConf.set_struct(cfg, with_struct)
+    if "hydra" in cfg:  # Hydra's own settings go, from a copy (the caller's config is left as it is)
+        cfg = cfg.copy()
+        with_struct = OmegaConf.is_struct(cfg)
+        OmegaConf.set_struct(cfg, False)
+        cfg.pop("hydra")
+        OmegaConf.set_struct(cfg, with_struct)
     missing = missing_keys(cfg)
     if missing:  # Hydra's ??? left unfilled: one message naming each key, not OmegaConf's traceback
         raise MissingValues(missing)

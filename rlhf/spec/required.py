@@ -13,6 +13,7 @@ report them as needs ("needs teacher.model_path") and validate everything else w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -76,9 +77,14 @@ class MissingValues(SpecInvalid):
         super().__init__(errors, context)
 
 
+@functools.cache
+def _schema_order() -> dict[str, int]:
+    return {k.path: i for i, k in enumerate(walk(ExperimentSpec))}
+
+
 def missing_keys(cfg: DictConfig) -> list[str]:
     """Full keys whose value is ``???`` (``data.train_files[0]`` for a list item), in schema order."""
-    order = {k.path: i for i, k in enumerate(walk(ExperimentSpec))}
+    order = _schema_order()
     found = OmegaConf.missing_keys(cfg)
     return sorted(found, key=lambda k: (order.get(k.split("[")[0], len(order)), k))
 
