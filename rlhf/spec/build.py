@@ -175,12 +175,76 @@ def compose(
     """Compose with Hydra's compose API (no run directory, no logging set-up): the shipped conf/ and recipes,
     ``config_dir`` (``-cd``) in front, primary config ``config_name`` (``-cn``, default the shipped one), and
     ``hydra.searchpath`` from the overrides or the primary config, exactly as ``rlhf-run`` composes."""
-    from hydra import compose as hydra_compose
 
     by_name = rewrite_recipe_paths(overrides)
     rewritten = quote_sources(by_name)
     cacheable = not return_hydra_config and by_name == [str(o) for o in overrides]  # a recipe file: as it is now
-    key = _cache_key(rewritten, config_dir, config_name) if cacheable else None
+    if cacheable:
+        head, values = _trailing_values(rewritten)
+        if values:
+            cfg = _composed(head, config_dir, config_name, cache=True)
+            _apply_values(values, cfg)
+            return markers_to_missing(cfg)
+    return _composed(rewritten, config_dir, config_name, cache=cacheable, return_hydra_config=return_hydra_config)
+
+
+def _trailing_values(overrides: Sequence[str]) -> tuple[list[str], list[Any]]:
+    """``overrides`` split into what shapes the composition and the run of plain ``a.b=value`` overrides that ends
+    them (parsed). Hydra composes the defaults (recipe, groups) first and then sets each config override in order
+    (``ConfigLoaderImpl._apply_overrides_to_config``: ``OmegaConf.update(cfg, key, value, merge=True)``), and a
+    dotted key is never a group (groups are ``a/b``): so the config the head composes to, with those values set after
+    it, is the config Hydra composes from the whole list, and the head's is composed once per process. Anything
+    else (``+``, ``++``, ``~``, a sweep, ``hydra.*``, a key without a dot, which may name a group) stays in the
+    head, and so does every value before it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # noqa: BLE001 - Hydra's own compose reports it, as it always has
+        return list(overrides), []
+    cut = len(parsed)
+    while cut > 0 and _plain_value(parsed[cut - 1]):
+        cut -= 1
+    return list(overrides[:cut]), parsed[cut:]
+
+
+def _plain_value(o: Any) -> bool:
+    key = o.key_or_group
+    special = o.is_add() or o.is_force_add() or o.is_delete() or o.is_sweep_override() or o.is_hydra_override()
+    return o.package is None and not special and "." in key and "/" not in key
+
+
+def _apply_values(values: Sequence[Any], cfg: DictConfig) -> None:
+    """Hydra's own step for plain config overrides (``ConfigLoaderImpl._apply_overrides_to_config``), its errors
+    included: a key the schema lacks, or a value it refuses."""
+    from hydra.errors import ConfigCompositionException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+    for o in values:
+        try:
+            try:
+                OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
+            except (ConfigAttributeError, ConfigKeyError) as ex:
+                raise ConfigCompositionException(
+                    f"Could not override '{o.key_or_group}'.\nTo append to your config use +{o.input_line}"
+                ) from ex
+        except OmegaConfBaseException as ex:
+            raise ConfigCompositionException(f"Error merging override {o.input_line}") from ex
+
+
+def _composed(
+    rewritten: Sequence[str],
+    config_dir: str | os.PathLike[str] | None,
+    config_name: str | None,
+    *,
+    cache: bool,
+    return_hydra_config: bool = False,
+) -> DictConfig:
+    """Hydra's compose of ``rewritten`` (served from the cache where ``cache``), the recipe named, markers made
+    ``???``."""
+    from hydra import compose as hydra_compose
+
+    key = _cache_key(rewritten, config_dir, config_name) if cache else None
     if key is not None and key in _COMPOSED:
         _COMPOSED.move_to_end(key)
         return copy.deepcopy(_COMPOSED[key])

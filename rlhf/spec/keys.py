@@ -13,6 +13,7 @@ Pure: imports nothing beyond the standard library.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import MISSING, dataclass, field
@@ -170,24 +171,40 @@ def _is_section(tp: Any) -> bool:
 
 def walk(cls: type, prefix: str = "") -> Iterator[KeyInfo]:
     """Every leaf key of the dataclass ``cls`` (sections are followed), in declaration order."""
+    return iter(_keys_of(cls, prefix))
+
+
+# The schema is built once, at import (rlhf.spec.sections.backends refuses a section registered later), so a class's
+# keys are read once: resolving its type hints costs milliseconds, and the importers ask of thousands of keys.
+@functools.cache
+def _keys_of(cls: type, prefix: str) -> tuple[KeyInfo, ...]:
     import typing
 
+    out: list[KeyInfo] = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         path = f"{prefix}{f.name}"
         if _is_section(tp):
-            yield from walk(tp, path + ".")
+            out.extend(_keys_of(tp, path + "."))
             continue
         meta = f.metadata or {}
-        yield KeyInfo(
-            path=path,
-            type=str(f.type).replace("typing.", ""),
-            default=_default_of(f),
-            doc=meta.get("doc", ""),
-            domain=meta.get("domain", Domain()),
-            section_doc=(cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "",
+        out.append(
+            KeyInfo(
+                path=path,
+                type=str(f.type).replace("typing.", ""),
+                default=_default_of(f),
+                doc=meta.get("doc", ""),
+                domain=meta.get("domain", Domain()),
+                section_doc=(cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "",
+            )
         )
+    return tuple(out)
+
+
+@functools.cache
+def _by_path(cls: type) -> dict[str, KeyInfo]:
+    return {k.path: k for k in _keys_of(cls, "")}
 
 
 def domain_violations(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any, str]]:
@@ -207,10 +224,7 @@ def domain_violations(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any, st
 
 
 def find_key(cls: type, path: str) -> KeyInfo | None:
-    for info in walk(cls):
-        if info.path == path:
-            return info
-    return None
+    return _by_path(cls).get(path)
 
 
 def keys_under(cls: type, prefix: str) -> list[KeyInfo]:

@@ -13,6 +13,7 @@ report them as needs ("needs teacher.model_path") and validate everything else w
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -106,7 +107,7 @@ def _default(key: str) -> Any:
         return None
     if "[" in key:  # one item of a list: the empty value of its element type
         return "" if "str" in info.type else 0
-    return info.default
+    return copy.deepcopy(info.default)  # the schema's own (shared) default is never handed out to be changed
 
 
 def with_stand_ins(cfg: DictConfig, fills: Mapping[str, Any] | None = None) -> DictConfig:

@@ -49,3 +49,40 @@ def test_a_config_composed_with_a_folder_held_open_is_not_served_once_it_is_clos
         assert compose(["+recipe=only_here"]).seed == 5
     with pytest.raises(MissingConfigException):
         compose(["+recipe=only_here"])
+
+
+# Override lists as tests and users write them: a recipe, then values (lists, nulls, strings, interpolations, a dict
+# merged into a section, a key set twice); and lists whose values come first or between groups (composed whole).
+SAME_AS_HYDRA = [
+    ["+recipe=grpo_tiny_cpu", "trainer.max_steps=3", "rollout.temperature=0.7", "eval.steps=0"],
+    ["+recipe=ppo_tiny_cpu", "data.train_files=[a.jsonl,b.jsonl]", "reward.clip_range=null", "seed=1"],
+    ["+recipe=grpo_tiny_cpu", "logging.run_name=x y", "trainer.max_steps=${trainer.epochs_per_rollout}"],
+    ["+recipe=grpo_tiny_cpu", "trainer.fsdp2={cpu_offload: true}", "trainer.backend=fsdp2"],
+    ["+recipe=grpo_tiny_cpu", "trainer.lr=1e-3", "trainer.lr=2e-3"],
+    ["+recipe=sft_tiny_cpu", "rollout=hf", "trainer.lr=1e-3"],
+    ["+recipe=grpo_tiny_cpu", "trainer.lr=1e-3", "rollout=hf", "trainer.max_steps=2"],
+    ["algorithm=grpo", "model=tiny", "trainer.lr=1e-3"],
+]
+
+
+def test_values_set_after_a_composed_head_give_hydras_whole_composition():
+    """compose() composes the overrides before the final run of plain ``a.b=value`` ones once, and sets those on a
+    copy (Hydra's own step); the result is what Hydra's compose of the whole list gives."""
+    from omegaconf import OmegaConf
+
+    from rlhf.spec.build import _composed
+
+    for overrides in SAME_AS_HYDRA:
+        fast = OmegaConf.to_container(compose(overrides), resolve=False)
+        whole = OmegaConf.to_container(_composed(overrides, None, None, cache=False), resolve=False)
+        assert fast == whole, overrides
+
+
+def test_a_value_override_hydra_refuses_is_refused_with_hydras_message():
+    import pytest
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match=r"Could not override 'trainer.nope'"):
+        compose(["+recipe=grpo_tiny_cpu", "trainer.nope=1"])
+    with pytest.raises(ConfigCompositionException, match=r"Error merging override trainer.max_steps=abc"):
+        compose(["+recipe=grpo_tiny_cpu", "trainer.max_steps=abc"])
