@@ -176,6 +176,9 @@ def compose(
     ``config_dir`` (``-cd``) in front, primary config ``config_name`` (``-cn``, default the shipped one), and
     ``hydra.searchpath`` from the overrides or the primary config, exactly as ``rlhf-run`` composes."""
 
+    from rlhf.spec.sections.backends import check_built
+
+    check_built()  # a backend registered too late for the schema is named, cached head or not
     by_name = rewrite_recipe_paths(overrides)
     rewritten = quote_sources(by_name)
     cacheable = not return_hydra_config and by_name == [str(o) for o in overrides]  # a recipe file: as it is now

@@ -209,18 +209,23 @@ def _by_path(cls: type) -> dict[str, KeyInfo]:
 
 def domain_violations(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any, str]]:
     """``(full key, value, fix)`` for every value of the dataclass instance ``obj`` outside its key's domain."""
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        path = f"{prefix}{f.name}"
+    for name, d in _domains_of(type(obj)):
+        value = getattr(obj, name)
+        path = f"{prefix}{name}"
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             yield from domain_violations(value, path + ".")
             continue
-        d = (f.metadata or {}).get("domain")
         if d is None:
             continue
         bad = d.violation(value)
         if bad:
             yield path, value, bad
+
+
+@functools.cache
+def _domains_of(cls: type) -> tuple[tuple[str, Domain | None], ...]:
+    """Each field of ``cls`` with its domain (validation checks every spec, the layout search thousands)."""
+    return tuple((f.name, (f.metadata or {}).get("domain")) for f in dataclasses.fields(cls))
 
 
 def find_key(cls: type, path: str) -> KeyInfo | None:
