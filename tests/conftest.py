@@ -60,7 +60,7 @@ def ray_cluster():
         ray.shutdown()
 
 
-# The modules that took longest in the last measured runs of each tier (--durations, 2026-12-06), heaviest first.
+# The modules that took longest in the last measured runs of each tier (--durations), heaviest first.
 # The suite runs in two pytest-xdist workers, a whole module each at a time (--dist loadfile, in this order): heavy
 # modules first and the many quick ones last let both workers finish together, where a heavy module drawn last would
 # leave one worker alone with it for minutes. Any order is correct; this one is only faster. Each tier takes the
@@ -85,17 +85,19 @@ HEAVIEST_FIRST = (
     "tests/backends/test_train_backends.py",
     "tests/backends/test_sequence_parallel_engines.py",
     "tests/pipelines/test_sequence_parallel_run.py",
-    # the default tier (pytest -q)
+    # the default tier (pytest -q), by its measured module times (2026-12-08)
     "tests/cli/test_sweeps.py",
-    "tests/pipelines/test_seed_workflow.py",
-    "tests/pipelines/test_reasoning_gym_recipes.py",
+    "tests/docs/test_readme_commands.py",
     "tests/pipelines/test_full_disk.py",
-    "tests/pipelines/test_kill_resume.py",
-    "tests/tracking/test_trackers_in_runs.py",
-    "tests/serve/test_serve_load_bench.py",
-    "tests/backends/test_weight_sync_transport.py",
     "tests/cli/test_cli.py",
+    "tests/tracking/test_trackers_in_runs.py",
+    "tests/pipelines/test_kill_resume.py",
+    "tests/serve/test_serve_load_bench.py",
     "tests/pipelines/test_rl_kill_resume.py",
+    "tests/cli/test_resume_refuses_changes.py",
+    "tests/pipelines/test_checkpoint_damage.py",
+    "tests/cli/test_clean_exit.py",
+    "tests/planning/test_auto.py",
 )
 
 
