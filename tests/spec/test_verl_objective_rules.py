@@ -177,3 +177,34 @@ def test_rejection_bounds_and_what_it_cannot_sit_beside(overrides, keys):
 )
 def test_bypass_mode_takes_veRLs_two_losses_and_no_second_is_correction(overrides, keys):
     assert sorted(set(error_keys(overrides))) == keys
+
+
+OTB = "algorithm.advantage.estimator=optimal_token_baseline"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "keys"),
+    [
+        ([OTB], []),
+        (["algorithm.advantage.estimator=tir_optimal_token_baseline", "algorithm.is_correction.type=tis"], []),
+        (
+            [OTB, "rollout.samples_per_prompt=1", "trainer.global_batch=32", "rollout.prompts_per_step=32"],
+            ["rollout.samples_per_prompt"],  # a group baseline
+        ),
+        ([OTB, "algorithm.old_logprobs=rollout"], ["algorithm.advantage.estimator"]),  # sum pi^2 needs the forward
+        (["algorithm.policy_loss.entropy_logits=sampled"], ["algorithm.policy_loss.entropy_logits"]),
+    ],
+    ids=["otb", "tir-with-is", "one-sample", "bypass", "entropy-logits-unknown"],
+)
+def test_the_optimal_token_baseline_needs_groups_and_the_old_policys_forward(overrides, keys):
+    assert sorted(set(error_keys(overrides))) == keys
+
+
+def test_the_optimal_token_baseline_always_recomputes_the_old_log_probs():
+    """One optimizer step per rollout would reuse the training forward's log-probs (no experience pass): the token
+    baseline reads sum pi^2 off that pass, so it is kept."""
+    from rlhf.spec.derive import derive
+
+    one_step = ["trainer.global_batch=64", "rollout.prompts_per_step=8", "rollout.samples_per_prompt=8"]
+    assert derive(load_spec(CPU_RL + one_step)).old_logprobs == "reuse"
+    assert derive(load_spec(CPU_RL + one_step + [OTB])).old_logprobs == "recompute"
