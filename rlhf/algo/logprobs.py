@@ -168,7 +168,9 @@ class _HeadScores(torch.autograd.Function):
     has no gradient; an entropy nobody differentiates costs nothing in the backward."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, labels, temperature, entropy_temperatures, sum_sq, chunk):  # noqa: ANN001
+    def forward(
+        ctx, hidden, weight, bias, labels, temperature, entropy_temperatures, entropy_grads, sum_sq, chunk  # noqa: ANN001
+    ):
         n = hidden.shape[0]
         dtype = torch.promote_types(hidden.dtype, torch.float32)
         logp = torch.empty(n, dtype=dtype, device=hidden.device)
@@ -184,7 +186,9 @@ class _HeadScores(torch.autograd.Function):
                 out[s : s + chunk] = h
         ctx.save_for_backward(hidden, weight, bias, labels)
         ctx.temperature, ctx.entropy_temperatures, ctx.chunk = temperature, entropy_temperatures, chunk
-        ctx.mark_non_differentiable(sq)
+        # Σπ² and the entropies only logged have no gradient: their backward gets None (set_materialize_grads) and
+        # computes nothing for them, whatever the caller stacks them with.
+        ctx.mark_non_differentiable(sq, *[e for e, g in zip(ents, entropy_grads, strict=True) if not g])
         ctx.set_materialize_grads(False)
         return logp, sq, *ents
 
@@ -236,7 +240,7 @@ class _HeadScores(torch.autograd.Function):
             grad_w = grad_w.to(weight.dtype)
         if grad_b is not None:
             grad_b = grad_b.to(bias.dtype)
-        return grad_h, grad_w, grad_b, None, None, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None, None, None
 
 
 def token_scores_from_hidden(
@@ -247,6 +251,7 @@ def token_scores_from_hidden(
     *,
     temperature: float = 1.0,
     entropy_temperatures: tuple[float, ...] = (),
+    entropy_grads: tuple[bool, ...] | None = None,
     sum_pi_squared: bool = False,
     chunk: int = LOGIT_CHUNK_TOKENS,
 ) -> TokenScores:
@@ -262,6 +267,8 @@ def token_scores_from_hidden(
         hidden: ``[..., H]`` the head's input.
         weight, bias: the head's ``[V, H]`` weight and ``[V]`` bias (None: no bias).
         labels: ``[...]`` token ids.
+        entropy_grads: per entropy, whether a loss differentiates it (None: all); the others are logged only, have
+            no gradient and cost nothing in the backward.
     Returns:
         :class:`TokenScores` of shape ``[...]`` each (fp32 or wider).
     """
@@ -274,7 +281,10 @@ def token_scores_from_hidden(
         raise ValueError(f"labels {tuple(labels.shape)} for hidden states {tuple(hidden.shape)}")
     flat = hidden.reshape(-1, hidden.shape[-1])
     temps = tuple(float(t) for t in entropy_temperatures)
+    grads = tuple(bool(g) for g in entropy_grads) if entropy_grads is not None else (True,) * len(temps)
+    if len(grads) != len(temps):
+        raise ValueError(f"entropy_grads {entropy_grads} for entropy temperatures {entropy_temperatures}")
     logp, sq, *ents = _HeadScores.apply(
-        flat, weight, bias, labels.reshape(-1), float(temperature), temps, bool(sum_pi_squared), int(chunk)
+        flat, weight, bias, labels.reshape(-1), float(temperature), temps, grads, bool(sum_pi_squared), int(chunk)
     )
     return TokenScores(logp.view(lead), tuple(e.view(lead) for e in ents), sq.view(lead) if sum_pi_squared else None)

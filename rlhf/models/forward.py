@@ -37,19 +37,23 @@ def causal_lm_scores(
     *,
     temperature: float = 1.0,
     entropy_temperatures: tuple[float, ...] = (),
+    entropy_grads: tuple[bool, ...] | None = None,
     sum_pi_squared: bool = False,
     position_ids: Tensor | None = None,
     packing: bool = False,
 ) -> TokenScores:
     """``log π(x_{t+1} | x_{≤t})`` for t = 0..T-2, shape ``[B, T-1]``, and, where asked, the entropy of each step's
     distribution at each of ``entropy_temperatures`` (1: untempered; the sampling temperature: the distribution
-    sampled from) and its ``Σπ²`` at ``temperature`` (no gradient), the same shape. Positions come from a 2-D mask,
+    sampled from; ``entropy_grads``: which a loss differentiates, None: all) and its ``Σπ²`` at ``temperature`` (no
+    gradient), the same shape. Positions come from a 2-D mask,
     so left padding is fine; rows packed beforehand pass their ``position_ids`` (the mask is then ignored: the
     samples are found from the positions). ``packing``: see the module docstring (0 at padding positions)."""
     temps = tuple(entropy_temperatures)
     split = active()
     if split is not None:
-        return _split_scores(split, model, input_ids, attention_mask, position_ids, temperature, temps, sum_pi_squared)
+        return _split_scores(
+            split, model, input_ids, attention_mask, position_ids, temperature, temps, entropy_grads, sum_pi_squared
+        )
     packed = pack_for(model, input_ids, attention_mask) if packing and position_ids is None else None
     if packed is not None:
         ids, kwargs = packed.input_ids, {"position_ids": packed.position_ids}
@@ -67,6 +71,7 @@ def causal_lm_scores(
         targets,
         temperature=temperature,
         entropy_temperatures=temps,
+        entropy_grads=entropy_grads,
         sum_pi_squared=sum_pi_squared,
         **kwargs,
     )
@@ -127,6 +132,7 @@ def _split_scores(
     position_ids: Tensor | None,
     temperature: float,
     entropy_temperatures: tuple[float, ...],
+    entropy_grads: tuple[bool, ...] | None,
     sum_pi_squared: bool,
 ) -> TokenScores:
     """:func:`causal_lm_scores` with the rows split over the SP group (see the module docstring)."""
@@ -138,6 +144,7 @@ def _split_scores(
         shard.targets,
         temperature=temperature,
         entropy_temperatures=entropy_temperatures,
+        entropy_grads=entropy_grads,
         sum_pi_squared=sum_pi_squared,
         position_ids=shard.local_position_ids,
     )

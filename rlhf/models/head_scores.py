@@ -46,7 +46,12 @@ class _Returned:
 
 @contextmanager
 def _scoring_head(
-    head: nn.Linear, targets: Tensor, temperature: float, entropy_temperatures: tuple[float, ...], sum_sq: bool
+    head: nn.Linear,
+    targets: Tensor,
+    temperature: float,
+    entropy_temperatures: tuple[float, ...],
+    entropy_grads: tuple[bool, ...] | None,
+    sum_sq: bool,
 ) -> Iterator[_Returned]:
     """``head`` returns ``[..., k]`` (log-prob of ``targets``, then ``Σπ²`` if asked, then each entropy) inside; its
     own forward after."""
@@ -61,6 +66,7 @@ def _scoring_head(
             targets,
             temperature=temperature,
             entropy_temperatures=entropy_temperatures,
+            entropy_grads=entropy_grads,
             sum_pi_squared=sum_sq,
         )
         parts = [out.log_probs, *([out.sum_pi_squared] if sum_sq else []), *out.entropies]
@@ -78,12 +84,14 @@ def _scoring_head(
             head.forward = own
 
 
-def _split(scores: Tensor, sum_sq: bool) -> TokenScores:
-    """The ``[..., k]`` scores the head returned as :class:`TokenScores`."""
+def _split(scores: Tensor, sum_sq: bool, entropy_grads: tuple[bool, ...] | None) -> TokenScores:
+    """The ``[..., k]`` scores the head returned as :class:`TokenScores` (a logged-only entropy, like ``Σπ²``, has
+    no gradient: its slice is detached)."""
     rest = 2 if sum_sq else 1
+    grads = entropy_grads if entropy_grads is not None else (True,) * (scores.shape[-1] - rest)
     return TokenScores(
         scores[..., 0],
-        tuple(scores[..., i] for i in range(rest, scores.shape[-1])),
+        tuple(scores[..., i] if g else scores[..., i].detach() for i, g in enumerate(grads, start=rest)),
         scores[..., 1].detach() if sum_sq else None,
     )
 
@@ -112,22 +120,24 @@ def token_scores(
     *,
     temperature: float = 1.0,
     entropy_temperatures: tuple[float, ...] = (),
+    entropy_grads: tuple[bool, ...] | None = None,
     sum_pi_squared: bool = False,
     **kwargs: Any,
 ) -> TokenScores:
     """``model(input_ids=..., use_cache=False, **kwargs)``'s log-prob of ``targets`` at every position ``[R, W]``
     (``targets[:, j]``: the token after position j; what a position without one predicts does not matter) at
     ``temperature``, the entropy at each of ``entropy_temperatures`` and (``sum_pi_squared``) ``Σπ²`` at
-    ``temperature``. No position's logits over the vocabulary exist at once beyond
+    ``temperature`` (``entropy_grads``: which entropies a loss differentiates, None: all; the others are logged only,
+    without a gradient). No position's logits over the vocabulary exist at once beyond
     rlhf.algo.logprobs.LOGIT_CHUNK_TOKENS of them, in the forward or the backward (see the module docstring for the
     models that keep the whole logits)."""
     temps = tuple(entropy_temperatures)
     head = output_head(model)
     if head is not None:
-        with _scoring_head(head, targets, temperature, temps, sum_pi_squared) as returned:
+        with _scoring_head(head, targets, temperature, temps, entropy_grads, sum_pi_squared) as returned:
             scores = model(input_ids=input_ids, use_cache=False, **kwargs).logits
         if _unchanged(scores, returned.scores):
-            return _split(scores, sum_pi_squared)
+            return _split(scores, sum_pi_squared, entropy_grads)
         hf = type(base_model(model))
         _WHOLE_LOGITS.add(hf)
         log.warning("%s changes its logits after the output head: its log-probs use the whole logits", hf.__name__)
@@ -136,8 +146,9 @@ def token_scores(
     if sum_pi_squared:
         with torch.no_grad():
             sq = sum_pi_squared_from_logits(logits, temperature)
-    return TokenScores(
-        log_probs_from_logits(logits, targets, temperature),
-        tuple(entropy_from_logits(logits, t) for t in temps),
-        sq,
-    )
+    grads = entropy_grads if entropy_grads is not None else (True,) * len(temps)
+    entropies = []
+    for t, grad in zip(temps, grads, strict=True):
+        with torch.set_grad_enabled(grad and torch.is_grad_enabled()):  # a logged entropy keeps no graph
+            entropies.append(entropy_from_logits(logits, t))
+    return TokenScores(log_probs_from_logits(logits, targets, temperature), tuple(entropies), sq)

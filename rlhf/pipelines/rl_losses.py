@@ -264,12 +264,15 @@ def actor_loss_fn(model, mb: dict[str, Tensor], norm, *, s: ActorLossSettings) -
     # temperature is not 1.
     bonus_at = s.temperature if s.entropy_tempered else 1.0
     temps = (s.temperature,) if s.entropy_coef is None or bonus_at == s.temperature else (s.temperature, bonus_at)
+    # only the bonus's entropy has a gradient (none without a coefficient): the logged one costs no backward
+    grads = (bool(s.entropy_coef),) if len(temps) == 1 else (False, bool(s.entropy_coef))
     out = causal_lm_scores(
         model,
         mb["sequences"],
         mb["attention_mask"],
         temperature=s.temperature,
         entropy_temperatures=temps,
+        entropy_grads=grads,
         packing=s.packing,
     )
     log_probs, sampled = out.log_probs, out.entropies[0]

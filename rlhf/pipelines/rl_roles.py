@@ -99,11 +99,13 @@ def forward_in_ranks(
 
 
 def _in_sample_order(parts: list[Any], order: list[int]) -> Any:
-    """One tensor of the parts' rows put back in sample order (``order[j]``: the sample of the j-th row)."""
+    """One tensor of the parts' rows put back in sample order (``order[j]``: the sample of the j-th row); parts of
+    more than one axis are right-padded on their last (the tokens: ``[b, w]``, or ``[b, k, w]`` for several scores
+    per token)."""
     import torch
 
-    width = max(p.shape[1] for p in parts) if parts[0].dim() > 1 else None
-    rows = torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) if width else p for p in parts])
+    width = max(p.shape[-1] for p in parts) if parts[0].dim() > 1 else None
+    rows = torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[-1])) if width else p for p in parts])
     out = torch.empty_like(rows)
     out[torch.as_tensor(order)] = rows
     return out

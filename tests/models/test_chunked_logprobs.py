@@ -182,3 +182,19 @@ def test_a_model_that_changes_its_logits_after_the_head_gets_its_own_numbers(pat
     assert torch.equal(first, again)
     assert float((first - ref).abs()[action].max()) <= 1e-6
     assert head_scores.output_head(base) is not None  # the plain model keeps the chunked head
+
+
+def test_an_entropy_only_logged_has_no_gradient_through_the_models_head(path):
+    """The actor logs the sampled distribution's entropy in every run: through the swapped head (its outputs stacked
+    into one tensor) it comes back without a graph, and the log-probs' gradient is what it is without it."""
+    lm = load_causal_lm(path).float().train()
+    ids, mask = _batch()
+    action = (mask[:, 1:] * mask[:, :-1]).float()
+    out = causal_lm_scores(lm, ids, mask, temperature=0.8, entropy_temperatures=(0.8,), entropy_grads=(False,))
+    assert out.log_probs.requires_grad and not out.entropies[0].requires_grad
+    (out.log_probs * action).sum().backward()
+    logged = {n: p.grad.clone() for n, p in lm.named_parameters()}
+    lm.zero_grad(set_to_none=True)
+    (causal_lm_log_probs(lm, ids, mask, temperature=0.8) * action).sum().backward()
+    for n, p in lm.named_parameters():
+        assert torch.equal(logged[n], p.grad), n

@@ -77,6 +77,10 @@ def test_forward_results_come_back_in_sample_order():
     assert back[:, 0].tolist() == list(range(8))
     scalars = _in_sample_order([torch.tensor(mb) for rank in plan for mb in rank], order)
     assert scalars.tolist() == list(range(8))
+    # several scores per token ([b, k, w]: log-probs, sum pi^2, entropy) are padded on their token axis
+    stacked = _in_sample_order([p[:, None, :].expand(-1, 3, -1) for p in parts], order)
+    assert stacked.shape == (8, 3, max(p.shape[-1] for p in parts))
+    assert stacked[:, 2, 0].tolist() == list(range(8))
 
 
 def _errors(*overrides: str) -> dict[str, str]:
